@@ -1,0 +1,168 @@
+/**
+ * Internal shapes of the mesh state (the standalone equivalent of what istiod serves over WDS).
+ *
+ * They follow `istio.workload.Workload` / `istio.workload.Service` (ztunnel proto/workload.proto)
+ * closely enough that a reader of ztunnel's `state.rs` recognises every field, but they are plain,
+ * deep-frozen objects built once per snapshot. Nothing on the data path parses YAML or walks
+ * Kubernetes objects: it only reads the indexes of a {@link MeshSnapshot}.
+ */
+
+/** Application protocol of a service port, as Istio derives it (IS:pkg/config/kube/conversion.go). */
+export type PortProtocol =
+  | 'HTTP'
+  | 'HTTP2'
+  | 'GRPC'
+  | 'GRPC-Web'
+  | 'HTTPS'
+  | 'TCP'
+  | 'TLS'
+  | 'Mongo'
+  | 'Redis'
+  | 'MySQL'
+  | 'UDP'
+  | 'UNKNOWN';
+
+/** How the waypoint reaches an endpoint: HBONE to `ip:15008`, or plain TCP to `ip:targetPort`. */
+export type TunnelProtocol = 'HBONE' | 'NONE';
+
+/** WDS WorkloadType, lower-case as ztunnel writes it into baggage keys (`k8s.<type>.name`). */
+export type WorkloadType = 'deployment' | 'cronjob' | 'pod' | 'job';
+
+/** A workload: a Pod or a WorkloadEntry (ZT:src/state/workload.rs `Workload`). */
+export interface Workload {
+  /** `<cluster>//Pod/<ns>/<name>` or `<cluster>/networking.istio.io/WorkloadEntry/<ns>/<name>`. */
+  readonly uid: string;
+  readonly kind: 'Pod' | 'WorkloadEntry';
+  readonly name: string;
+  readonly namespace: string;
+  /** Normalised IP strings (IPv4 dotted, IPv6 compressed, IPv4-mapped IPv6 unwrapped). */
+  readonly addresses: readonly string[];
+  readonly serviceAccount: string;
+  readonly trustDomain: string;
+  /** `spiffe://<trustDomain>/ns/<namespace>/sa/<serviceAccount>`. */
+  readonly identity: string;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly annotations: Readonly<Record<string, string>>;
+  /** Owner name with the pod-template hash stripped (Deployment name), else the pod name. */
+  readonly workloadName: string;
+  readonly workloadType: WorkloadType;
+  /** `service.istio.io/canonical-name` → `app.kubernetes.io/name` → `app` → workloadName. */
+  readonly canonicalName: string;
+  /** `service.istio.io/canonical-revision` → `app.kubernetes.io/version` → `version` → `latest`. */
+  readonly canonicalRevision: string;
+  readonly clusterId: string;
+  readonly network: string;
+  readonly node: string;
+  readonly region: string;
+  readonly zone: string;
+  readonly tunnelProtocol: TunnelProtocol;
+  /** Ready condition (a Pod without conditions counts as ready; WorkloadEntry: always). */
+  readonly healthy: boolean;
+  /** Named container ports, for resolving a Service's named `targetPort` (name → port). */
+  readonly namedPorts: Readonly<Record<string, number>>;
+  /** True when `istio.io/use-waypoint` (on the workload or its namespace) names this waypoint
+   *  and the waypoint's `istio.io/waypoint-for` is `workload` or `all`. */
+  readonly servedByThisWaypoint: boolean;
+}
+
+/** One port of a service (Service.spec.ports[] / ServiceEntry.spec.ports[]). */
+export interface ServicePort {
+  readonly name: string;
+  readonly port: number;
+  /** Numeric target port, or a container port name to resolve per endpoint; 0 when unknown. */
+  readonly targetPort: number | string;
+  readonly appProtocol: string;
+  readonly protocol: PortProtocol;
+}
+
+/** A selected endpoint of one service port. */
+export interface Endpoint {
+  readonly workload: Workload;
+  /** IP the endpoint is dialed at (the workload's first address of a matching family). */
+  readonly address: string;
+  /** Resolved target port on the workload (the `:authority` port of the upstream CONNECT). */
+  readonly targetPort: number;
+  readonly tunnel: TunnelProtocol;
+  /** Precomputed `address:targetPort` (`[v6]:port` for IPv6): the upstream `:authority`. */
+  readonly authority: string;
+}
+
+/** A service: a Kubernetes Service or an Istio ServiceEntry. */
+export interface Service {
+  readonly kind: 'Service' | 'ServiceEntry';
+  readonly name: string;
+  readonly namespace: string;
+  /** FQDN: `<name>.<ns>.svc.<domain>` for Services, `spec.hosts[0]` for ServiceEntries. */
+  readonly hostname: string;
+  /** VIPs (clusterIP(s) / ServiceEntry addresses), normalised. Empty for headless. */
+  readonly addresses: readonly string[];
+  readonly ports: readonly ServicePort[];
+  /** Healthy endpoints per service port number. */
+  readonly endpoints: ReadonlyMap<number, readonly Endpoint[]>;
+  /** True when `istio.io/use-waypoint` (service, else namespace) names this waypoint. */
+  readonly servedByThisWaypoint: boolean;
+}
+
+/** What a CONNECT `:authority` resolves to on this waypoint (IS:listener_waypoint.go `buildWaypointInternal`). */
+export type Target =
+  | { readonly kind: 'service'; readonly service: Service; readonly port: ServicePort }
+  | { readonly kind: 'workload'; readonly workload: Workload; readonly port: number };
+
+/** This waypoint: the `Gateway` of class `istio-waypoint` it runs as. */
+export interface WaypointIdentity {
+  readonly namespace: string;
+  readonly name: string;
+  /** Istio's generated waypoints run as a service account named after the Gateway. */
+  readonly serviceAccount: string;
+  /** `spiffe://<td>/ns/<ns>/sa/<serviceAccount>`. */
+  readonly identity: string;
+  /** `istio.io/waypoint-for` label: `service` (default), `workload`, `all` or `none`. */
+  readonly waypointFor: 'service' | 'workload' | 'all' | 'none';
+}
+
+/** The parts of Istio's MeshConfig (API:mesh/v1alpha1/config.proto) this project reads. */
+export interface MeshConfig {
+  readonly trustDomain: string;
+  readonly trustDomainAliases: readonly string[];
+  readonly rootNamespace: string;
+  /** The whole parsed MeshConfig, for later issues (`extensionProviders`, `defaultConfig`, ...). */
+  readonly raw: Readonly<Record<string, unknown>>;
+}
+
+/** A Kubernetes object kept as-is for later issues (AuthorizationPolicy, HTTPRoute, ...). */
+export interface KeptResource {
+  readonly apiVersion: string;
+  readonly kind: string;
+  readonly name: string;
+  readonly namespace: string;
+  readonly object: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * One immutable, compiled view of the mesh. Replaced whole on every change; the data path reads
+ * `store.current` once per tunnel or request and never sees a half-applied update.
+ */
+export interface MeshSnapshot {
+  /** Monotonic version, starting at 1. */
+  readonly version: number;
+  readonly meshConfig: MeshConfig;
+  readonly waypoint: WaypointIdentity;
+  readonly services: readonly Service[];
+  readonly workloads: readonly Workload[];
+  /** Namespace labels, by namespace name. */
+  readonly namespaces: ReadonlyMap<string, Readonly<Record<string, string>>>;
+  /**
+   * Resolve a CONNECT target. `ip` must be normalised (see `normalizeIp`).
+   * Served service VIP:port first, then the address of a workload this waypoint serves.
+   * Returns undefined when this waypoint serves nothing there.
+   */
+  resolveTarget(ip: string, port: number): Target | undefined;
+  /** Workload owning an address (any workload of the mesh, served or not). */
+  workloadByIp(ip: string): Workload | undefined;
+  /** Service by `namespace/hostname`. */
+  serviceByHost(namespace: string, hostname: string): Service | undefined;
+  /** Kept resources of one kind (e.g. `AuthorizationPolicy`), in file order. */
+  resources(kind: string): readonly KeptResource[];
+  /** A JSON-able dump for `/config_dump`. */
+  toJSON(): unknown;
+}
