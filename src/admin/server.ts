@@ -1,0 +1,63 @@
+/**
+ * The admin server (Istio's 15020 / Envoy admin, reduced): `/healthz/ready`, `/stats/prometheus`,
+ * `/config_dump`. Also used, with only `/healthz/ready`, as the readiness server on 15021. Handlers
+ * are cheap and never touch the data path.
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Registry } from 'prom-client';
+import { parseListenAddress } from '../hbone/server.ts';
+
+export interface AdminHandlers {
+  /** True when the proxy is ready to take traffic (false while draining). */
+  ready(): boolean;
+  /** Registry to serve at /stats/prometheus; omitted on the readiness server. */
+  readonly metrics?: Registry;
+  /** JSON for /config_dump; omitted on the readiness server. */
+  configDump?(): unknown;
+}
+
+export class AdminServer {
+  readonly server: http.Server;
+
+  constructor(h: AdminHandlers) {
+    this.server = http.createServer((req, res) => {
+      const path = (req.url ?? '/').split('?')[0];
+      if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'text/plain', 'method not allowed\n');
+      if (path === '/healthz/ready') return h.ready() ? send(res, 200, 'text/plain', '') : send(res, 503, 'text/plain', 'draining\n');
+      if (path === '/stats/prometheus' && h.metrics) {
+        const metrics = h.metrics;
+        metrics.metrics().then(
+          (text) => send(res, 200, metrics.contentType, text),
+          (err: Error) => send(res, 500, 'text/plain', `${err.message}\n`),
+        );
+        return;
+      }
+      if (path === '/config_dump' && h.configDump) return send(res, 200, 'application/json', `${JSON.stringify(h.configDump(), null, 2)}\n`);
+      send(res, 404, 'text/plain', 'not found\n');
+    });
+    this.server.keepAliveTimeout = 5_000;
+  }
+
+  /** Listen on `ip:port`; resolves with the bound address. */
+  listen(hostPort: string): Promise<AddressInfo> {
+    const { host, port } = parseListenAddress(hostPort);
+    return new Promise((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(port, host, () => {
+        this.server.off('error', reject);
+        resolve(this.server.address() as AddressInfo);
+      });
+    });
+  }
+
+  close(): Promise<void> {
+    this.server.closeAllConnections();
+    return new Promise((r) => this.server.close(() => r()));
+  }
+}
+
+function send(res: http.ServerResponse, status: number, type: string, body: string): void {
+  res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}

@@ -1,0 +1,231 @@
+/**
+ * Composition root of `waypoint run`: mesh state, identity, the HBONE listener, the filter chain,
+ * the upstream, and the admin/readiness servers, wired together. {@link Waypoint.start} returns a
+ * handle with the bound addresses and a graceful {@link Waypoint.shutdown}.
+ */
+import path from 'node:path';
+import type { AddressInfo } from 'node:net';
+import type { Registry } from 'prom-client';
+import { AdminServer } from './admin/server.ts';
+import type { BootstrapConfig } from './config/bootstrap.ts';
+import { ConfigError } from './errors.ts';
+import { HboneSessionPool } from './hbone/pool.ts';
+import { HboneServer } from './hbone/server.ts';
+import { LocalCa, defaultCaDir, parseTtl } from './identity/ca.ts';
+import { trustDomainAllowed } from './identity/spiffe.ts';
+import { WorkloadCertificate } from './identity/workload-certificate.ts';
+import { InnerHttpServer } from './inner-http/server.ts';
+import { waypointConnectHandler } from './listener/waypoint-listener.ts';
+import type { FilterChain } from './pipeline/chain.ts';
+import type { FilterFactory } from './pipeline/filter.ts';
+import { FilterRegistry } from './pipeline/registry.ts';
+import { routerFactory } from './router/router.ts';
+import { MeshStore } from './state/store.ts';
+import { createMetricsRegistry } from './telemetry/metrics.ts';
+import { ClusterManager } from './upstream/cluster-manager.ts';
+import { log } from './util/log.ts';
+import { registerBuiltinFilters } from '../filters/index.ts';
+
+export interface WaypointOptions {
+  readonly bootstrap: BootstrapConfig;
+  /** Mesh YAML (Kubernetes + Istio objects). Watched for changes. */
+  readonly meshFile: string;
+  /** MeshConfig YAML; overrides the `istio` ConfigMap of the mesh file. */
+  readonly meshConfigFile?: string;
+  /** `namespace/name` of the waypoint Gateway when the mesh file has several. */
+  readonly gateway?: string;
+  /** CA directory (root-cert.pem, root-key.pem). Default: `<state dir>/ca`, created on first use. */
+  readonly caDir?: string;
+  /** Watch the mesh file (default true). */
+  readonly watch?: boolean;
+  /** Extra filter factories to register (embedding and tests), usable by name in `bootstrap.filters`. */
+  readonly extraFilters?: readonly FilterFactory<unknown>[];
+}
+
+export interface WaypointAddresses {
+  readonly hbone: AddressInfo;
+  readonly admin: AddressInfo;
+  readonly readiness: AddressInfo | undefined;
+}
+
+export class Waypoint {
+  readonly addresses: WaypointAddresses;
+  readonly mesh: MeshStore;
+  readonly certificate: WorkloadCertificate;
+  readonly caDir: string;
+  readonly caCreated: boolean;
+  readonly metrics: Registry;
+  private readonly hbone: HboneServer;
+  private readonly admin: AdminServer;
+  private readonly readiness: AdminServer | undefined;
+  private readonly sessions: HboneSessionPool;
+  private readonly clusters: ClusterManager;
+  private readonly bootstrap: BootstrapConfig;
+  private draining = false;
+  private stopped: Promise<void> | undefined;
+
+  private constructor(parts: {
+    addresses: WaypointAddresses;
+    mesh: MeshStore;
+    certificate: WorkloadCertificate;
+    caDir: string;
+    caCreated: boolean;
+    metrics: Registry;
+    hbone: HboneServer;
+    admin: AdminServer;
+    readiness: AdminServer | undefined;
+    sessions: HboneSessionPool;
+    clusters: ClusterManager;
+    bootstrap: BootstrapConfig;
+  }) {
+    this.addresses = parts.addresses;
+    this.mesh = parts.mesh;
+    this.certificate = parts.certificate;
+    this.caDir = parts.caDir;
+    this.caCreated = parts.caCreated;
+    this.metrics = parts.metrics;
+    this.hbone = parts.hbone;
+    this.admin = parts.admin;
+    this.readiness = parts.readiness;
+    this.sessions = parts.sessions;
+    this.clusters = parts.clusters;
+    this.bootstrap = parts.bootstrap;
+  }
+
+  /**
+   * Load state, obtain the waypoint's certificate and start listening. Throws {@link ConfigError}
+   * for invalid input (including a CA whose trust domain differs from the mesh's) and the
+   * listen error (e.g. EADDRINUSE) when an address is taken; nothing is left running then.
+   */
+  static async start(opts: WaypointOptions): Promise<Waypoint> {
+    const cfg = opts.bootstrap;
+    const mesh = await MeshStore.open({ meshFile: opts.meshFile, meshConfigFile: opts.meshConfigFile, gateway: opts.gateway, watch: opts.watch ?? true });
+    const cleanup: (() => unknown)[] = [() => mesh.close()];
+    try {
+      const snap = mesh.current;
+      const trustDomain = snap.meshConfig.trustDomain;
+      const caDir = path.resolve(opts.caDir ?? defaultCaDir());
+      const { ca, created } = opts.caDir ? { ca: await LocalCa.load(caDir), created: false } : await LocalCa.ensure(caDir, trustDomain);
+      if (ca.trustDomain !== trustDomain) {
+        throw new ConfigError(
+          `the CA in ${caDir} is for trust domain "${ca.trustDomain}" but the mesh's trustDomain is "${trustDomain}"; ` +
+            `use a CA of that trust domain (waypoint ca init --trust-domain ${trustDomain}) or set trustDomain in the mesh config`,
+          { file: opts.meshConfigFile ?? opts.meshFile, field: 'trustDomain' },
+        );
+      }
+      const certificate = await WorkloadCertificate.start(ca, snap.waypoint.identity, parseTtl(cfg.identity.certTtl));
+      cleanup.push(() => certificate.close());
+
+      const sessions = new HboneSessionPool({
+        material: () => certificate.current,
+        http2: cfg.http2,
+        trustDomain: () => mesh.current.meshConfig.trustDomain,
+        connectTimeoutMs: cfg.upstream.connectTimeoutMs,
+        idleTimeoutMs: cfg.upstream.idleTimeoutMs,
+        maxStreamsPerConnection: cfg.upstream.maxStreamsPerConnection,
+      });
+      cleanup.push(() => sessions.destroy());
+      const clusters = new ClusterManager({
+        sessions,
+        hbonePort: cfg.upstream.hbonePort,
+        loadBalancer: cfg.upstream.loadBalancer,
+        connectTimeoutMs: cfg.upstream.connectTimeoutMs,
+        httpKeepAliveMs: cfg.upstream.httpKeepAliveMs,
+        maxResponseHeadersBytes: cfg.http.maxRequestHeadersBytes,
+      });
+      cleanup.push(() => clusters.destroy());
+
+      const registry = registerBuiltinFilters(new FilterRegistry()).register(routerFactory(clusters));
+      for (const f of opts.extraFilters ?? []) registry.register(f);
+      const chain: { current: FilterChain } = { current: registry.build(cfg.filters, { mesh, log }) };
+      const inner = new InnerHttpServer({ maxHeaderSize: cfg.http.maxRequestHeadersBytes, idleTimeoutMs: cfg.http.idleTimeoutMs });
+
+      const hbone = new HboneServer({
+        name: 'waypoint',
+        material: certificate.current,
+        http2: cfg.http2,
+        verifyPeer: (peer) => {
+          if (!peer) return 'client certificate has no SPIFFE identity';
+          const mc = mesh.current.meshConfig;
+          if (!trustDomainAllowed(peer, mc.trustDomain, mc.trustDomainAliases)) {
+            return `trust domain "${peer.trustDomain}" is neither "${mc.trustDomain}" nor one of trustDomainAliases`;
+          }
+          return undefined;
+        },
+        onConnect: waypointConnectHandler({ mesh, chain, inner, clusters }),
+      });
+      certificate.on('rotated', (m) => {
+        hbone.updateMaterial(m);
+        log.info({ notAfter: m.notAfter.toISOString() }, 'waypoint certificate rotated');
+      });
+      mesh.subscribe((next) => clusters.prune(next));
+
+      const metrics = createMetricsRegistry();
+      let self: Waypoint | undefined;
+      const ready = () => self !== undefined && !self.draining;
+      const admin = new AdminServer({ ready, metrics, configDump: () => self?.configDump() });
+      const readiness = cfg.listeners.readiness ? new AdminServer({ ready }) : undefined;
+
+      const hboneAddr = await hbone.listen(cfg.listeners.hbone);
+      cleanup.push(() => hbone.drain(0));
+      const adminAddr = await admin.listen(cfg.listeners.admin);
+      cleanup.push(() => admin.close());
+      const readinessAddr = readiness ? await readiness.listen(cfg.listeners.readiness) : undefined;
+
+      self = new Waypoint({
+        addresses: { hbone: hboneAddr, admin: adminAddr, readiness: readinessAddr },
+        mesh,
+        certificate,
+        caDir,
+        caCreated: created,
+        metrics,
+        hbone,
+        admin,
+        readiness,
+        sessions,
+        clusters,
+        bootstrap: cfg,
+      });
+      log.info({ hbone: addr(hboneAddr), admin: addr(adminAddr), identity: snap.waypoint.identity }, 'waypoint ready');
+      return self;
+    } catch (err) {
+      for (const c of cleanup.reverse()) await Promise.resolve(c()).catch(() => {});
+      throw err;
+    }
+  }
+
+  /** The current state as JSON (`/config_dump`). */
+  configDump(): unknown {
+    return {
+      bootstrap: this.bootstrap,
+      mesh: this.mesh.current.toJSON(),
+      certificate: { identity: this.mesh.current.waypoint.identity, notAfter: this.certificate.current.notAfter.toISOString(), caDir: this.caDir },
+      upstream: { hboneConnections: this.sessions.connectionCount },
+      listeners: { hbone: addr(this.addresses.hbone), admin: addr(this.addresses.admin), readiness: this.addresses.readiness && addr(this.addresses.readiness) },
+    };
+  }
+
+  /**
+   * Graceful stop (SIGTERM): readiness turns 503, the listener stops accepting and sends GOAWAY,
+   * in-flight requests finish within `drain.timeoutMs`, then everything is closed. Idempotent.
+   */
+  shutdown(): Promise<void> {
+    this.stopped ??= (async () => {
+      this.draining = true;
+      log.info({ timeoutMs: this.bootstrap.drain.timeoutMs }, 'draining');
+      await this.hbone.drain(this.bootstrap.drain.timeoutMs);
+      await this.clusters.close();
+      this.sessions.close();
+      this.certificate.close();
+      this.mesh.close();
+      await Promise.all([this.admin.close(), this.readiness?.close()]);
+      log.info('waypoint stopped');
+    })();
+    return this.stopped;
+  }
+}
+
+/** `ip:port` / `[v6]:port` of a bound address. */
+export function addr(a: AddressInfo): string {
+  return a.family === 'IPv6' ? `[${a.address}]:${a.port}` : `${a.address}:${a.port}`;
+}

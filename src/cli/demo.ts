@@ -1,0 +1,42 @@
+/**
+ * `waypoint demo` (`npm start`): a whole ambient path on loopback with an embedded mesh, and the
+ * one curl command to try.
+ */
+import path from 'node:path';
+import { Command } from 'commander';
+import { addr } from '../app.ts';
+import { defaultStateDir } from '../identity/ca.ts';
+import { startTopology } from '../demo/topology.ts';
+import { onTerminate } from './signals.ts';
+
+export function demoCommand(): Command {
+  return new Command('demo')
+    .description('run a demo mesh on loopback: tunnel 127.0.0.1:15001 -> waypoint -> two echo endpoints behind inbound roles')
+    .option('--dir <dir>', 'where the demo keeps its CA, certificates and mesh.yaml', path.join(defaultStateDir(), 'demo'))
+    .option('--listen <addr>', 'plain TCP entry (the tunnel role)', '127.0.0.1:15001')
+    .option('--admin <addr>', 'waypoint admin address', '127.0.0.1:15020')
+    .action(async (o: { dir: string; listen: string; admin: string }) => {
+      const topo = await startTopology({
+        dir: o.dir,
+        waypointIp: '127.0.10.1',
+        vip: '127.0.10.100',
+        podIps: ['127.0.10.11', '127.0.10.12'],
+        clientIp: '127.0.10.50',
+        tunnelListen: o.listen,
+        admin: o.admin,
+        readiness: '127.0.10.1:15021',
+      });
+      const wp = topo.waypoint!;
+      process.stdout.write(
+        `\nnode-waypoint demo is running (Ctrl-C to stop)\n\n` +
+          `  client  -> tunnel ${addr(topo.tunnel.address)} (source ztunnel role, client pod 127.0.10.50)\n` +
+          `          -> waypoint ${addr(wp.addresses.hbone)} (${wp.mesh.current.waypoint.identity})\n` +
+          `          -> echo.demo.svc.cluster.local (VIP 127.0.10.100:80) -> inbound 127.0.10.11:15008 | 127.0.10.12:15008 -> echo pods :8080\n\n` +
+          `  mesh:   ${topo.meshFile} (edit it: changes apply live)\n` +
+          `  CA:     ${topo.caDir}\n` +
+          `  admin:  http://${addr(wp.addresses.admin)}/config_dump   http://${addr(wp.addresses.admin)}/stats/prometheus\n\n` +
+          `Try:\n\n  curl -s http://${addr(topo.tunnel.address)}/hello\n\n`,
+      );
+      onTerminate(() => topo.close());
+    });
+}

@@ -1,0 +1,53 @@
+/**
+ * `waypoint tunnel` and `waypoint inbound`: the source and destination ztunnel roles.
+ */
+import { Command } from 'commander';
+import { WorkloadCertificate } from '../identity/workload-certificate.ts';
+import { InboundRole } from '../roles/inbound.ts';
+import { TunnelRole } from '../roles/tunnel.ts';
+import { MeshStore } from '../state/store.ts';
+import { addr } from '../app.ts';
+import { onTerminate } from './signals.ts';
+
+export function tunnelCommand(): Command {
+  return new Command('tunnel')
+    .description("the source ztunnel's outbound role: accept plain TCP and carry each connection in an HBONE CONNECT")
+    .requiredOption('--listen <addr>', 'plain TCP listen address, e.g. 127.0.0.1:15001')
+    .requiredOption('--to <addr>', 'HBONE server (waypoint) address, e.g. 127.0.10.1:15008')
+    .requiredOption('--authority <vip:port>', 'CONNECT :authority, e.g. the service VIP:port')
+    .requiredOption('--identity <prefix>', 'workload certificate prefix (PREFIX-cert.pem, PREFIX-key.pem)')
+    .requiredOption('--ca <file>', 'mesh root certificate (root-cert.pem)')
+    .option('--expect-san <uri>', 'SPIFFE identity the server must present (default: any of the trust domain)')
+    .option('--bind <ip>', 'source IP for the HBONE connection (stands in for the client pod IP)')
+    .option('--mesh <file>', 'mesh YAML: describe the workload owning --bind in the baggage header')
+    .action(async (o: { listen: string; to: string; authority: string; identity: string; ca: string; expectSan?: string; bind?: string; mesh?: string }) => {
+      const certificate = await WorkloadCertificate.fromPrefix(o.identity, o.ca);
+      const mesh = o.mesh ? await MeshStore.open({ meshFile: o.mesh, watch: true }) : undefined;
+      const role = await TunnelRole.start({ listen: o.listen, to: o.to, authority: o.authority, certificate, expectSan: o.expectSan, bind: o.bind, mesh });
+      process.stdout.write(`tunnel: ${addr(role.address)} -> HBONE ${o.to} (:authority ${o.authority})\n`);
+      onTerminate(async () => {
+        await role.close();
+        mesh?.close();
+      });
+    });
+}
+
+export function inboundCommand(): Command {
+  return new Command('inbound')
+    .description("the destination ztunnel's inbound role: terminate HBONE and dial the local application")
+    .requiredOption('--listen <ip:port>', 'HBONE listen address, e.g. 127.0.10.11:15008 (the pod IP)')
+    .requiredOption('--identity <prefix>', 'workload certificate prefix (PREFIX-cert.pem, PREFIX-key.pem)')
+    .requiredOption('--ca <file>', 'mesh root certificate (root-cert.pem)')
+    .option('--forward <host>', 'host to dial for the application (default: the listen IP)')
+    .option('--mesh <file>', 'mesh YAML (later: PeerAuthentication, response baggage)')
+    .action(async (o: { listen: string; identity: string; ca: string; forward?: string; mesh?: string }) => {
+      const certificate = await WorkloadCertificate.fromPrefix(o.identity, o.ca);
+      const mesh = o.mesh ? await MeshStore.open({ meshFile: o.mesh, watch: true }) : undefined;
+      const role = await InboundRole.start({ listen: o.listen, certificate, forward: o.forward });
+      process.stdout.write(`inbound: HBONE ${addr(role.address)} -> ${o.forward ?? role.address.address}:<authority port>\n`);
+      onTerminate(async () => {
+        await role.close();
+        mesh?.close();
+      });
+    });
+}

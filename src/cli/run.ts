@@ -1,0 +1,33 @@
+/**
+ * `waypoint run`: the waypoint itself, standalone, reading mesh state from YAML.
+ */
+import { Command } from 'commander';
+import { Waypoint, addr } from '../app.ts';
+import { loadBootstrap, overrideBootstrap } from '../config/bootstrap.ts';
+import { onTerminate } from './signals.ts';
+
+export function runCommand(): Command {
+  return new Command('run')
+    .description('run the waypoint: HBONE listener, filter chain, HBONE upstream')
+    .requiredOption('--mesh <file>', 'mesh state: multi-document YAML of Namespace, Service, Pod, ServiceEntry, WorkloadEntry, Gateway, istio ConfigMap, policies (watched)')
+    .option('--config <file>', 'bootstrap config (waypoint.yaml): listeners, filters, limits, timeouts')
+    .option('--mesh-config <file>', 'Istio MeshConfig YAML (overrides the istio ConfigMap in the mesh file)')
+    .option('--ca-dir <dir>', 'mesh CA directory with root-cert.pem and root-key.pem (default: the state directory CA, created on first use)')
+    .option('--gateway <ns/name>', 'which istio-waypoint Gateway of the mesh file this waypoint is')
+    .option('--hbone <addr>', 'HBONE listen address (default 0.0.0.0:15008)')
+    .option('--admin <addr>', 'admin listen address (default 127.0.0.1:15020)')
+    .option('--readiness <addr>', 'readiness listen address (default 0.0.0.0:15021; "" disables)')
+    .action(async (o: { mesh: string; config?: string; meshConfig?: string; caDir?: string; gateway?: string; hbone?: string; admin?: string; readiness?: string }) => {
+      const bootstrap = overrideBootstrap(loadBootstrap(o.config), { listeners: { hbone: o.hbone, admin: o.admin, readiness: o.readiness } });
+      const wp = await Waypoint.start({ bootstrap, meshFile: o.mesh, meshConfigFile: o.meshConfig, gateway: o.gateway, caDir: o.caDir });
+      const w = wp.mesh.current.waypoint;
+      process.stdout.write(
+        `waypoint ${w.namespace}/${w.name} (${w.identity})\n` +
+          `  CA:        ${wp.caDir}${wp.caCreated ? ' (created)' : ''}\n` +
+          `  HBONE:     ${addr(wp.addresses.hbone)}\n` +
+          `  admin:     http://${addr(wp.addresses.admin)}/config_dump\n` +
+          (wp.addresses.readiness ? `  readiness: http://${addr(wp.addresses.readiness)}/healthz/ready\n` : ''),
+      );
+      onTerminate(() => wp.shutdown());
+    });
+}

@@ -1,0 +1,163 @@
+/**
+ * The bootstrap configuration (`--config waypoint.yaml`): everything about the proxy itself, as
+ * opposed to the mesh state. Parsed and validated once into a deep-frozen {@link BootstrapConfig};
+ * every field has a default, so the file is optional. CLI flags override fields after parsing.
+ *
+ * Defaults follow ztunnel and Istio's Envoy waypoint where they have one (HBONE on 15008, admin
+ * 15020, readiness 15021, HTTP/2 windows 4 MiB stream / 16 MiB connection, PING every 10 s with a
+ * 20 s timeout, pool idle release after 5 min): see ../shared/reference/hbone-waypoint.md §1.5.
+ */
+import fs from 'node:fs';
+import { z } from 'zod';
+import { LineCounter, parseDocument } from 'yaml';
+import { ConfigError } from '../errors.ts';
+
+const hostPort = z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/, 'expected ADDR:PORT or [IPv6]:PORT');
+const ms = z.number().int().nonnegative();
+
+/** One entry of the ordered filter chain, as Envoy's `http_filters`. */
+const filterEntry = z.strictObject({ name: z.string().min(1), config: z.unknown().optional() });
+
+const schema = z.strictObject({
+  listeners: z
+    .strictObject({
+      /** HBONE (mTLS HTTP/2 CONNECT) listener. Envoy's waypoint binds 0.0.0.0:15008. */
+      hbone: hostPort.default('0.0.0.0:15008'),
+      /** Admin server: /healthz/ready, /stats/prometheus, /config_dump. */
+      admin: hostPort.default('127.0.0.1:15020'),
+      /** Readiness probe (`/healthz/ready`), as Istio's status port. Empty string disables it. */
+      readiness: hostPort.or(z.literal('')).default('0.0.0.0:15021'),
+    })
+    .prefault({}),
+  identity: z
+    .strictObject({
+      /** Lifetime of the waypoint's own leaf certificate; renewed at half of it. */
+      certTtl: z.string().default('24h'),
+    })
+    .prefault({}),
+  upstream: z
+    .strictObject({
+      /** Port of the destination's HBONE server (ztunnel inbound). Tests move it off 15008. */
+      hbonePort: z.number().int().min(1).max(65535).default(15008),
+      /** Istio's default for a waypoint is LEAST_REQUEST. */
+      loadBalancer: z.enum(['LEAST_REQUEST', 'ROUND_ROBIN']).default('LEAST_REQUEST'),
+      /** TCP + TLS + HTTP/2 handshake budget toward an endpoint (ztunnel: 10 s). */
+      connectTimeoutMs: ms.default(10_000),
+      /** Most CONNECT streams per pooled HBONE connection (ztunnel POOL_MAX_STREAMS_PER_CONNECTION). */
+      maxStreamsPerConnection: z.number().int().min(1).default(100),
+      /** Release an HBONE connection after this long without streams (ztunnel: 5 min). */
+      idleTimeoutMs: ms.default(300_000),
+      /** Close an inner HTTP/1.1 keep-alive connection (one CONNECT stream) idle this long. */
+      httpKeepAliveMs: ms.default(4_000),
+    })
+    .prefault({}),
+  http2: z
+    .strictObject({
+      initialStreamWindowSize: z.number().int().min(65_535).max(2 ** 31 - 1).default(4 * 1024 * 1024),
+      initialConnectionWindowSize: z.number().int().min(65_535).max(2 ** 31 - 1).default(16 * 1024 * 1024),
+      maxFrameSize: z.number().int().min(16_384).max(16_777_215).default(1024 * 1024),
+      /** Advertised by the HBONE server (Envoy's waypoint: 100). */
+      maxConcurrentStreams: z.number().int().min(1).default(100),
+      maxHeaderListSize: z.number().int().min(1024).default(64 * 1024),
+      /** Node's per-session buffer cap (MB). Must exceed the windows above (nodejs/node#19141 lesson). */
+      maxSessionMemoryMb: z.number().int().min(1).default(64),
+      keepaliveIntervalMs: ms.default(10_000),
+      keepaliveTimeoutMs: ms.default(20_000),
+    })
+    .prefault({}),
+  http: z
+    .strictObject({
+      /** Largest request header block accepted from the downstream (bytes); beyond it: 431. */
+      maxRequestHeadersBytes: z.number().int().min(1024).default(64 * 1024),
+      /** Close an idle inner HTTP/1.1 connection after this long (0: never). */
+      idleTimeoutMs: ms.default(3_600_000),
+    })
+    .prefault({}),
+  drain: z
+    .strictObject({
+      /** On SIGTERM, how long in-flight requests may run before connections are closed. */
+      timeoutMs: ms.default(5_000),
+    })
+    .prefault({}),
+  /** The ordered HTTP filter chain. The router must come last. */
+  filters: z.array(filterEntry).min(1).default([{ name: 'envoy.filters.http.router' }]),
+});
+
+/** The parsed, defaulted and frozen bootstrap configuration. */
+export type BootstrapConfig = z.infer<typeof schema>;
+
+/** Defaults only (what runs when no `--config` is given). */
+export function defaultBootstrap(): BootstrapConfig {
+  return deepFreeze(schema.parse({}));
+}
+
+/**
+ * Parse bootstrap YAML. Throws {@link ConfigError} naming the file, line and field on a YAML
+ * syntax error, an unknown field, or a value of the wrong type or range.
+ */
+export function parseBootstrap(text: string, file: string): BootstrapConfig {
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter, prettyErrors: false });
+  if (doc.errors.length > 0) {
+    const e = doc.errors[0];
+    throw new ConfigError(e.message.split('\n')[0], { file, line: lineCounter.linePos(e.pos[0]).line });
+  }
+  const raw = doc.toJS() ?? {};
+  const result = schema.safeParse(raw);
+  if (!result.success) {
+    const issue = result.error.issues[0];
+    const path = issue.path.map(String);
+    // Point at the deepest node of the path that exists in the document.
+    let line: number | undefined;
+    for (let n = path.length; n >= 0 && line === undefined; n--) {
+      const node = doc.getIn(path.slice(0, n), true) as { range?: [number, number, number] } | undefined;
+      if (node?.range) line = lineCounter.linePos(node.range[0]).line;
+    }
+    throw new ConfigError(issue.message, { file, line, field: formatPath(issue.path) });
+  }
+  return deepFreeze(result.data);
+}
+
+/** Read and parse a bootstrap file; throws {@link ConfigError} (also when the file is unreadable). */
+export function loadBootstrap(file: string | undefined): BootstrapConfig {
+  if (!file) return defaultBootstrap();
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`cannot read bootstrap config: ${(err as Error).message}`, { file });
+  }
+  return parseBootstrap(text, file);
+}
+
+/** A copy of `base` with `patch` merged in (CLI overrides), validated and frozen again. */
+export function overrideBootstrap(base: BootstrapConfig, patch: Record<string, unknown>): BootstrapConfig {
+  const merged: Record<string, unknown> = { ...base };
+  for (const [k, v] of Object.entries(patch)) {
+    if (Array.isArray(v) || typeof v !== 'object' || v === null) {
+      merged[k] = v;
+      continue;
+    }
+    const defined = Object.fromEntries(Object.entries(v).filter(([, x]) => x !== undefined));
+    merged[k] = { ...(base as Record<string, object>)[k], ...defined };
+  }
+  const result = schema.safeParse(merged);
+  if (!result.success) {
+    const issue = result.error.issues[0];
+    throw new ConfigError(issue.message, { field: formatPath(issue.path) });
+  }
+  return deepFreeze(result.data);
+}
+
+function formatPath(path: readonly PropertyKey[]): string {
+  return path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i === 0 ? String(p) : `.${String(p)}`)).join('');
+}
+
+/** Freeze an object graph in place and return it. */
+export function deepFreeze<T>(value: T): T {
+  if (value && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const v of Object.values(value)) deepFreeze(v);
+  }
+  return value;
+}

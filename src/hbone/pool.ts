@@ -1,0 +1,273 @@
+/**
+ * The HBONE client: a pool of mTLS HTTP/2 connections toward HBONE servers (a destination's
+ * ztunnel on `podIP:15008`, or a waypoint), each carrying many CONNECT streams.
+ *
+ * Follows ztunnel's pool (ZT:src/proxy/pool.rs, src/proxy/h2/client.rs): connections are keyed by
+ * destination address and the identity the server must present; a new connection is opened when
+ * every pooled one is at its stream limit (min of ours and the peer's SETTINGS); connections that
+ * received GOAWAY or died are never used again; idle ones are released after `idleTimeoutMs`.
+ * The server's certificate must chain to the mesh root and carry the expected SPIFFE identity in a
+ * URI SAN (Node's hostname check is replaced: SPIFFE certificates have no DNS SAN).
+ */
+import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders } from 'node:http2';
+import net from 'node:net';
+import tls, { type TLSSocket } from 'node:tls';
+import { WaypointError } from '../errors.ts';
+import { spiffeUrisOf } from '../identity/spiffe.ts';
+import { formatHostPort } from '../state/ip.ts';
+import { log } from '../util/log.ts';
+import { startKeepalive } from './keepalive.ts';
+import { hboneTlsOptions, http2Settings, type Http2Params, type TlsMaterial } from './settings.ts';
+
+/** Where to open a CONNECT and whom to expect there. */
+export interface HboneDestination {
+  readonly ip: string;
+  /** HBONE port (15008 unless configured otherwise). */
+  readonly port: number;
+  /** SPIFFE URI the server must present; undefined ⇒ any identity of `trustDomain`. */
+  readonly identity: string | undefined;
+}
+
+/**
+ * A CONNECT that did not yield a tunnel. `status` is the non-200 answer (0 when the connection
+ * or stream failed before any answer); `reason` is ztunnel-style (`CONNECT`, `TLS_FAILURE`,
+ * `IDENTITY_ERROR`, `HTTP_STATUS`, `TIMEOUT`).
+ */
+export class HboneConnectError extends WaypointError {
+  readonly status: number;
+  readonly reason: string;
+  constructor(reason: string, message: string, status = 0, options?: { cause?: unknown }) {
+    super('WP_ERR_HBONE_CONNECT', message, options);
+    this.name = 'HboneConnectError';
+    this.status = status;
+    this.reason = reason;
+  }
+}
+
+export interface HboneSessionPoolOptions {
+  /** Current client certificate (read per new connection, so rotation applies to new ones). */
+  material(): TlsMaterial;
+  readonly http2: Http2Params;
+  /** Trust domain accepted when a destination names no identity. */
+  trustDomain(): string;
+  readonly connectTimeoutMs: number;
+  readonly idleTimeoutMs: number;
+  readonly maxStreamsPerConnection: number;
+  /** Source address to bind (the `tunnel` role's `--bind`). */
+  readonly localAddress?: string;
+}
+
+interface PooledSession {
+  readonly key: string;
+  readonly session: ClientHttp2Session;
+  readonly ready: Promise<void>;
+  active: number;
+  usable: boolean;
+  idleTimer: NodeJS.Timeout | undefined;
+}
+
+export class HboneSessionPool {
+  private readonly opts: HboneSessionPoolOptions;
+  private readonly pools = new Map<string, PooledSession[]>();
+  private closed = false;
+
+  constructor(opts: HboneSessionPoolOptions) {
+    this.opts = opts;
+  }
+
+  /**
+   * Open a CONNECT stream to `authority` through `dst`. Resolves once the server answered 200, with
+   * the stream and the response headers (ztunnel's response `baggage` lives there). Rejects with
+   * {@link HboneConnectError}. A stream refused because a pooled connection was going away is
+   * retried once on a fresh connection.
+   */
+  async connect(
+    dst: HboneDestination,
+    authority: string,
+    headers?: OutgoingHttpHeaders,
+  ): Promise<{ stream: ClientHttp2Stream; headers: IncomingHttpHeaders }> {
+    try {
+      return await this.tryConnect(dst, authority, headers);
+    } catch (err) {
+      if (err instanceof HboneConnectError && err.reason === 'REFUSED_STREAM') return this.tryConnect(dst, authority, headers);
+      throw err;
+    }
+  }
+
+  /** Open connections (for tests and `/config_dump`). */
+  get connectionCount(): number {
+    let n = 0;
+    for (const list of this.pools.values()) n += list.length;
+    return n;
+  }
+
+  /** GOAWAY every connection; streams in flight finish. No new connections afterwards. */
+  close(): void {
+    this.closed = true;
+    for (const list of this.pools.values()) for (const p of list) p.session.close();
+    this.pools.clear();
+  }
+
+  /** Tear everything down now. */
+  destroy(): void {
+    this.closed = true;
+    for (const list of this.pools.values()) for (const p of list) p.session.destroy();
+    this.pools.clear();
+  }
+
+  private async tryConnect(dst: HboneDestination, authority: string, headers?: OutgoingHttpHeaders) {
+    if (this.closed) throw new HboneConnectError('CONNECT', 'HBONE pool is closed');
+    const pooled = this.acquire(dst);
+    pooled.active++;
+    if (pooled.idleTimer) {
+      clearTimeout(pooled.idleTimer);
+      pooled.idleTimer = undefined;
+    }
+    let stream: ClientHttp2Stream | undefined;
+    try {
+      await pooled.ready;
+      stream = pooled.session.request({ ...headers, ':method': 'CONNECT', ':authority': authority }, { endStream: false });
+    } catch (err) {
+      this.release(pooled);
+      if (err instanceof HboneConnectError) throw err;
+      throw new HboneConnectError('CONNECT', `HBONE request to ${formatHostPort(dst.ip, dst.port)} failed: ${(err as Error).message}`, 0, { cause: err });
+    }
+    stream.once('close', () => this.release(pooled));
+    return awaitResponse(stream, `${formatHostPort(dst.ip, dst.port)} (${authority})`, this.opts.connectTimeoutMs);
+  }
+
+  private acquire(dst: HboneDestination): PooledSession {
+    const key = `${dst.ip}|${dst.port}|${dst.identity ?? ''}`;
+    let list = this.pools.get(key);
+    if (list) {
+      for (const p of list) {
+        if (!p.usable) continue;
+        const peerMax = p.session.remoteSettings?.maxConcurrentStreams ?? this.opts.maxStreamsPerConnection;
+        if (p.active < Math.min(peerMax, this.opts.maxStreamsPerConnection)) return p;
+      }
+    } else {
+      list = [];
+      this.pools.set(key, list);
+    }
+    const p = this.open(key, dst);
+    list.push(p);
+    return p;
+  }
+
+  private release(p: PooledSession): void {
+    p.active--;
+    if (p.active === 0 && p.usable && this.opts.idleTimeoutMs > 0) {
+      p.idleTimer = setTimeout(() => {
+        this.retire(p);
+        p.session.close();
+      }, this.opts.idleTimeoutMs).unref();
+    }
+  }
+
+  private retire(p: PooledSession): void {
+    p.usable = false;
+    if (p.idleTimer) clearTimeout(p.idleTimer);
+    const list = this.pools.get(p.key);
+    if (!list) return;
+    const i = list.indexOf(p);
+    if (i >= 0) list.splice(i, 1);
+    if (list.length === 0) this.pools.delete(p.key);
+  }
+
+  private open(key: string, dst: HboneDestination): PooledSession {
+    const where = formatHostPort(dst.ip, dst.port);
+    const trustDomain = this.opts.trustDomain();
+    const tcp = net.connect({ host: dst.ip, port: dst.port, localAddress: this.opts.localAddress, noDelay: true });
+    const socket = tls.connect({
+      socket: tcp,
+      ...hboneTlsOptions(this.opts.material()),
+      rejectUnauthorized: true,
+      // SPIFFE certificates carry no DNS name: identity is checked below instead.
+      checkServerIdentity: () => undefined,
+    });
+    const session = http2.connect(`https://${where}`, {
+      createConnection: () => socket,
+      settings: http2Settings(this.opts.http2, false),
+      maxSessionMemory: this.opts.http2.maxSessionMemoryMb,
+    });
+    const pooled: PooledSession = { key, session, ready: undefined as unknown as Promise<void>, active: 0, usable: true, idleTimer: undefined };
+    (pooled as { ready: Promise<void> }).ready = new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        session.destroy();
+        reject(new HboneConnectError('TIMEOUT', `HBONE connect to ${where} timed out after ${this.opts.connectTimeoutMs} ms`));
+      }, this.opts.connectTimeoutMs);
+      socket.once('secureConnect', () => {
+        const ids = spiffeUrisOf((socket as TLSSocket).getPeerX509Certificate());
+        const ok = dst.identity ? ids.includes(dst.identity) : ids.some((u) => u.startsWith(`spiffe://${trustDomain}/`));
+        if (!ok) {
+          clearTimeout(timer);
+          const want = dst.identity ?? `an identity of trust domain ${trustDomain}`;
+          const err = new HboneConnectError('IDENTITY_ERROR', `HBONE server ${where} presented ${ids.join(', ') || 'no SPIFFE identity'}, expected ${want}`);
+          reject(err);
+          session.destroy();
+        }
+      });
+      session.once('connect', () => {
+        clearTimeout(timer);
+        try {
+          session.setLocalWindowSize(this.opts.http2.initialConnectionWindowSize);
+        } catch {
+          // closing
+        }
+        resolve();
+      });
+      session.once('error', (err) => {
+        clearTimeout(timer);
+        reject(new HboneConnectError(isTlsError(err) ? 'TLS_FAILURE' : 'CONNECT', `HBONE connect to ${where} failed: ${err.message}`, 0, { cause: err }));
+      });
+      session.once('close', () => {
+        clearTimeout(timer);
+        reject(new HboneConnectError('CONNECT', `HBONE connection to ${where} closed`));
+      });
+    });
+    pooled.ready.catch(() => this.retire(pooled));
+    session.on('error', (err) => log.debug({ err: err.message, dst: where }, 'HBONE client session error'));
+    session.on('goaway', () => this.retire(pooled));
+    session.once('close', () => this.retire(pooled));
+    session.unref();
+    session.socket?.unref?.();
+    startKeepalive(session, this.opts.http2.keepaliveIntervalMs, this.opts.http2.keepaliveTimeoutMs);
+    return pooled;
+  }
+}
+
+function isTlsError(err: Error & { code?: string }): boolean {
+  return typeof err.code === 'string' && (err.code.startsWith('ERR_SSL') || err.code.includes('CERT') || err.code === 'ERR_TLS_CERT_ALTNAME_INVALID');
+}
+
+/** Wait for the CONNECT answer: 200 ⇒ the tunnel; anything else ⇒ HboneConnectError. */
+function awaitResponse(stream: ClientHttp2Stream, where: string, timeoutMs: number): Promise<{ stream: ClientHttp2Stream; headers: IncomingHttpHeaders }> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      stream.close(http2.constants.NGHTTP2_CANCEL);
+      reject(new HboneConnectError('TIMEOUT', `no answer to CONNECT ${where} within ${timeoutMs} ms`));
+    }, timeoutMs);
+    const onError = (err: Error & { code?: string }) => {
+      clearTimeout(timer);
+      const refused = stream.rstCode === http2.constants.NGHTTP2_REFUSED_STREAM;
+      reject(new HboneConnectError(refused ? 'REFUSED_STREAM' : 'CONNECT', `CONNECT ${where} failed: ${err.message}`, 0, { cause: err }));
+    };
+    const onClose = () => onError(new Error(`stream closed (code ${stream.rstCode})`));
+    stream.once('error', onError);
+    stream.once('close', onClose);
+    stream.once('response', (headers) => {
+      clearTimeout(timer);
+      stream.off('error', onError);
+      stream.off('close', onClose);
+      const status = Number(headers[':status']);
+      if (status === 200) {
+        stream.on('error', (err) => log.debug({ err: err.message, where }, 'HBONE tunnel stream error'));
+        resolve({ stream, headers });
+      } else {
+        stream.on('error', () => {});
+        stream.close(http2.constants.NGHTTP2_CANCEL);
+        reject(new HboneConnectError('HTTP_STATUS', `CONNECT ${where} answered ${status}`, status));
+      }
+    });
+  });
+}

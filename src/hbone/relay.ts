@@ -1,0 +1,47 @@
+/**
+ * Relay bytes between two duplex streams (an HBONE CONNECT stream and a TCP socket or another
+ * CONNECT stream), as ztunnel's copy loop does (ZT:src/copy.rs): each direction is piped with
+ * back-pressure; the end of one direction is forwarded as a half-close (FIN / END_STREAM) while
+ * the other keeps flowing (pitfall B1: the remaining direction is drained, never cut); an error
+ * or reset on either side tears both down. Returns a promise that settles when both are closed,
+ * with the byte counts.
+ */
+import { finished, type Duplex } from 'node:stream';
+
+export interface RelayResult {
+  /** Bytes read from `downstream` and written upstream. */
+  readonly bytesReceived: number;
+  /** Bytes read from `upstream` and written downstream. */
+  readonly bytesSent: number;
+  /** First error seen on either side, if any. */
+  readonly error: Error | undefined;
+}
+
+export function relay(downstream: Duplex, upstream: Duplex): Promise<RelayResult> {
+  let bytesReceived = 0;
+  let bytesSent = 0;
+  let error: Error | undefined;
+  downstream.on('data', (c: Buffer) => {
+    bytesReceived += c.length;
+  });
+  upstream.on('data', (c: Buffer) => {
+    bytesSent += c.length;
+  });
+  downstream.pipe(upstream);
+  upstream.pipe(downstream);
+  const fail = (err: Error | null | undefined) => {
+    if (!err) return;
+    error ??= err;
+    downstream.destroy();
+    upstream.destroy();
+  };
+  return new Promise((resolve) => {
+    let open = 2;
+    const done = (err?: Error | null) => {
+      fail(err);
+      if (--open === 0) resolve({ bytesReceived, bytesSent, error });
+    };
+    finished(downstream, done);
+    finished(upstream, done);
+  });
+}

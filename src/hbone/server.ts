@@ -1,0 +1,176 @@
+/**
+ * The HBONE server: mutual TLS 1.3 (ALPN `h2`, client certificate required and chained to the
+ * mesh root), HTTP/2 with only `CONNECT` accepted. Used by the waypoint listener and by the
+ * `waypoint inbound` role. It parses the CONNECT and hands the stream on; what to do with the
+ * target is the caller's job.
+ *
+ * Behaviour follows ztunnel's inbound (ZT:src/proxy/inbound.rs): a method other than CONNECT or an
+ * unparsable `:authority` is answered 400. Only a `stream` listener is registered — never a
+ * `request` listener or `allowHTTP1` — so Node's compatibility layer cannot answer CONNECT with 405
+ * (pitfall A1, nodejs/node#36977).
+ */
+import http2, { type Http2SecureServer, type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
+import type { AddressInfo } from 'node:net';
+import type { TLSSocket } from 'node:tls';
+import { peerSpiffeId, type SpiffeId } from '../identity/spiffe.ts';
+import { normalizeIp, parseHostPort } from '../state/ip.ts';
+import { log } from '../util/log.ts';
+import { startKeepalive } from './keepalive.ts';
+import { hboneTlsOptions, http2Settings, type Http2Params, type TlsMaterial } from './settings.ts';
+
+/** A parsed, authenticated CONNECT. */
+export interface HboneRequest {
+  readonly authority: string;
+  readonly ip: string;
+  readonly port: number;
+  readonly headers: IncomingHttpHeaders;
+  readonly peer: SpiffeId;
+  /** TCP peer of the HBONE connection, normalised. */
+  readonly remoteAddress: string;
+  readonly remotePort: number;
+  /** Local address the connection arrived on (the "dialed" IP), normalised. */
+  readonly localAddress: string;
+}
+
+export interface HboneServerOptions {
+  /** Used in log lines (`waypoint`, `inbound`). */
+  readonly name: string;
+  readonly material: TlsMaterial;
+  readonly http2: Http2Params;
+  /** Decide whether a client identity may connect. Return a reason to refuse, undefined to accept. */
+  verifyPeer(peer: SpiffeId | undefined): string | undefined;
+  /** A valid CONNECT arrived. The handler must answer the stream (respond or close). */
+  onConnect(stream: ServerHttp2Stream, request: HboneRequest): void;
+}
+
+export class HboneServer {
+  readonly server: Http2SecureServer;
+  private readonly sessions = new Set<ServerHttp2Session>();
+  private readonly opts: HboneServerOptions;
+
+  constructor(opts: HboneServerOptions) {
+    this.opts = opts;
+    const p = opts.http2;
+    this.server = http2.createSecureServer({
+      ...hboneTlsOptions(opts.material),
+      requestCert: true,
+      rejectUnauthorized: true,
+      settings: http2Settings(p, true),
+      maxSessionMemory: p.maxSessionMemoryMb,
+      peerMaxConcurrentStreams: p.maxConcurrentStreams,
+    });
+    this.server.on('session', (session) => this.onSession(session));
+    this.server.on('stream', (stream, headers) => this.onStream(stream, headers));
+    this.server.on('tlsClientError', (err: Error, socket: TLSSocket) => {
+      log.debug({ err: err.message, remote: socket.remoteAddress, server: opts.name }, 'HBONE TLS handshake failed');
+    });
+    this.server.on('sessionError', (err) => log.debug({ err: err.message, server: opts.name }, 'HBONE session error'));
+  }
+
+  /** Listen on `ip:port` / `[v6]:port`; resolves with the bound address. Rejects on EADDRINUSE etc. */
+  listen(hostPort: string): Promise<AddressInfo> {
+    const parsed = parseListenAddress(hostPort);
+    return new Promise((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(parsed.port, parsed.host, () => {
+        this.server.off('error', reject);
+        resolve(this.server.address() as AddressInfo);
+      });
+    });
+  }
+
+  /** Swap the certificate for new connections (rotation); live connections keep theirs. */
+  updateMaterial(m: TlsMaterial): void {
+    this.server.setSecureContext(hboneTlsOptions(m));
+  }
+
+  get sessionCount(): number {
+    return this.sessions.size;
+  }
+
+  /**
+   * Graceful shutdown: stop accepting, send GOAWAY on every session (in-flight streams finish),
+   * and destroy what is left after `timeoutMs`. Resolves when every session is gone.
+   */
+  async drain(timeoutMs: number): Promise<void> {
+    const closed = new Promise<void>((r) => this.server.close(() => r()));
+    for (const s of this.sessions) s.close();
+    const timer = setTimeout(() => {
+      for (const s of this.sessions) s.destroy();
+    }, timeoutMs);
+    await closed;
+    clearTimeout(timer);
+  }
+
+  private onSession(session: ServerHttp2Session): void {
+    const socket = session.socket as TLSSocket;
+    const peer = peerSpiffeId(socket.getPeerX509Certificate());
+    const refusal = this.opts.verifyPeer(peer);
+    if (refusal) {
+      log.warn({ server: this.opts.name, remote: socket.remoteAddress, peer: peer?.uri, reason: refusal }, 'HBONE client refused');
+      session.destroy();
+      socket.destroy();
+      return;
+    }
+    (session as SessionWithPeer)[kPeer] = peer!;
+    this.sessions.add(session);
+    session.on('error', (err) => log.debug({ err: err.message, server: this.opts.name }, 'HBONE session error'));
+    session.once('close', () => this.sessions.delete(session));
+    const p = this.opts.http2;
+    try {
+      session.setLocalWindowSize(p.initialConnectionWindowSize);
+    } catch {
+      // Session already closing.
+    }
+    startKeepalive(session, p.keepaliveIntervalMs, p.keepaliveTimeoutMs);
+  }
+
+  private onStream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
+    stream.on('error', (err) => log.debug({ err: err.message, server: this.opts.name }, 'HBONE stream error'));
+    const session = stream.session as SessionWithPeer | undefined;
+    const peer = session?.[kPeer];
+    if (!peer) {
+      stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+      return;
+    }
+    if (headers[':method'] !== 'CONNECT') {
+      return respondAndClose(stream, 400, 'only CONNECT is supported on the HBONE port');
+    }
+    const authority = headers[':authority'] ?? '';
+    const target = parseHostPort(authority);
+    if (!target) return respondAndClose(stream, 400, `invalid :authority "${authority}": expected ip:port or [ipv6]:port`);
+    const socket = session.socket;
+    this.opts.onConnect(stream, {
+      authority,
+      ip: target.ip,
+      port: target.port,
+      headers,
+      peer,
+      remoteAddress: normalizeIp(socket.remoteAddress ?? '') ?? '',
+      remotePort: socket.remotePort ?? 0,
+      localAddress: normalizeIp(socket.localAddress ?? '') ?? '',
+    });
+  }
+}
+
+const kPeer = Symbol('hbone.peer');
+type SessionWithPeer = ServerHttp2Session & { [kPeer]?: SpiffeId };
+
+/** Answer a CONNECT with an error status and a short text body, then close the stream. */
+export function respondAndClose(stream: ServerHttp2Stream, status: number, body = ''): void {
+  if (stream.destroyed || stream.closed) return;
+  try {
+    if (!stream.headersSent) stream.respond({ ':status': status, 'content-type': 'text/plain' }, { endStream: body === '' });
+    if (body !== '') stream.end(body);
+  } catch {
+    stream.destroy();
+  }
+}
+
+/** Parse a listen address (`ip:port`, `[v6]:port`, `localhost:port`). Throws with a clear message. */
+export function parseListenAddress(hostPort: string): { host: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(hostPort);
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) throw new Error(`invalid listen address "${hostPort}": expected IP:PORT or [IPv6]:PORT`);
+  return { host: m[1] ?? m[2], port };
+}

@@ -1,0 +1,98 @@
+/**
+ * The HTTP/1.x server that runs inside HBONE tunnels. One `http.Server` (never listening) is fed
+ * each CONNECT stream through its `connection` event; every request on it becomes a
+ * {@link StreamContext} and runs the filter chain the tunnel captured, then the router.
+ *
+ * Node corrupts corked string writes onto an Http2Stream (hbone/writev-fix.ts), so every stream
+ * handed to the server gets the `_writev` fix first.
+ */
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { joinWritev } from '../hbone/writev-fix.ts';
+import type { FilterChain } from '../pipeline/chain.ts';
+import { ConnectionContext, StreamContext } from '../pipeline/context.ts';
+import { FilterStatus, type PhaseResult } from '../pipeline/filter.ts';
+import { ResponseFlag } from '../telemetry/response-flags.ts';
+import { log } from '../util/log.ts';
+
+export interface InnerHttpOptions {
+  /** Largest request header block (bytes); beyond it Node answers 431. */
+  readonly maxHeaderSize: number;
+  /** Idle keep-alive time (ms) of an inner connection; 0 disables. */
+  readonly idleTimeoutMs: number;
+}
+
+const kTunnel = Symbol('waypoint.tunnel');
+interface TunnelRef {
+  readonly conn: ConnectionContext;
+  readonly chain: FilterChain;
+}
+type TaggedSocket = Duplex & { [kTunnel]?: TunnelRef };
+
+export class InnerHttpServer {
+  private readonly server: http.Server;
+
+  constructor(opts: InnerHttpOptions) {
+    this.server = http.createServer(
+      {
+        maxHeaderSize: opts.maxHeaderSize,
+        requireHostHeader: false,
+        // Uploads may take as long as they take; Envoy's waypoint has no request timeout by default.
+        requestTimeout: 0,
+        keepAliveTimeout: opts.idleTimeoutMs,
+      },
+      onRequest,
+    );
+    // A client that half-closes right after its request still gets the whole response
+    // (pitfall B3): keep the tunnel writable after the downstream's END_STREAM.
+    (this.server as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
+    this.server.on('clientError', (err: Error & { code?: string }, socket: Duplex) => {
+      log.debug({ err: err.message, code: err.code }, 'inner HTTP client error');
+      if (!socket.writable) return socket.destroy();
+      const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
+      socket.end(`HTTP/1.1 ${status}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
+    });
+  }
+
+  /** Serve HTTP on a tunnel that has already been answered 200. */
+  attach(stream: Duplex, conn: ConnectionContext, chain: FilterChain): void {
+    (stream as TaggedSocket)[kTunnel] = { conn, chain };
+    this.server.emit('connection', joinWritev(stream));
+  }
+}
+
+function onRequest(req: IncomingMessage, res: ServerResponse): void {
+  const ref = (req.socket as TaggedSocket)[kTunnel]!;
+  const stream = new StreamContext(ref.conn, ref.chain, req, res);
+  ref.conn.requestCount++;
+  res.once('close', () => onResponseClose(stream));
+  let result: PhaseResult;
+  try {
+    result = ref.chain.runRequestHeaders(stream);
+  } catch (err) {
+    return filterFailed(stream, err);
+  }
+  if (typeof result === 'number') {
+    if (result === FilterStatus.Continue) ref.chain.terminal.forward(stream);
+    return;
+  }
+  result.then(
+    (status) => {
+      if (status === FilterStatus.Continue && !res.destroyed) ref.chain.terminal.forward(stream);
+    },
+    (err) => filterFailed(stream, err),
+  );
+}
+
+function onResponseClose(stream: StreamContext): void {
+  if (!stream.res.writableFinished) {
+    if (stream.responseFlags === ResponseFlag.None) stream.addFlag(ResponseFlag.DownstreamConnectionTermination);
+    stream.abortUpstream?.cancel();
+  }
+  stream.chain.completeStream(stream);
+}
+
+function filterFailed(stream: StreamContext, err: unknown): void {
+  log.error({ err }, 'filter failed; answering 500');
+  stream.sendLocalReply(500, 'internal error in filter chain', ResponseFlag.None, 'filter_chain_failed');
+}

@@ -1,0 +1,107 @@
+/**
+ * FilterChain: an immutable, compiled filter list with one array per phase (only the filters that
+ * implement it), and the runners for each phase. Built once per configuration; each tunnel and
+ * stream captures the chain current when it starts, so a reload never changes a running request.
+ */
+import { log } from '../util/log.ts';
+import type { ConnectionContext, StreamContext } from './context.ts';
+import { FilterStatus, type Filter, type PhaseResult, type TerminalFilter } from './filter.ts';
+import type { HeaderList } from './headers.ts';
+
+type Phase = 'onConnection' | 'onRequestHeaders';
+
+export class FilterChain {
+  readonly filters: readonly Filter[];
+  readonly terminal: TerminalFilter;
+  private readonly connectionPhase: readonly Filter[];
+  private readonly requestPhase: readonly Filter[];
+  private readonly upstreamRequestPhase: readonly Filter[];
+  /** Reverse configuration order. */
+  private readonly responsePhase: readonly Filter[];
+  private readonly streamCompletePhase: readonly Filter[];
+  private readonly connectionCompletePhase: readonly Filter[];
+
+  /** Throws when the last filter is not terminal or a terminal filter is not last. */
+  constructor(filters: readonly Filter[]) {
+    const last = filters[filters.length - 1] as TerminalFilter | undefined;
+    if (!last || typeof last.forward !== 'function') throw new Error('the last filter of a chain must be a terminal filter (the router)');
+    for (const f of filters.slice(0, -1)) {
+      if (typeof (f as TerminalFilter).forward === 'function') throw new Error(`terminal filter ${f.name} must be last in the chain`);
+    }
+    this.filters = Object.freeze([...filters]);
+    this.terminal = last;
+    const having = (p: keyof Filter) => Object.freeze(filters.filter((f) => typeof f[p] === 'function'));
+    this.connectionPhase = having('onConnection');
+    this.requestPhase = having('onRequestHeaders');
+    this.upstreamRequestPhase = having('onUpstreamRequest');
+    this.responsePhase = Object.freeze([...having('onResponseHeaders')].reverse());
+    this.streamCompletePhase = Object.freeze([...having('onStreamComplete')].reverse());
+    this.connectionCompletePhase = Object.freeze([...having('onConnectionComplete')].reverse());
+  }
+
+  /** Run `onConnection` in order. Sync when every filter is. */
+  runConnection(conn: ConnectionContext): PhaseResult {
+    return runPhase(this.connectionPhase, 'onConnection', conn, 0);
+  }
+
+  /** Run `onRequestHeaders` in order. Sync when every filter is. A throw becomes a rejected/500 by the caller. */
+  runRequestHeaders(stream: StreamContext): PhaseResult {
+    return runPhase(this.requestPhase, 'onRequestHeaders', stream, 0);
+  }
+
+  runUpstreamRequest(stream: StreamContext, headers: HeaderList): void {
+    const fs = this.upstreamRequestPhase;
+    for (let i = 0; i < fs.length; i++) fs[i].onUpstreamRequest!(stream, headers);
+  }
+
+  runResponseHeaders(stream: StreamContext, headers: HeaderList): void {
+    const fs = this.responsePhase;
+    for (let i = 0; i < fs.length; i++) {
+      try {
+        fs[i].onResponseHeaders!(stream, headers);
+      } catch (err) {
+        log.error({ err, filter: fs[i].name }, 'onResponseHeaders threw; continuing');
+      }
+    }
+  }
+
+  /** Runs `onStreamComplete` once per stream (guarded by `stream.completed`). Never throws. */
+  completeStream(stream: StreamContext): void {
+    if (stream.completed) return;
+    stream.completed = true;
+    const fs = this.streamCompletePhase;
+    for (let i = 0; i < fs.length; i++) {
+      try {
+        fs[i].onStreamComplete!(stream);
+      } catch (err) {
+        log.error({ err, filter: fs[i].name }, 'onStreamComplete threw');
+      }
+    }
+  }
+
+  completeConnection(conn: ConnectionContext): void {
+    const fs = this.connectionCompletePhase;
+    for (let i = 0; i < fs.length; i++) {
+      try {
+        fs[i].onConnectionComplete!(conn);
+      } catch (err) {
+        log.error({ err, filter: fs[i].name }, 'onConnectionComplete threw');
+      }
+    }
+  }
+}
+
+// Module-level runner (no per-request closures): runs filters from `i`; on the first promise it
+// continues asynchronously from the next filter.
+function runPhase(fs: readonly Filter[], phase: Phase, ctx: ConnectionContext | StreamContext, i: number): PhaseResult {
+  for (; i < fs.length; i++) {
+    const r = (fs[i][phase] as (c: unknown) => PhaseResult)(ctx);
+    if (typeof r === 'number') {
+      if (r !== FilterStatus.Continue) return r;
+      continue;
+    }
+    const next = i + 1;
+    return r.then((s) => (s !== FilterStatus.Continue ? s : runPhase(fs, phase, ctx, next)));
+  }
+  return FilterStatus.Continue;
+}

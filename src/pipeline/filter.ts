@@ -1,0 +1,77 @@
+/**
+ * The filter API: what a filter may implement and how the chain calls it. Filters see only this
+ * module, the contexts, mesh snapshots and their factory environment; never the listener or the
+ * upstream pool. Modelled on Envoy's HTTP filters and Pingora's phases (see docs/filters.md).
+ *
+ * Every phase is optional; the chain keeps one array per phase holding only the filters that
+ * implement it, so an unused phase costs nothing. A phase returns {@link FilterStatus} directly
+ * when it finishes synchronously and a promise only when it must wait (the runner awaits only
+ * thenables).
+ */
+import type { Logger } from 'pino';
+import type { MeshSnapshot } from '../state/types.ts';
+import type { ConnectionContext, StreamContext } from './context.ts';
+import type { HeaderList } from './headers.ts';
+
+/** What a request phase tells the chain. */
+export const FilterStatus = {
+  /** Run the next filter. */
+  Continue: 0,
+  /** The filter already called `sendLocalReply` (or otherwise answered): stop the request phases. */
+  StopAndReply: 1,
+} as const;
+export type FilterStatus = (typeof FilterStatus)[keyof typeof FilterStatus];
+
+/** A phase result: synchronous when possible. */
+export type PhaseResult = FilterStatus | Promise<FilterStatus>;
+
+/** One filter instance: a singleton per chain, stateless per request (state goes in slots). */
+export interface Filter {
+  readonly name: string;
+  /**
+   * Once per HBONE tunnel (CONNECT stream), before the CONNECT is answered; configuration order.
+   * Return StopAndReply after `conn.reject(status)` to refuse the tunnel (e.g. an L4 deny).
+   */
+  onConnection?(conn: ConnectionContext): PhaseResult;
+  /** Request headers of one inner HTTP request arrived; configuration order. */
+  onRequestHeaders?(stream: StreamContext): PhaseResult;
+  /** The upstream request is about to be sent: `headers` are what goes out (mutable). */
+  onUpstreamRequest?(stream: StreamContext, headers: HeaderList): void;
+  /**
+   * Response headers (upstream or local reply) are about to be written downstream; reverse order.
+   * `headers` is mutable; `stream.responseCode` is set.
+   */
+  onResponseHeaders?(stream: StreamContext, headers: HeaderList): void;
+  /** Exactly once per inner request, on success, local reply, reset or drain; reverse order. Must not throw. */
+  onStreamComplete?(stream: StreamContext): void;
+  /** Exactly once per tunnel; reverse order. Must not throw. */
+  onConnectionComplete?(conn: ConnectionContext): void;
+}
+
+/**
+ * The last filter of every chain: it produces the response (Envoy's router). It calls
+ * `stream.respond(...)`/`stream.sendLocalReply(...)` itself; the chain never continues after it.
+ */
+export interface TerminalFilter extends Filter {
+  forward(stream: StreamContext): void;
+}
+
+/** Read-only services a factory may hand to the filter it creates. */
+export interface FilterEnv {
+  /** The current mesh snapshot; read `.current` once per phase. */
+  readonly mesh: { readonly current: MeshSnapshot };
+  readonly log: Logger;
+}
+
+/**
+ * How a filter is registered: `name` (Istio/Envoy dotted style, e.g. `istio.stats`), config
+ * parsing that validates and freezes once (throws `ConfigError`), and `create`, called once per
+ * chain build.
+ */
+export interface FilterFactory<C = unknown> {
+  readonly name: string;
+  /** Names of filters that must appear earlier in the chain. */
+  readonly dependsOn?: readonly string[];
+  parseConfig(raw: unknown): C;
+  create(config: C, env: FilterEnv): Filter;
+}

@@ -1,0 +1,84 @@
+/**
+ * A header block as HTTP/1.1 carries it: an ordered flat list `[name, value, name, value, ...]`
+ * with the sender's case preserved (Node's `rawHeaders` shape, which `res.writeHead` and undici
+ * accept as-is). Lookups compare names case-insensitively. Linear scans are deliberate: blocks are
+ * small and this avoids building an object per request.
+ */
+export class HeaderList {
+  /** The flat list itself; mutate through the methods. */
+  readonly raw: string[];
+
+  constructor(raw: string[] = []) {
+    this.raw = raw;
+  }
+
+  /** First value of `name` (lower-case expected), or undefined. */
+  get(name: string): string | undefined {
+    const raw = this.raw;
+    for (let i = 0; i < raw.length; i += 2) if (raw[i].length === name.length && raw[i].toLowerCase() === name) return raw[i + 1];
+    return undefined;
+  }
+
+  /** Replace every value of `name` with one `value` (appended at the end when absent). */
+  set(name: string, value: string): void {
+    this.remove(name);
+    this.raw.push(name, value);
+  }
+
+  /** Add a value, keeping existing ones. */
+  append(name: string, value: string): void {
+    this.raw.push(name, value);
+  }
+
+  /** Remove every value of `name` (lower-case expected). Returns how many were removed. */
+  remove(name: string): number {
+    const raw = this.raw;
+    let w = 0;
+    for (let r = 0; r < raw.length; r += 2) {
+      if (raw[r].length === name.length && raw[r].toLowerCase() === name) continue;
+      raw[w] = raw[r];
+      raw[w + 1] = raw[r + 1];
+      w += 2;
+    }
+    const removed = (raw.length - w) / 2;
+    raw.length = w;
+    return removed;
+  }
+}
+
+/**
+ * Hop-by-hop headers (RFC 9110 §7.6.1) plus the legacy ones proxies strip. They describe one
+ * connection and never cross a proxy; names listed in `Connection` are removed too.
+ */
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+/**
+ * Copy a raw header list without hop-by-hop headers. `connectionValue` is the message's
+ * `Connection` header (its tokens name more headers to drop). Returns a new flat list.
+ */
+export function stripHopByHop(raw: readonly string[], connectionValue: string | undefined): string[] {
+  let extra: Set<string> | undefined;
+  if (connectionValue) {
+    for (const token of connectionValue.split(',')) {
+      const t = token.trim().toLowerCase();
+      if (t && t !== 'close' && t !== 'keep-alive') (extra ??= new Set()).add(t);
+    }
+  }
+  const out: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    const lower = raw[i].toLowerCase();
+    if (HOP_BY_HOP.has(lower) || extra?.has(lower)) continue;
+    out.push(raw[i], raw[i + 1]);
+  }
+  return out;
+}

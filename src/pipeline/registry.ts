@@ -1,0 +1,55 @@
+/**
+ * Name → FilterFactory registry and the chain builder. Building a chain validates the ordered
+ * list from the bootstrap config: unknown names, duplicates, unmet `dependsOn` and a missing or
+ * misplaced router are configuration errors, reported with the filter's index.
+ */
+import { ConfigError } from '../errors.ts';
+import { FilterChain } from './chain.ts';
+import type { Filter, FilterEnv, FilterFactory } from './filter.ts';
+
+export class FilterRegistry {
+  private readonly factories = new Map<string, FilterFactory<unknown>>();
+
+  /** Register a factory; throws on a duplicate name. */
+  register<C>(factory: FilterFactory<C>): this {
+    if (this.factories.has(factory.name)) throw new Error(`filter ${factory.name} is registered twice`);
+    this.factories.set(factory.name, factory as FilterFactory<unknown>);
+    return this;
+  }
+
+  names(): string[] {
+    return [...this.factories.keys()];
+  }
+
+  /**
+   * Compile `entries` (in order) into a chain. Throws {@link ConfigError} with field
+   * `filters[i]` for unknown, duplicate or misordered filters and invalid filter config.
+   */
+  build(entries: readonly { name: string; config?: unknown }[], env: FilterEnv): FilterChain {
+    const seen = new Set<string>();
+    const filters: Filter[] = [];
+    entries.forEach((entry, i) => {
+      const field = `filters[${i}]`;
+      const factory = this.factories.get(entry.name);
+      if (!factory) throw new ConfigError(`unknown filter "${entry.name}" (known: ${this.names().join(', ')})`, { field });
+      if (seen.has(entry.name)) throw new ConfigError(`filter "${entry.name}" appears twice`, { field });
+      for (const dep of factory.dependsOn ?? []) {
+        if (!seen.has(dep)) throw new ConfigError(`filter "${entry.name}" needs "${dep}" earlier in the chain`, { field });
+      }
+      seen.add(entry.name);
+      let config: unknown;
+      try {
+        config = factory.parseConfig(entry.config);
+      } catch (err) {
+        if (err instanceof ConfigError) throw new ConfigError(err.message, { ...err.location, field: `${field}.config${err.location.field ? `.${err.location.field}` : ''}` });
+        throw new ConfigError(`invalid config for "${entry.name}": ${(err as Error).message}`, { field: `${field}.config` });
+      }
+      filters.push(factory.create(config, env));
+    });
+    try {
+      return new FilterChain(filters);
+    } catch (err) {
+      throw new ConfigError((err as Error).message, { field: 'filters' });
+    }
+  }
+}

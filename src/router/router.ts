@@ -1,0 +1,185 @@
+/**
+ * `envoy.filters.http.router`: the terminal filter. Picks an endpoint of the tunnel's target
+ * (service port endpoints, or the workload itself for workload-addressed traffic), sends the
+ * request upstream through the cluster manager with bodies streamed both ways under
+ * back-pressure, and maps failures to Envoy's status codes and response flags:
+ * no endpoint ⇒ 503 `UH`; connect failure ⇒ 503 `UF`; reset after connect ⇒ 503 `UC`/`UR`
+ * (before response headers) or a downstream reset (after).
+ *
+ * It is the one filter that talks to the upstream; it gets the cluster manager from the core,
+ * which never hands it to other filters.
+ */
+import type { IncomingMessage } from 'node:http';
+import type { Dispatcher } from 'undici';
+import { HboneConnectError } from '../hbone/pool.ts';
+import type { FilterFactory, TerminalFilter } from '../pipeline/filter.ts';
+import type { StreamContext } from '../pipeline/context.ts';
+import { HeaderList, stripHopByHop } from '../pipeline/headers.ts';
+import type { Endpoint } from '../state/types.ts';
+import { ResponseFlag } from '../telemetry/response-flags.ts';
+import type { ClusterManager } from '../upstream/cluster-manager.ts';
+import { pickEndpoint } from '../upstream/pick-endpoint.ts';
+
+export const ROUTER_FILTER_NAME = 'envoy.filters.http.router';
+
+/** The router's factory, bound to the core's cluster manager. */
+export function routerFactory(clusters: ClusterManager): FilterFactory<Record<string, never>> {
+  return {
+    name: ROUTER_FILTER_NAME,
+    parseConfig(raw) {
+      if (raw !== undefined && (typeof raw !== 'object' || raw === null || Object.keys(raw).length > 0)) {
+        throw new Error('the router takes no configuration yet');
+      }
+      return {};
+    },
+    create: () => new Router(clusters),
+  };
+}
+
+class Router implements TerminalFilter {
+  readonly name = ROUTER_FILTER_NAME;
+  private readonly clusters: ClusterManager;
+
+  constructor(clusters: ClusterManager) {
+    this.clusters = clusters;
+  }
+
+  forward(stream: StreamContext): void {
+    const ep = pickEndpoint(this.clusters.lb, stream.conn);
+    if (!ep) {
+      stream.sendLocalReply(503, undefined, ResponseFlag.NoHealthyUpstream, 'no_healthy_upstream');
+      return;
+    }
+    stream.endpoint = ep;
+    stream.upstreamHost = ep.authority;
+    const req = stream.req;
+    const headers = new HeaderList(stripHopByHop(req.rawHeaders, req.headers.connection));
+    // Node's server answers `Expect: 100-continue` itself; undici refuses to send the header.
+    if (req.headers.expect !== undefined) headers.remove('expect');
+    stream.chain.runUpstreamRequest(stream, headers);
+    const handler = new UpstreamHandler(stream, ep, this.clusters);
+    this.clusters.lb.start(ep);
+    this.clusters.dispatcherFor(ep).dispatch(
+      {
+        method: req.method ?? 'GET',
+        path: req.url ?? '/',
+        headers: headers.raw,
+        body: hasBody(req) ? req : null,
+      },
+      handler,
+    );
+  }
+}
+
+function hasBody(req: IncomingMessage): boolean {
+  const cl = req.headers['content-length'];
+  return (cl !== undefined && cl !== '0') || req.headers['transfer-encoding'] !== undefined;
+}
+
+/**
+ * undici dispatch handler for one request (legacy handler interface: it hands us raw header
+ * buffers, so header case survives). One object per request, no closures on the hot path.
+ */
+class UpstreamHandler implements Dispatcher.DispatchHandler {
+  private readonly stream: StreamContext;
+  private readonly ep: Endpoint;
+  private readonly clusters: ClusterManager;
+  private abort: ((err?: Error) => void) | undefined;
+  private finished: boolean;
+  /** undici's resume function for this request (one per request, reused for every drain). */
+  private resume: () => void;
+
+  constructor(stream: StreamContext, ep: Endpoint, clusters: ClusterManager) {
+    this.stream = stream;
+    this.ep = ep;
+    this.clusters = clusters;
+    this.abort = undefined;
+    this.finished = false;
+    this.resume = noop;
+    stream.abortUpstream = this;
+  }
+
+  /** Called by the core when the downstream went away before the response completed. */
+  cancel(): void {
+    if (this.abort && !this.finished) this.abort(new Error('downstream disconnected'));
+  }
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.abort = abort;
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void, statusText: string): boolean {
+    if (statusCode < 200) return true; // 1xx: Node's server already handled Continue.
+    this.resume = resume;
+    const raw: string[] = new Array(rawHeaders.length);
+    for (let i = 0; i < rawHeaders.length; i++) raw[i] = rawHeaders[i].toString('latin1');
+    let connection: string | undefined;
+    for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 10 && raw[i].toLowerCase() === 'connection') connection = raw[i + 1];
+    const s = this.stream;
+    s.responseCodeDetails = 'via_upstream';
+    if (!s.respond(statusCode, statusText, new HeaderList(stripHopByHop(raw, connection)))) return false;
+    const res = s.res;
+    if (!res.writableNeedDrain) return true;
+    res.once('drain', resume);
+    return false;
+  }
+
+  onData(chunk: Buffer): boolean {
+    const res = this.stream.res;
+    if (res.write(chunk)) return true;
+    res.once('drain', this.resume);
+    return false;
+  }
+
+  onComplete(trailers: string[] | null): void {
+    this.done();
+    const res = this.stream.res;
+    if (trailers && trailers.length > 0) {
+      const t: Record<string, string> = {};
+      for (let i = 0; i < trailers.length; i += 2) t[trailers[i]] = trailers[i + 1];
+      try {
+        res.addTrailers(t);
+      } catch {
+        // Non-chunked response: trailers cannot be sent on HTTP/1.1.
+      }
+    }
+    res.end();
+  }
+
+  onError(err: Error): void {
+    this.done();
+    const s = this.stream;
+    if (s.res.destroyed) return;
+    const [flag, details] = classify(err, s.res.headersSent);
+    if (s.res.headersSent) {
+      s.addFlag(flag);
+      s.responseCodeDetails = details;
+      s.res.destroy();
+      return;
+    }
+    s.sendLocalReply(undefined, undefined, flag, details);
+  }
+
+  private done(): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.clusters.lb.finish(this.ep);
+  }
+}
+
+function noop(): void {}
+
+/** Map an upstream failure to Envoy's response flag and details. */
+function classify(err: Error & { code?: string }, started: boolean): [string, string] {
+  if (err instanceof HboneConnectError || err.code === 'ECONNREFUSED' || err.code === 'UND_ERR_CONNECT_TIMEOUT' || err.code === 'EHOSTUNREACH' || err.code === 'ENETUNREACH') {
+    return [ResponseFlag.UpstreamConnectionFailure, 'upstream_reset_before_response_started{connection_failure}'];
+  }
+  if (err.code === 'UND_ERR_HEADERS_OVERFLOW' || err.code === 'HPE_INVALID_CONSTANT' || (err.code ?? '').startsWith('HPE_')) {
+    return [ResponseFlag.UpstreamProtocolError, 'upstream_reset_before_response_started{protocol_error}'];
+  }
+  if (err.code === 'UND_ERR_ABORTED' || err.name === 'AbortError') {
+    return [ResponseFlag.DownstreamConnectionTermination, 'downstream_remote_disconnect'];
+  }
+  if (started) return [ResponseFlag.UpstreamConnectionTermination, 'upstream_reset_after_response_started{connection_termination}'];
+  return [ResponseFlag.UpstreamConnectionTermination, 'upstream_reset_before_response_started{connection_termination}'];
+}

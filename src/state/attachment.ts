@@ -1,0 +1,51 @@
+/**
+ * Ambient enrolment labels: which objects use this waypoint (IS:pilot/pkg/serviceregistry/ambient/
+ * waypoints.go `fetchWaypointForService` / `fetchWaypointForWorkload`) and whether a workload is
+ * reached over HBONE.
+ */
+import type { TunnelProtocol, WaypointIdentity } from './types.ts';
+
+type Labels = Readonly<Record<string, string>>;
+
+export const LABEL_USE_WAYPOINT = 'istio.io/use-waypoint';
+export const LABEL_USE_WAYPOINT_NAMESPACE = 'istio.io/use-waypoint-namespace';
+export const LABEL_WAYPOINT_FOR = 'istio.io/waypoint-for';
+export const LABEL_DATAPLANE_MODE = 'istio.io/dataplane-mode';
+
+/**
+ * True when the object's `istio.io/use-waypoint` label — or, when the object has none, its
+ * namespace's — names `waypoint`. The waypoint namespace is the same label holder's
+ * `istio.io/use-waypoint-namespace` label, else the object's namespace. `use-waypoint: none` on the
+ * object opts out even when the namespace opts in.
+ */
+export function usesWaypoint(
+  labels: Labels,
+  namespace: string,
+  namespaceLabels: Labels,
+  waypoint: Pick<WaypointIdentity, 'name' | 'namespace'>,
+): boolean {
+  const holder = labels[LABEL_USE_WAYPOINT] !== undefined ? labels : namespaceLabels;
+  const name = holder[LABEL_USE_WAYPOINT];
+  if (name === undefined || name === '' || name === 'none') return false;
+  const ns = holder[LABEL_USE_WAYPOINT_NAMESPACE] || namespace;
+  return name === waypoint.name && ns === waypoint.namespace;
+}
+
+/** A waypoint with `istio.io/waypoint-for` `service` or `all` handles traffic to Service VIPs. */
+export function servesServices(waypoint: WaypointIdentity): boolean {
+  return waypoint.waypointFor === 'service' || waypoint.waypointFor === 'all';
+}
+
+/** A waypoint with `istio.io/waypoint-for` `workload` or `all` handles traffic to workload addresses. */
+export function servesWorkloads(waypoint: WaypointIdentity): boolean {
+  return waypoint.waypointFor === 'workload' || waypoint.waypointFor === 'all';
+}
+
+/**
+ * HBONE unless `istio.io/dataplane-mode: none` opts the workload out: the workload's own label
+ * decides when present (any other value keeps it enrolled), else its namespace's.
+ */
+export function tunnelProtocol(labels: Labels, namespaceLabels: Labels): TunnelProtocol {
+  const mode = labels[LABEL_DATAPLANE_MODE] ?? namespaceLabels[LABEL_DATAPLANE_MODE];
+  return mode === 'none' ? 'NONE' : 'HBONE';
+}

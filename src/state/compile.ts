@@ -1,0 +1,167 @@
+/**
+ * Compile the standalone mesh file — the Kubernetes / Istio / Gateway API YAML people
+ * `kubectl apply` — into a {@link MeshSnapshot}: the equivalent of what istiod would push over WDS
+ * plus the resources later stages read (policies, routes) kept as-is.
+ */
+import { log } from '../util/log.ts';
+import { DEFAULT_MESH_CONFIG, parseMeshConfig } from './mesh-config.ts';
+import { ConfigMapSchema, NamespaceSchema, ServiceEntrySchema } from './schemas.ts';
+import { serviceEntryService, kubeService, type ServiceContext } from './services.ts';
+import { createSnapshot } from './snapshot.ts';
+import { readObjects, type SourceObject } from './source.ts';
+import type { KeptResource, MeshConfig, MeshSnapshot, Service, Workload } from './types.ts';
+import { parseAs } from './validate.ts';
+import { isWaypointGateway, selectWaypointGateway, waypointIdentity } from './waypoint.ts';
+import { podWorkload, serviceEntryWorkloads, workloadEntryWorkload, type WorkloadContext } from './workloads.ts';
+
+/** Input of {@link compileMesh}. */
+export interface CompileInput {
+  /** The mesh YAML (multi-document, or `kind: List`). */
+  readonly text: string;
+  /** File name used in error messages. */
+  readonly file: string;
+  /** `namespace/name` of the waypoint Gateway to run as; required when the file has several. */
+  readonly gateway?: string;
+  /** Explicit MeshConfig YAML; wins over the `istio` ConfigMap of the file. */
+  readonly meshConfig?: { readonly text: string; readonly file: string };
+  /** Snapshot version (default 1). */
+  readonly version?: number;
+  /** Cluster id of every workload (default `Kubernetes`, as istiod's). */
+  readonly clusterId?: string;
+  /** Cluster DNS suffix for Service hostnames (default `cluster.local`). */
+  readonly domainSuffix?: string;
+}
+
+const NETWORKING_ISTIO = 'networking.istio.io';
+
+/** API groups built into Kubernetes: objects of these groups that are not compiled are skipped. */
+function isBuiltInGroup(group: string): boolean {
+  if (group === '' || !group.includes('.')) return true; // v1, apps, batch, policy, autoscaling
+  return group.endsWith('.k8s.io') && group !== 'gateway.networking.k8s.io';
+}
+
+/**
+ * Compile mesh YAML into a deep-frozen snapshot.
+ *
+ * Compiled kinds: `Namespace`, `Service`, `Pod`, `ServiceEntry`, `WorkloadEntry`, Gateway API
+ * `Gateway` of class `istio-waypoint`, and the `istio` ConfigMap of the root namespace (`data.mesh`).
+ * Every other object of a non-built-in API group (AuthorizationPolicy, HTTPRoute, DestinationRule,
+ * Istio or non-waypoint Gateways, ...) is kept as a {@link KeptResource}; all Gateway API Gateways
+ * are kept too, so route code can see their listeners. Other built-in kinds (Deployment, other
+ * ConfigMaps, ...) are skipped with a debug log.
+ *
+ * @throws ConfigError (with file, line, document, object and field when known) for YAML syntax
+ *   errors, objects without apiVersion/kind/metadata.name, duplicate objects, invalid fields
+ *   (IPs, ports, labels, ...), and a missing or ambiguous waypoint Gateway.
+ */
+export function compileMesh(input: CompileInput): MeshSnapshot {
+  const objects = readObjects(input.text, input.file);
+  rejectDuplicates(objects);
+
+  const byKind = (group: string, kind: string) => objects.filter((o) => o.group === group && o.kind === kind);
+  const meshConfig = resolveMeshConfig(input, byKind('', 'ConfigMap'));
+  const trustDomain = meshConfig.trustDomain;
+
+  const namespaces = new Map<string, Readonly<Record<string, string>>>();
+  for (const ns of byKind('', 'Namespace')) namespaces.set(ns.name, parseAs(NamespaceSchema, ns).metadata.labels ?? {});
+  const namespaceLabels = (name: string) => namespaces.get(name) ?? {};
+
+  const gateway = selectWaypointGateway(objects.filter(isWaypointGateway), input.gateway, input.file);
+  const waypoint = waypointIdentity(gateway, trustDomain);
+
+  const wctx: WorkloadContext = { clusterId: input.clusterId || 'Kubernetes', trustDomain, waypoint, namespaceLabels };
+  const workloads: Workload[] = [];
+  for (const o of byKind('', 'Pod')) {
+    const w = podWorkload(o, wctx);
+    if (w) workloads.push(w);
+  }
+  for (const o of byKind(NETWORKING_ISTIO, 'WorkloadEntry')) workloads.push(workloadEntryWorkload(o, wctx));
+
+  const selectable = groupByNamespace(workloads);
+  const sctx: ServiceContext = {
+    waypoint,
+    domainSuffix: input.domainSuffix || 'cluster.local',
+    namespaceLabels,
+    selectable: (ns) => selectable.get(ns) ?? [],
+  };
+  const services: Service[] = byKind('', 'Service').map((o) => kubeService(o, sctx));
+  for (const o of byKind(NETWORKING_ISTIO, 'ServiceEntry')) {
+    const se = parseAs(ServiceEntrySchema, o);
+    const inline = serviceEntryWorkloads(o, se, wctx);
+    workloads.push(...inline);
+    services.push(serviceEntryService(o, se, inline, sctx));
+  }
+
+  return createSnapshot({
+    version: input.version ?? 1,
+    meshConfig,
+    waypoint,
+    services,
+    workloads,
+    namespaces,
+    kept: keptResources(objects, meshConfig),
+  });
+}
+
+/** Same group, kind, namespace and name twice ⇒ ConfigError pointing at the second one. */
+function rejectDuplicates(objects: readonly SourceObject[]): void {
+  const seen = new Map<string, SourceObject>();
+  for (const o of objects) {
+    const key = `${o.group}/${o.ref}`;
+    const first = seen.get(key);
+    if (first) {
+      const at = first.locate();
+      throw o.fail(`duplicate ${o.ref}: already defined in document ${at.document} (line ${at.line})`, ['metadata', 'name']);
+    }
+    seen.set(key, o);
+  }
+}
+
+/**
+ * Explicit `meshConfig` input, else `data.mesh` of the ConfigMap `istio` in the root namespace
+ * (`istio-system`), else the defaults.
+ */
+function resolveMeshConfig(input: CompileInput, configMaps: readonly SourceObject[]): MeshConfig {
+  if (input.meshConfig) return parseMeshConfig(input.meshConfig.text, { file: input.meshConfig.file });
+  const root = DEFAULT_MESH_CONFIG.rootNamespace;
+  const cm = configMaps.find((o) => o.name === 'istio' && o.namespace === root);
+  if (!cm) return DEFAULT_MESH_CONFIG;
+  const mesh = parseAs(ConfigMapSchema, cm).data?.mesh;
+  if (mesh === undefined) return DEFAULT_MESH_CONFIG;
+  return parseMeshConfig(mesh, {
+    file: cm.file,
+    line: cm.embeddedBaseLine(['data', 'mesh']),
+    document: cm.document,
+    object: cm.ref,
+    field: 'data.mesh',
+  });
+}
+
+function groupByNamespace(workloads: readonly Workload[]): Map<string, Workload[]> {
+  const out = new Map<string, Workload[]>();
+  for (const w of workloads) {
+    let list = out.get(w.namespace);
+    if (!list) out.set(w.namespace, (list = []));
+    list.push(w);
+  }
+  return out;
+}
+
+const COMPILED_CORE = new Set(['Namespace', 'Service', 'Pod']);
+const COMPILED_ISTIO = new Set(['ServiceEntry', 'WorkloadEntry']);
+
+/** Objects later stages read, in file order; logs (debug) the built-in kinds it skips. */
+function keptResources(objects: readonly SourceObject[], meshConfig: MeshConfig): KeptResource[] {
+  const kept: KeptResource[] = [];
+  for (const o of objects) {
+    if (o.group === '' && COMPILED_CORE.has(o.kind)) continue;
+    if (o.group === NETWORKING_ISTIO && COMPILED_ISTIO.has(o.kind)) continue;
+    if (o.group === '' && o.kind === 'ConfigMap' && o.name === 'istio' && o.namespace === meshConfig.rootNamespace) continue;
+    if (isBuiltInGroup(o.group)) {
+      log.debug({ file: o.file, document: o.document, object: o.ref, apiVersion: o.apiVersion }, 'mesh: skipping unsupported kind');
+      continue;
+    }
+    kept.push({ apiVersion: o.apiVersion, kind: o.kind, name: o.name, namespace: o.namespace, object: o.body });
+  }
+  return kept;
+}

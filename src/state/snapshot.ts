@@ -1,0 +1,129 @@
+/**
+ * Assemble a {@link MeshSnapshot} from compiled parts: build every lookup index once, then deep-freeze.
+ * The data path only calls the index lookups below; none of them scans a list.
+ */
+import { deepFreeze } from './freeze.ts';
+import { parseCidr, type Cidr } from './ip.ts';
+import type {
+  KeptResource,
+  MeshConfig,
+  MeshSnapshot,
+  Service,
+  ServicePort,
+  Target,
+  WaypointIdentity,
+  Workload,
+} from './types.ts';
+
+/** Everything a snapshot holds, before indexing. */
+export interface SnapshotParts {
+  readonly version: number;
+  readonly meshConfig: MeshConfig;
+  readonly waypoint: WaypointIdentity;
+  readonly services: readonly Service[];
+  readonly workloads: readonly Workload[];
+  readonly namespaces: ReadonlyMap<string, Readonly<Record<string, string>>>;
+  readonly kept: readonly KeptResource[];
+}
+
+type PortMap = Map<number, Target>;
+
+/**
+ * Build the snapshot. Index rules (IS:listener_waypoint.go `buildWaypointInternal`):
+ * - service targets: every VIP of every service this waypoint serves × each non-UDP port; the first
+ *   service to claim a VIP:port wins. ServiceEntry CIDR addresses are checked after exact VIPs.
+ * - workload targets: every address of every workload this waypoint serves (any port).
+ * - `workloadByIp`: every address of every workload; the first workload to claim an address wins.
+ * The result and everything reachable from it is frozen.
+ */
+export function createSnapshot(parts: SnapshotParts): MeshSnapshot {
+  const vipIndex = new Map<string, PortMap>();
+  const cidrIndex: { cidr: Cidr; ports: PortMap }[] = [];
+  const byHost = new Map<string, Service>();
+  for (const service of parts.services) {
+    if (!byHost.has(`${service.namespace}/${service.hostname}`)) byHost.set(`${service.namespace}/${service.hostname}`, service);
+    if (!service.servedByThisWaypoint) continue;
+    const targets: [number, Target][] = service.ports
+      .filter((p) => p.protocol !== 'UDP')
+      .map((port: ServicePort) => [port.port, deepFreeze({ kind: 'service', service, port } as const)]);
+    for (const address of service.addresses) {
+      const cidr = parseCidr(address);
+      if (cidr) {
+        cidrIndex.push({ cidr, ports: new Map(targets) });
+        continue;
+      }
+      let ports = vipIndex.get(address);
+      if (!ports) vipIndex.set(address, (ports = new Map()));
+      for (const [number, target] of targets) if (!ports.has(number)) ports.set(number, target);
+    }
+  }
+
+  const servedByIp = new Map<string, Workload>();
+  const byIp = new Map<string, Workload>();
+  for (const workload of parts.workloads) {
+    for (const address of workload.addresses) {
+      if (!byIp.has(address)) byIp.set(address, workload);
+      if (workload.servedByThisWaypoint && !servedByIp.has(address)) servedByIp.set(address, workload);
+    }
+  }
+
+  const resources = new Map<string, KeptResource[]>();
+  for (const r of parts.kept) {
+    let list = resources.get(r.kind);
+    if (!list) resources.set(r.kind, (list = []));
+    list.push(r);
+  }
+  const none: readonly KeptResource[] = Object.freeze([]);
+
+  const snapshot: MeshSnapshot = {
+    version: parts.version,
+    meshConfig: parts.meshConfig,
+    waypoint: parts.waypoint,
+    services: parts.services,
+    workloads: parts.workloads,
+    namespaces: parts.namespaces,
+    resolveTarget(ip: string, port: number): Target | undefined {
+      const exact = vipIndex.get(ip)?.get(port);
+      if (exact) return exact;
+      for (const { cidr, ports } of cidrIndex) {
+        const t = ports.get(port);
+        if (t && cidr.contains(ip)) return t;
+      }
+      const workload = servedByIp.get(ip);
+      return workload ? { kind: 'workload', workload, port } : undefined;
+    },
+    workloadByIp: (ip: string) => byIp.get(ip),
+    serviceByHost: (namespace: string, hostname: string) => byHost.get(`${namespace}/${hostname}`),
+    resources: (kind: string) => resources.get(kind) ?? none,
+    toJSON: () => dump(parts, resources),
+  };
+  deepFreeze(resources);
+  return deepFreeze(snapshot);
+}
+
+/** A readable, JSON-able view for `/config_dump` and debugging. */
+function dump(parts: SnapshotParts, resources: ReadonlyMap<string, readonly KeptResource[]>): unknown {
+  return {
+    version: parts.version,
+    waypoint: parts.waypoint,
+    meshConfig: parts.meshConfig,
+    namespaces: Object.fromEntries(parts.namespaces),
+    services: parts.services.map((s) => ({
+      kind: s.kind,
+      name: s.name,
+      namespace: s.namespace,
+      hostname: s.hostname,
+      addresses: s.addresses,
+      servedByThisWaypoint: s.servedByThisWaypoint,
+      ports: s.ports,
+      endpoints: Object.fromEntries(
+        [...s.endpoints].map(([port, eps]) => [
+          port,
+          eps.map((e) => ({ workload: e.workload.uid, address: e.address, targetPort: e.targetPort, tunnel: e.tunnel, authority: e.authority })),
+        ]),
+      ),
+    })),
+    workloads: parts.workloads,
+    resources: Object.fromEntries([...resources].map(([kind, list]) => [kind, list.length])),
+  };
+}

@@ -1,0 +1,204 @@
+/**
+ * Read the YAML people `kubectl apply`: a multi-document stream of Kubernetes objects (a `kind: List`
+ * with `items` is flattened), each remembered with where it came from so later validation can
+ * report `file:line`, the document index, the object and the field.
+ */
+import { LineCounter, isMap, isScalar, parseAllDocuments, type Document } from 'yaml';
+
+import { ConfigError, type ConfigLocation } from '../errors.ts';
+import { formatFieldPath, lineOf, nodeAt, type FieldPath } from './yaml-locate.ts';
+
+/** Kinds without a namespace: their `ref` is `Kind/name` and `namespace` is `''`. */
+const CLUSTER_SCOPED: ReadonlySet<string> = new Set([
+  'Namespace',
+  'Node',
+  'GatewayClass',
+  'ClusterRole',
+  'ClusterRoleBinding',
+  'CustomResourceDefinition',
+  'MutatingWebhookConfiguration',
+  'ValidatingWebhookConfiguration',
+  'PersistentVolume',
+  'StorageClass',
+  'PriorityClass',
+  'IngressClass',
+]);
+
+interface SourceInit {
+  readonly apiVersion: string;
+  readonly kind: string;
+  readonly name: string;
+  readonly namespace: string;
+  readonly body: Readonly<Record<string, unknown>>;
+  readonly file: string;
+  readonly document: number;
+  readonly doc: Document;
+  readonly counter: LineCounter;
+  /** Path of this object inside its document: `[]`, or `['items', i]` inside a `kind: List`. */
+  readonly prefix: FieldPath;
+}
+
+/** One Kubernetes object from the input, plus the means to point at any of its fields. */
+export class SourceObject {
+  readonly apiVersion: string;
+  /** API group: `''` for core (`v1`), else the part of `apiVersion` before `/`. */
+  readonly group: string;
+  readonly kind: string;
+  readonly name: string;
+  /** `metadata.namespace`, defaulting to `default`; `''` for cluster-scoped kinds. */
+  readonly namespace: string;
+  /** `Kind/namespace/name` (`Kind/name` when cluster-scoped), as used in error messages. */
+  readonly ref: string;
+  /** The object as plain JavaScript (YAML 1.2 core schema). */
+  readonly body: Readonly<Record<string, unknown>>;
+  readonly file: string;
+  /** 0-based index of the YAML document that holds it. */
+  readonly document: number;
+  readonly #doc: Document;
+  readonly #counter: LineCounter;
+  readonly #prefix: FieldPath;
+
+  constructor(init: SourceInit) {
+    this.apiVersion = init.apiVersion;
+    const slash = init.apiVersion.lastIndexOf('/');
+    this.group = slash < 0 ? '' : init.apiVersion.slice(0, slash);
+    this.kind = init.kind;
+    this.name = init.name;
+    this.namespace = init.namespace;
+    this.ref = init.namespace ? `${init.kind}/${init.namespace}/${init.name}` : `${init.kind}/${init.name}`;
+    this.body = init.body;
+    this.file = init.file;
+    this.document = init.document;
+    this.#doc = init.doc;
+    this.#counter = init.counter;
+    this.#prefix = init.prefix;
+  }
+
+  /** Location of a field (`[]` = the object itself); the line is the nearest existing node's. */
+  locate(path: FieldPath = []): ConfigLocation {
+    const location: ConfigLocation = {
+      file: this.file,
+      line: lineOf(this.#doc, this.#counter, [...this.#prefix, ...path]),
+      document: this.document,
+      object: this.ref,
+    };
+    return path.length ? { ...location, field: formatFieldPath(path) } : location;
+  }
+
+  /** A ConfigError about `path` of this object, for the caller to throw. */
+  fail(message: string, path: FieldPath = []): ConfigError {
+    return new ConfigError(message, this.locate(path));
+  }
+
+  /**
+   * Line in the file where line 1 of a YAML string embedded at `path` sits (a block scalar's
+   * content starts on the line after `|`), so errors inside it can point into this file.
+   */
+  embeddedBaseLine(path: FieldPath): number | undefined {
+    const node = nodeAt(this.#doc, [...this.#prefix, ...path]);
+    if (!isScalar(node) || !node.range) return undefined;
+    const line = this.#counter.linePos(node.range[0]).line;
+    return node.type === 'BLOCK_LITERAL' || node.type === 'BLOCK_FOLDED' ? line + 1 : line;
+  }
+}
+
+/**
+ * Parse a multi-document YAML stream into objects, in file order. Empty documents are skipped;
+ * `kind: List` (and `*List`) documents contribute their `items`.
+ * @throws ConfigError on a YAML syntax error (first one, with its line), a document that is not a
+ *   mapping, or an object without a string `apiVersion`, `kind` or `metadata.name`.
+ */
+export function readObjects(text: string, file: string): SourceObject[] {
+  const counter = new LineCounter();
+  const docs = parseAllDocuments(text, { lineCounter: counter, prettyErrors: false });
+  const list = Array.isArray(docs) ? docs : [];
+  const out: SourceObject[] = [];
+  list.forEach((doc, index) => {
+    const syntax = doc.errors[0];
+    if (syntax) {
+      const message = syntax.message.split('\n')[0].replace(/ at line \d+, column \d+:?$/, '');
+      throw new ConfigError(`YAML syntax error: ${message}`, {
+        file,
+        line: counter.linePos(syntax.pos[0]).line,
+        document: index,
+      });
+    }
+    if (doc.contents === null) return;
+    const docLine = counter.linePos(doc.contents.range[0]).line;
+    if (!isMap(doc.contents)) {
+      throw new ConfigError('document is not a mapping (expected a Kubernetes object)', {
+        file,
+        line: docLine,
+        document: index,
+      });
+    }
+    let value: Record<string, unknown>;
+    try {
+      value = doc.toJS() as Record<string, unknown>;
+    } catch (err) {
+      throw new ConfigError(`cannot read YAML document: ${(err as Error).message}`, { file, line: docLine, document: index }, { cause: err });
+    }
+    const kind = value.kind;
+    if (typeof kind === 'string' && kind.endsWith('List') && 'items' in value) {
+      if (!Array.isArray(value.items)) {
+        throw new ConfigError(`${kind}.items must be a list`, {
+          file,
+          line: lineOf(doc, counter, ['items']),
+          document: index,
+          field: 'items',
+        });
+      }
+      value.items.forEach((item, i) => {
+        out.push(toObject(item, { file, document: index, doc, counter, prefix: ['items', i] }));
+      });
+      return;
+    }
+    out.push(toObject(value, { file, document: index, doc, counter, prefix: [] }));
+  });
+  return out;
+}
+
+function toObject(
+  value: unknown,
+  at: Pick<SourceInit, 'file' | 'document' | 'doc' | 'counter' | 'prefix'>,
+): SourceObject {
+  const where = (path: FieldPath, object?: string): ConfigLocation => ({
+    file: at.file,
+    line: lineOf(at.doc, at.counter, [...at.prefix, ...path]),
+    document: at.document,
+    object,
+    field: path.length ? formatFieldPath([...at.prefix, ...path]) : at.prefix.length ? formatFieldPath(at.prefix) : undefined,
+  });
+  if (!isRecord(value)) throw new ConfigError('object is not a mapping', where([]));
+  const metadata = value.metadata;
+  const name = isRecord(metadata) ? metadata.name : undefined;
+  const label = typeof value.kind === 'string' ? value.kind : 'object';
+  if (typeof value.apiVersion !== 'string' || value.apiVersion === '') {
+    throw new ConfigError(`${label} has no apiVersion (e.g. \`apiVersion: v1\`)`, where(['apiVersion']));
+  }
+  if (typeof value.kind !== 'string' || value.kind === '') {
+    throw new ConfigError('object has no kind (e.g. `kind: Service`)', where(['kind']));
+  }
+  if (!isRecord(metadata)) throw new ConfigError(`${label} has no metadata`, where(['metadata']));
+  if (typeof name !== 'string' || name === '') {
+    throw new ConfigError(`${label} has no metadata.name`, where(['metadata', 'name']));
+  }
+  const ns = metadata.namespace;
+  if (ns !== undefined && ns !== null && (typeof ns !== 'string' || ns === '')) {
+    throw new ConfigError('metadata.namespace must be a non-empty string', where(['metadata', 'namespace'], `${value.kind}/${name}`));
+  }
+  const namespace = CLUSTER_SCOPED.has(value.kind) ? '' : typeof ns === 'string' ? ns : 'default';
+  return new SourceObject({
+    apiVersion: value.apiVersion,
+    kind: value.kind,
+    name,
+    namespace,
+    body: value,
+    ...at,
+  });
+}
+
+/** True for a plain mapping (not null, not an array). */
+export function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}

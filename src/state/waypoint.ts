@@ -1,0 +1,93 @@
+/**
+ * Pick the Gateway this process runs as: a Gateway API `Gateway` of class `istio-waypoint`
+ * (IS:istioctl/pkg/waypoint/waypoint.go), and derive the waypoint's identity from it. Istio's
+ * generated waypoint Deployment runs as a service account named after the Gateway.
+ */
+import { ConfigError } from '../errors.ts';
+import { LABEL_WAYPOINT_FOR } from './attachment.ts';
+import { GatewaySchema } from './schemas.ts';
+import type { SourceObject } from './source.ts';
+import type { WaypointIdentity } from './types.ts';
+import { parseAs } from './validate.ts';
+
+export const WAYPOINT_GATEWAY_CLASS = 'istio-waypoint';
+export const GATEWAY_API_GROUP = 'gateway.networking.k8s.io';
+
+const WAYPOINT_FOR = new Set(['service', 'workload', 'all', 'none']);
+
+/** True for a Gateway API Gateway with `spec.gatewayClassName: istio-waypoint` (validates its shape). */
+export function isWaypointGateway(obj: SourceObject): boolean {
+  if (obj.kind !== 'Gateway' || obj.group !== GATEWAY_API_GROUP) return false;
+  return parseAs(GatewaySchema, obj).spec?.gatewayClassName === WAYPOINT_GATEWAY_CLASS;
+}
+
+/**
+ * Choose among the waypoint Gateways of the input.
+ * @param wanted `namespace/name` from the `gateway` option, if any.
+ * @throws ConfigError when `wanted` is malformed or not found, when there is no waypoint Gateway
+ *   (the message shows the YAML to add), or when there are several and `wanted` is not given.
+ */
+export function selectWaypointGateway(gateways: readonly SourceObject[], wanted: string | undefined, file: string): SourceObject {
+  const names = gateways.map((g) => `${g.namespace}/${g.name}`);
+  if (wanted !== undefined) {
+    const [ns, name, ...rest] = wanted.split('/');
+    if (!ns || !name || rest.length) {
+      throw new ConfigError(`gateway option must be "namespace/name", got ${JSON.stringify(wanted)}`, { file });
+    }
+    const found = gateways.find((g) => g.namespace === ns && g.name === name);
+    if (found) return found;
+    if (gateways.length === 0) throw new ConfigError(noWaypointMessage(file, ns, name), { file });
+    throw new ConfigError(
+      `no Gateway ${wanted} with gatewayClassName ${WAYPOINT_GATEWAY_CLASS} in ${file}; found: ${names.join(', ')}`,
+      { file },
+    );
+  }
+  if (gateways.length === 1) return gateways[0];
+  if (gateways.length === 0) throw new ConfigError(noWaypointMessage(file, 'default', 'waypoint'), { file });
+  throw new ConfigError(
+    `${gateways.length} Gateways with gatewayClassName ${WAYPOINT_GATEWAY_CLASS} in ${file} (${names.join(', ')}); ` +
+      `choose one with the gateway option, e.g. --gateway ${names[0]}`,
+    { file },
+  );
+}
+
+function noWaypointMessage(file: string, namespace: string, name: string): string {
+  return [
+    `no Gateway with gatewayClassName ${WAYPOINT_GATEWAY_CLASS} in ${file}; the waypoint needs one to know who it is. Add:`,
+    '---',
+    `apiVersion: ${GATEWAY_API_GROUP}/v1`,
+    'kind: Gateway',
+    'metadata:',
+    `  name: ${name}`,
+    `  namespace: ${namespace}`,
+    'spec:',
+    `  gatewayClassName: ${WAYPOINT_GATEWAY_CLASS}`,
+    '  listeners:',
+    '  - name: mesh',
+    '    port: 15008',
+    '    protocol: HBONE',
+  ].join('\n');
+}
+
+/**
+ * Identity of the selected Gateway: service account = Gateway name,
+ * `spiffe://<trustDomain>/ns/<namespace>/sa/<name>`, and `istio.io/waypoint-for` (default `service`).
+ * @throws ConfigError when `istio.io/waypoint-for` is not service, workload, all or none.
+ */
+export function waypointIdentity(gateway: SourceObject, trustDomain: string): WaypointIdentity {
+  const labels = parseAs(GatewaySchema, gateway).metadata.labels ?? {};
+  const waypointFor = labels[LABEL_WAYPOINT_FOR] ?? 'service';
+  if (!WAYPOINT_FOR.has(waypointFor)) {
+    throw gateway.fail(
+      `${LABEL_WAYPOINT_FOR} must be service, workload, all or none, got ${JSON.stringify(waypointFor)}`,
+      ['metadata', 'labels', LABEL_WAYPOINT_FOR],
+    );
+  }
+  return {
+    namespace: gateway.namespace,
+    name: gateway.name,
+    serviceAccount: gateway.name,
+    identity: `spiffe://${trustDomain}/ns/${gateway.namespace}/sa/${gateway.name}`,
+    waypointFor: waypointFor as WaypointIdentity['waypointFor'],
+  };
+}

@@ -1,0 +1,67 @@
+import { describe, expect, test } from 'vitest';
+
+import { ConfigError } from '../../../src/errors.ts';
+import { DEFAULT_MESH_CONFIG, parseMeshConfig } from '../../../src/state/mesh-config.ts';
+
+const caught = (fn: () => unknown): ConfigError => {
+  try {
+    fn();
+  } catch (err) {
+    if (err instanceof ConfigError) return err;
+    throw err;
+  }
+  throw new Error('expected a ConfigError');
+};
+
+describe('parseMeshConfig', () => {
+  test('defaults', () => {
+    expect(DEFAULT_MESH_CONFIG).toEqual({ trustDomain: 'cluster.local', trustDomainAliases: [], rootNamespace: 'istio-system', raw: {} });
+    expect(parseMeshConfig('', { file: 'm.yaml' })).toBe(DEFAULT_MESH_CONFIG);
+    expect(parseMeshConfig('# nothing\n', { file: 'm.yaml' })).toBe(DEFAULT_MESH_CONFIG);
+  });
+
+  test('reads the typed fields and keeps the rest raw', () => {
+    const m = parseMeshConfig(
+      'trustDomain: corp.example\ntrustDomainAliases: [old.example, legacy.example]\nrootNamespace: mesh-root\nextensionProviders:\n- name: authz\n',
+    );
+    expect(m.trustDomain).toBe('corp.example');
+    expect(m.trustDomainAliases).toEqual(['old.example', 'legacy.example']);
+    expect(m.rootNamespace).toBe('mesh-root');
+    expect(m.raw.extensionProviders).toEqual([{ name: 'authz' }]);
+    expect(Object.isFrozen(m.raw.extensionProviders)).toBe(true);
+  });
+
+  test('empty trustDomain falls back to cluster.local', () => {
+    expect(parseMeshConfig('trustDomain: ""\n').trustDomain).toBe('cluster.local');
+  });
+
+  test('accepts a whole istio ConfigMap and reports lines inside data.mesh', () => {
+    const cm = 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: |\n    trustDomain: a.example\n';
+    expect(parseMeshConfig(cm, { file: 'cm.yaml' }).trustDomain).toBe('a.example');
+    const bad = cm.replace('trustDomain: a.example', 'accessLogFile: /dev/stdout\n    rootNamespace: {a: 1}');
+    const err = caught(() => parseMeshConfig(bad, { file: 'cm.yaml' }));
+    expect(err.location).toEqual({ file: 'cm.yaml', line: 7, field: 'data.mesh.rootNamespace' });
+    expect(err.toString()).toBe('cm.yaml:7: field data.mesh.rootNamespace: MeshConfig rootNamespace must be a string, got {"a":1}');
+  });
+
+  test('type errors carry the location', () => {
+    const err = caught(() => parseMeshConfig('trustDomain: x\ntrustDomainAliases:\n- ok\n- 7\n', { file: 'mesh.yaml' }));
+    expect(err.location).toEqual({ file: 'mesh.yaml', line: 4, field: 'trustDomainAliases[1]' });
+    expect(err.message).toContain('must be a string, got 7');
+  });
+
+  test('syntax errors and non-mappings', () => {
+    const syntax = caught(() => parseMeshConfig('trustDomain: [a\n', { file: 'mesh.yaml' }));
+    expect(syntax.message).toMatch(/^MeshConfig YAML syntax error/);
+    expect(syntax.location.file).toBe('mesh.yaml');
+    expect(syntax.location.line).toBeGreaterThanOrEqual(1);
+    const scalar = caught(() => parseMeshConfig('just a string\n', { file: 'mesh.yaml' }));
+    expect(scalar.message).toBe('MeshConfig must be a YAML mapping');
+    expect(scalar.location).toEqual({ file: 'mesh.yaml', line: 1 });
+  });
+
+  test('line offsets when embedded at a given line', () => {
+    const err = caught(() => parseMeshConfig('a: 1\ntrustDomain: 5\n', { file: 'f.yaml', line: 20, object: 'ConfigMap/x/istio', field: 'data.mesh' }));
+    expect(err.location).toEqual({ file: 'f.yaml', line: 21, object: 'ConfigMap/x/istio', field: 'data.mesh.trustDomain' });
+  });
+});
