@@ -60,6 +60,7 @@ export class Waypoint {
   private readonly readiness: AdminServer | undefined;
   private readonly sessions: HboneSessionPool;
   private readonly clusters: ClusterManager;
+  private readonly inner: InnerHttpServer;
   private readonly bootstrap: BootstrapConfig;
   private draining = false;
   private stopped: Promise<void> | undefined;
@@ -76,6 +77,7 @@ export class Waypoint {
     readiness: AdminServer | undefined;
     sessions: HboneSessionPool;
     clusters: ClusterManager;
+    inner: InnerHttpServer;
     bootstrap: BootstrapConfig;
   }) {
     this.addresses = parts.addresses;
@@ -89,6 +91,7 @@ export class Waypoint {
     this.readiness = parts.readiness;
     this.sessions = parts.sessions;
     this.clusters = parts.clusters;
+    this.inner = parts.inner;
     this.bootstrap = parts.bootstrap;
   }
 
@@ -184,6 +187,7 @@ export class Waypoint {
         readiness,
         sessions,
         clusters,
+        inner,
         bootstrap: cfg,
       });
       log.info({ hbone: addr(hboneAddr), admin: addr(adminAddr), identity: snap.waypoint.identity }, 'waypoint ready');
@@ -213,6 +217,7 @@ export class Waypoint {
     this.stopped ??= (async () => {
       this.draining = true;
       log.info({ timeoutMs: this.bootstrap.drain.timeoutMs }, 'draining');
+      this.inner.drain();
       await this.hbone.drain(this.bootstrap.drain.timeoutMs);
       await this.clusters.close();
       this.sessions.close();

@@ -10,7 +10,7 @@
  * (pitfall A1, nodejs/node#36977).
  */
 import http2, { type Http2SecureServer, type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { peerSpiffeId, type SpiffeId } from '../identity/spiffe.ts';
 import { normalizeIp, parseHostPort } from '../state/ip.ts';
@@ -46,6 +46,8 @@ export interface HboneServerOptions {
 export class HboneServer {
   readonly server: Http2SecureServer;
   private readonly sessions = new Set<ServerHttp2Session>();
+  /** Every accepted TCP socket, including ones still in the TLS handshake or refused. */
+  private readonly sockets = new Set<Socket>();
   private readonly opts: HboneServerOptions;
 
   constructor(opts: HboneServerOptions) {
@@ -58,6 +60,10 @@ export class HboneServer {
       settings: http2Settings(p, true),
       maxSessionMemory: p.maxSessionMemoryMb,
       peerMaxConcurrentStreams: p.maxConcurrentStreams,
+    });
+    this.server.on('connection', (socket: Socket) => {
+      this.sockets.add(socket);
+      socket.once('close', () => this.sockets.delete(socket));
     });
     this.server.on('session', (session) => this.onSession(session));
     this.server.on('stream', (stream, headers) => this.onStream(stream, headers));
@@ -95,8 +101,10 @@ export class HboneServer {
   async drain(timeoutMs: number): Promise<void> {
     const closed = new Promise<void>((r) => this.server.close(() => r()));
     for (const s of this.sessions) s.close();
+    if (this.sessions.size === 0 && this.sockets.size === 0) return closed;
     const timer = setTimeout(() => {
       for (const s of this.sessions) s.destroy();
+      for (const s of this.sockets) s.destroy();
     }, timeoutMs);
     await closed;
     clearTimeout(timer);

@@ -29,5 +29,5 @@ function joinedWritev(this: WritableInternals, chunks: WritevChunk[], cb: (err?:
     const c = chunks[i].chunk;
     bufs[i] = typeof c === 'string' ? Buffer.from(c, chunks[i].encoding) : c;
   }
-  this._write(bufs.length === 1 ? bufs[0] : Buffer.concat(bufs), 'buffer', cb);
+  this._write(bufs.length === 1 ? bufs[0] : Buffer.concat(bufs), 'buffer' as BufferEncoding, cb);
 }

@@ -26,11 +26,19 @@ const kTunnel = Symbol('waypoint.tunnel');
 interface TunnelRef {
   readonly conn: ConnectionContext;
   readonly chain: FilterChain;
+  readonly owner: InnerHttpServer;
+  readonly stream: Duplex;
+  /** Requests in flight on this tunnel. */
+  active: number;
 }
 type TaggedSocket = Duplex & { [kTunnel]?: TunnelRef };
 
 export class InnerHttpServer {
   private readonly server: http.Server;
+  /** Tunnels currently served (for drain). */
+  readonly tunnels = new Set<TunnelRef>();
+  /** Set by {@link drain}: responses carry `Connection: close` and idle tunnels are ended. */
+  draining = false;
 
   constructor(opts: InnerHttpOptions) {
     this.server = http.createServer(
@@ -56,8 +64,20 @@ export class InnerHttpServer {
 
   /** Serve HTTP on a tunnel that has already been answered 200. */
   attach(stream: Duplex, conn: ConnectionContext, chain: FilterChain): void {
-    (stream as TaggedSocket)[kTunnel] = { conn, chain };
+    const ref: TunnelRef = { conn, chain, owner: this, stream, active: 0 };
+    (stream as TaggedSocket)[kTunnel] = ref;
+    this.tunnels.add(ref);
+    stream.once('close', () => this.tunnels.delete(ref));
     this.server.emit('connection', joinWritev(stream));
+  }
+
+  /**
+   * Graceful drain of HTTP tunnels: idle ones are ended now (END_STREAM, the client sees a clean
+   * close), busy ones after their current response, which goes out with `Connection: close`.
+   */
+  drain(): void {
+    this.draining = true;
+    for (const t of this.tunnels) if (t.active === 0) t.stream.end();
   }
 }
 
@@ -65,7 +85,9 @@ function onRequest(req: IncomingMessage, res: ServerResponse): void {
   const ref = (req.socket as TaggedSocket)[kTunnel]!;
   const stream = new StreamContext(ref.conn, ref.chain, req, res);
   ref.conn.requestCount++;
-  res.once('close', () => onResponseClose(stream));
+  ref.active++;
+  if (ref.owner.draining) res.shouldKeepAlive = false;
+  res.once('close', () => onResponseClose(stream, ref));
   let result: PhaseResult;
   try {
     result = ref.chain.runRequestHeaders(stream);
@@ -84,7 +106,8 @@ function onRequest(req: IncomingMessage, res: ServerResponse): void {
   );
 }
 
-function onResponseClose(stream: StreamContext): void {
+function onResponseClose(stream: StreamContext, ref: TunnelRef): void {
+  if (--ref.active === 0 && ref.owner.draining) ref.stream.end();
   if (!stream.res.writableFinished) {
     if (stream.responseFlags === ResponseFlag.None) stream.addFlag(ResponseFlag.DownstreamConnectionTermination);
     stream.abortUpstream?.cancel();

@@ -83,7 +83,7 @@ function admitted(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: C
 }
 
 async function relayTcp(clusters: ClusterManager, stream: ServerHttp2Stream, conn: ConnectionContext): Promise<void> {
-  const ep = pickEndpoint(clusters.lb, conn);
+  const ep = pickEndpoint(clusters.lb, conn.target, conn.info.targetIp);
   if (!ep) return respondAndClose(stream, 503, 'no healthy upstream');
   clusters.lb.start(ep);
   try {

@@ -12,7 +12,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { HboneConnectError } from '../hbone/pool.ts';
-import type { FilterFactory, TerminalFilter } from '../pipeline/filter.ts';
+import type { FilterEnv, FilterFactory, TerminalFilter } from '../pipeline/filter.ts';
 import type { StreamContext } from '../pipeline/context.ts';
 import { HeaderList, stripHopByHop } from '../pipeline/headers.ts';
 import type { Endpoint } from '../state/types.ts';
@@ -32,20 +32,31 @@ export function routerFactory(clusters: ClusterManager): FilterFactory<Record<st
       }
       return {};
     },
-    create: () => new Router(clusters),
+    create: (_config, env) => new Router(clusters, env),
   };
 }
 
 class Router implements TerminalFilter {
   readonly name = ROUTER_FILTER_NAME;
   private readonly clusters: ClusterManager;
+  private readonly env: FilterEnv;
 
-  constructor(clusters: ClusterManager) {
+  constructor(clusters: ClusterManager, env: FilterEnv) {
     this.clusters = clusters;
+    this.env = env;
   }
 
   forward(stream: StreamContext): void {
-    const ep = pickEndpoint(this.clusters.lb, stream.conn);
+    const conn = stream.conn;
+    // A tunnel lives across mesh updates: use the current snapshot's view of its target, so new
+    // requests on an old tunnel see today's endpoints (Envoy updates clusters under live connections).
+    const mesh = this.env.mesh.current;
+    const target = mesh === conn.mesh ? conn.target : mesh.resolveTarget(conn.info.targetIp, conn.info.targetPort);
+    if (!target) {
+      stream.sendLocalReply(404, '', ResponseFlag.NoRouteFound, 'route_not_found');
+      return;
+    }
+    const ep = pickEndpoint(this.clusters.lb, target, conn.info.targetIp);
     if (!ep) {
       stream.sendLocalReply(503, undefined, ResponseFlag.NoHealthyUpstream, 'no_healthy_upstream');
       return;

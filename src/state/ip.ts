@@ -11,11 +11,8 @@ type Parsed = ipaddr.IPv4 | ipaddr.IPv6;
 
 /** Strict parse: four-part decimal IPv4 (no `10.1`, no octal `010.0.0.1`) or IPv6 without a zone. */
 function parseStrict(text: string): Parsed | undefined {
-  if (ipaddr.IPv4.isValidFourPartDecimal(text)) {
-    // isValidFourPartDecimal still accepts leading zeros, which some stacks read as octal.
-    if (text.split('.').some((o) => o.length > 1 && o.startsWith('0'))) return undefined;
-    return ipaddr.IPv4.parse(text);
-  }
+  // Four-part decimal rejects shorthand (`10.1`), hex and leading zeros (octal to some stacks).
+  if (ipaddr.IPv4.isValidFourPartDecimal(text)) return ipaddr.IPv4.parse(text);
   if (text.includes(':') && !text.includes('%') && ipaddr.IPv6.isValid(text)) {
     const v6 = ipaddr.IPv6.parse(text);
     return v6.isIPv4MappedAddress() ? v6.toIPv4Address() : v6;

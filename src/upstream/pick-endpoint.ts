@@ -3,16 +3,13 @@
  * (through the load balancer), or, for workload-addressed traffic, the workload itself on the
  * port the client dialed (IS:listener_waypoint.go `direct-*` chains).
  */
-import type { ConnectionContext } from '../pipeline/context.ts';
 import { formatHostPort } from '../state/ip.ts';
-import type { Endpoint } from '../state/types.ts';
+import type { Endpoint, Target } from '../state/types.ts';
 import type { LoadBalancer } from './load-balancer.ts';
 
 /** Undefined when there is no healthy endpoint (the caller answers 503 `UH`). */
-export function pickEndpoint(lb: LoadBalancer, conn: ConnectionContext): Endpoint | undefined {
-  const t = conn.target;
+export function pickEndpoint(lb: LoadBalancer, t: Target, address: string): Endpoint | undefined {
   if (t.kind === 'service') return lb.pick(t.service.endpoints.get(t.port.port) ?? []);
   if (!t.workload.healthy) return undefined;
-  const address = conn.info.targetIp;
   return { workload: t.workload, address, targetPort: t.port, tunnel: t.workload.tunnelProtocol, authority: formatHostPort(address, t.port) };
 }

@@ -26,6 +26,7 @@ export async function startTestTopology(net: number, extra: Partial<TopologyOpti
     tunnelListen: `${base}.50:0`,
     admin: `${base}.1:0`,
     ...extra,
+    bootstrap: { drain: { timeoutMs: 500 }, ...extra.bootstrap },
   });
   const close = async () => {
     await topo.close();

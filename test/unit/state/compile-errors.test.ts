@@ -481,3 +481,18 @@ spec: {servers: []}
   const snap = compileMesh({ text, file: 'g.yaml' });
   expect(snap.resources('Gateway').map((r) => r.apiVersion)).toEqual(['gateway.networking.k8s.io/v1', 'networking.istio.io/v1']);
 });
+
+test('kind: List items are compiled like top-level objects', () => {
+  const text = `apiVersion: v1
+kind: List
+items:
+- ${GATEWAY.trimEnd().split('\n').join('\n  ')}
+- apiVersion: v1
+  kind: Service
+  metadata: {name: s, labels: {istio.io/use-waypoint: waypoint}}
+  spec: {clusterIP: 10.96.0.1, ports: [{port: 80}]}
+`;
+  const snap = compileMesh({ text, file: 'list.yaml' });
+  expect(snap.waypoint.name).toBe('waypoint');
+  expect(snap.resolveTarget('10.96.0.1', 80)?.kind).toBe('service');
+});

@@ -99,6 +99,42 @@ spec: {clusterIP: 10.96.0.1, selector: {app: a}, ports: [{port: 80}]}`,
   expect(snap.resolveTarget('10.0.0.1', 80)?.kind).toBe('workload');
 });
 
+test('UDP service ports are not matchable (Istio skips them in the waypoint)', () => {
+  const text = [
+    gateway('apps', 'wp'),
+    `apiVersion: v1
+kind: Service
+metadata: {name: dns, namespace: apps, labels: {istio.io/use-waypoint: wp}}
+spec:
+  clusterIP: 10.96.0.53
+  ports:
+  - {name: dns, port: 53, protocol: UDP}
+  - {name: dns-tcp, port: 54, protocol: TCP}`,
+  ].join('\n---\n');
+  const snap = compileMesh({ text, file: 'udp.yaml' });
+  expect(snap.services[0].ports.map((p) => p.protocol)).toEqual(['UDP', 'UNKNOWN']);
+  expect(snap.resolveTarget('10.96.0.53', 53)).toBeUndefined();
+  expect(snap.resolveTarget('10.96.0.53', 54)?.kind).toBe('service');
+});
+
+test('ServiceEntry CIDR addresses match any address inside the range', () => {
+  const text = [
+    gateway('apps', 'wp'),
+    `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: range, namespace: apps, labels: {istio.io/use-waypoint: wp}}
+spec:
+  hosts: [range.internal]
+  addresses: [10.50.0.9/24]
+  ports: [{number: 443, name: tls, protocol: TLS}]`,
+  ].join('\n---\n');
+  const snap = compileMesh({ text, file: 'cidr.yaml' });
+  expect(snap.services[0].addresses).toEqual(['10.50.0.0/24']);
+  expect(snap.resolveTarget('10.50.0.200', 443)?.kind).toBe('service');
+  expect(snap.resolveTarget('10.50.1.1', 443)).toBeUndefined();
+  expect(snap.resolveTarget('10.50.0.200', 80)).toBeUndefined();
+});
+
 describe('Gateway selection', () => {
   const two = [gateway('a', 'wp1'), gateway('b', 'wp2')].join('---\n');
 

@@ -1,0 +1,81 @@
+/**
+ * Per-process CPU and memory from Linux /proc: utime+stime of /proc/<pid>/stat (all threads, in
+ * clock ticks) and VmRSS of /proc/<pid>/status.
+ */
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+
+let clkTck: number | undefined;
+
+/** Clock ticks per second (`getconf CLK_TCK`, almost always 100). */
+export function clockTicks(): number {
+  if (clkTck === undefined) {
+    try {
+      clkTck = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+    } catch {
+      clkTck = 100;
+    }
+  }
+  return clkTck;
+}
+
+/** CPU seconds (user + system, every thread) the process has used so far. */
+export function cpuSeconds(pid: number): number {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // Field 2 (comm) may contain spaces and parentheses: split after the last ')'.
+  const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // rest[0] is field 3 (state); utime and stime are fields 14 and 15.
+  const utime = Number(rest[14 - 3]);
+  const stime = Number(rest[15 - 3]);
+  return (utime + stime) / clockTicks();
+}
+
+/** Resident set size in KiB. */
+export function rssKiB(pid: number): number {
+  const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  const m = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
+  return m ? Number(m[1]) : NaN;
+}
+
+/** Open file descriptors of a process. */
+export function fdCount(pid: number): number {
+  try {
+    return fs.readdirSync(`/proc/${pid}/fd`).length;
+  } catch {
+    return NaN;
+  }
+}
+
+/** A CPU snapshot of several processes at one instant. */
+export interface CpuSnapshot {
+  readonly at: number;
+  readonly cpu: Record<string, number>;
+}
+
+export function snapshot(pids: Record<string, number>): CpuSnapshot {
+  const cpu: Record<string, number> = {};
+  for (const [name, pid] of Object.entries(pids)) {
+    try {
+      cpu[name] = cpuSeconds(pid);
+    } catch {
+      cpu[name] = NaN;
+    }
+  }
+  return { at: performance.now(), cpu };
+}
+
+/** Per process: cores used between two snapshots, and µs of CPU per request when `requests` > 0. */
+export function cpuBetween(a: CpuSnapshot, b: CpuSnapshot, requests: number): Record<string, { cpuS: number; cores: number; usPerReq: number | null }> {
+  const wallS = (b.at - a.at) / 1000;
+  const out: Record<string, { cpuS: number; cores: number; usPerReq: number | null }> = {};
+  for (const name of Object.keys(a.cpu)) {
+    const cpuS = b.cpu[name] - a.cpu[name];
+    out[name] = { cpuS: round(cpuS, 3), cores: round(cpuS / wallS, 4), usPerReq: requests > 0 ? round((cpuS * 1e6) / requests, 1) : null };
+  }
+  return out;
+}
+
+export function round(v: number, digits: number): number {
+  const f = 10 ** digits;
+  return Math.round(v * f) / f;
+}

@@ -1,0 +1,130 @@
+/**
+ * The bench report: JSON shape and the printed table.
+ */
+import type { AIMS, BenchSettings, PathName } from './config.ts';
+import type { RateResult, SaturateResult, WarmResult } from './protocol.ts';
+
+type CpuByProcess = Record<string, { cpuS: number; cores: number; usPerReq: number | null }>;
+
+export interface IdleReport {
+  readonly requested: number;
+  readonly opened: number;
+  readonly failed: number;
+  readonly stillOpenAtMeasure: number;
+  readonly closedEarly: number;
+  readonly openMs: number;
+  readonly errorSamples: string[];
+  readonly rssBeforeKiB: number;
+  readonly rssAfterKiB: number;
+  readonly rssAfterCloseKiB: number;
+  /** (RSS after − before) ÷ tunnels still open. */
+  readonly kibPerTunnel: number;
+  readonly heapUsedBeforeKiB: number | null;
+  readonly heapUsedAfterKiB: number | null;
+  readonly heapUsedAfterCloseKiB: number | null;
+  readonly heapKibPerTunnel: number | null;
+  readonly externalKibPerTunnel: number | null;
+  readonly waypointFdsBefore: number;
+  readonly waypointFdsAfter: number;
+  /** The tunnel role's side (fixture process), for orientation. */
+  readonly fixtureKibPerTunnel: number;
+}
+
+export interface PathReport {
+  target: string;
+  waypointPid: number | null;
+  warm: WarmResult | undefined;
+  idle: IdleReport | null;
+  rate: (RateResult & { cpu: CpuByProcess; waypointCores: number | null; waypointUsPerReq: number | null; vcpuPer1000: number | null }) | undefined;
+  saturation: (SaturateResult & { cpu: CpuByProcess; waypointUsPerReq: number | null; waypointCores: number | null }) | undefined;
+  waypointRssEndKiB?: number;
+}
+
+export interface BenchReport {
+  startedAt: string;
+  wallS: number;
+  host: { cpus: number; cpuModel: string; node: string; clkTck: number; loadavg: number[]; commit: string | null };
+  settings: BenchSettings;
+  aims: typeof AIMS;
+  paths: Partial<Record<PathName, PathReport>>;
+  ratios: Record<string, number | null>;
+  logs: Record<string, { warnings: number; errors: number; other: number; samples: string[]; exitedEarly: boolean; exitCode?: number }>;
+}
+
+const NA = 'n/a';
+
+function f(v: number | null | undefined, digits = 0): string {
+  if (v === null || v === undefined || !Number.isFinite(v)) return NA;
+  return v.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
+}
+
+function verdict(ok: boolean | null): string {
+  return ok === null ? '' : ok ? '  ok' : '  MISSED';
+}
+
+export function printReport(r: BenchReport): void {
+  const cols: PathName[] = ['direct', 'l4-relay', 'waypoint'];
+  const P = (p: PathName) => r.paths[p];
+  const s = r.settings;
+  const rows: [string, (p: PathName) => string][] = [
+    [`saturation req/s (autocannon -c ${s.connections}, ${s.durationS} s)`, (p) => f(P(p)?.saturation?.reqPerSec)],
+    ['  errors / timeouts / non-2xx', (p) => (P(p)?.saturation ? `${P(p)!.saturation!.errors} / ${P(p)!.saturation!.timeouts} / ${P(p)!.saturation!.non2xx}` : NA)],
+    ['  waypoint CPU µs/req', (p) => f(P(p)?.saturation?.waypointUsPerReq, 1)],
+    ['  waypoint cores busy', (p) => f(P(p)?.saturation?.waypointCores, 2)],
+    ['  fixture CPU µs/req (tunnel+inbound+backend)', (p) => f(P(p)?.saturation?.cpu.fixture?.usPerReq, 1)],
+    ['  load generator CPU µs/req', (p) => f(P(p)?.saturation?.cpu.load?.usPerReq, 1)],
+    [`fixed rate ${f(s.rate)} req/s, ${s.bodyBytes} B POST: achieved`, (p) => f(P(p)?.rate?.achievedRps)],
+    ['  errors / bad responses', (p) => (P(p)?.rate ? `${P(p)!.rate!.errors} / ${P(p)!.rate!.badResponses}` : NA)],
+    ['  p50 latency µs', (p) => f(P(p)?.rate?.latencyUs.p50)],
+    ['  p90 latency µs', (p) => f(P(p)?.rate?.latencyUs.p90)],
+    ['  p99 latency µs', (p) => f(P(p)?.rate?.latencyUs.p99)],
+    ['  waypoint CPU µs/req', (p) => f(P(p)?.rate?.waypointUsPerReq, 1)],
+    ['  waypoint vCPU (cores)', (p) => f(P(p)?.rate?.waypointCores, 3)],
+    ['  waypoint vCPU per 1000 req/s', (p) => f(P(p)?.rate?.vcpuPer1000, 3)],
+    ['  fixture CPU µs/req', (p) => f(P(p)?.rate?.cpu.fixture?.usPerReq, 1)],
+    [`idle tunnels (${s.idleTunnels}, one GET each): still open`, (p) => (P(p)?.idle ? `${P(p)!.idle!.stillOpenAtMeasure}` : NA)],
+    ['  waypoint RSS KiB per idle tunnel', (p) => f(P(p)?.idle?.kibPerTunnel, 1)],
+    ['  waypoint heap-used KiB per idle tunnel', (p) => f(P(p)?.idle?.heapKibPerTunnel, 1)],
+    ['  waypoint RSS MiB before → with tunnels → closed', (p) => (P(p)?.idle ? `${f(P(p)!.idle!.rssBeforeKiB / 1024, 1)} → ${f(P(p)!.idle!.rssAfterKiB / 1024, 1)} → ${f(P(p)!.idle!.rssAfterCloseKiB / 1024, 1)}` : NA)],
+    ['waypoint RSS MiB at the end', (p) => (P(p)?.waypointRssEndKiB ? f(P(p)!.waypointRssEndKiB! / 1024, 1) : NA)],
+  ];
+  const w0 = Math.max(...rows.map(([l]) => l.length)) + 2;
+  const cw = 24;
+  const line = (label: string, cells: string[]) => `${label.padEnd(w0)}${cells.map((c) => c.padStart(cw)).join('')}`;
+  const out: string[] = [];
+  out.push('');
+  out.push(`node-waypoint bench  ${r.startedAt}  (${r.host.cpus} × ${r.host.cpuModel}, Node ${r.host.node}${r.host.commit ? `, ${r.host.commit}` : ''}, ${r.wallS} s)`);
+  out.push('');
+  out.push(line('', cols));
+  out.push('-'.repeat(w0 + cw * cols.length));
+  for (const [label, fn] of rows) out.push(line(label, cols.map((c) => (r.paths[c] ? fn(c) : '(skipped)'))));
+  out.push('');
+  const q = r.ratios;
+  const a = r.aims;
+  out.push('Ratios and aims');
+  out.push(`  waypoint CPU/req ÷ l4-relay CPU/req, saturation   ${f(q.waypointCpuPerReqVsL4Saturation, 2)}×  (aim ≤ ${a.cpuRatioVsL4}×)${verdict(q.waypointCpuPerReqVsL4Saturation === null ? null : q.waypointCpuPerReqVsL4Saturation <= a.cpuRatioVsL4)}`);
+  out.push(`  waypoint CPU/req ÷ l4-relay CPU/req, at ${f(s.rate)}/s     ${f(q.waypointCpuPerReqVsL4AtRate, 2)}×  (aim ≤ ${a.cpuRatioVsL4}×)${verdict(q.waypointCpuPerReqVsL4AtRate === null ? null : q.waypointCpuPerReqVsL4AtRate <= a.cpuRatioVsL4)}`);
+  const vcpu = r.paths.waypoint?.rate?.vcpuPer1000 ?? null;
+  out.push(`  waypoint vCPU per 1000 req/s                      ${f(vcpu, 3)}  (aim ≤ ${a.vcpuPer1000}; Envoy waypoint ≈ ${a.envoyVcpuPer1000}: ${f(q.waypointVcpuPer1000VsEnvoy, 2)}× Envoy)${verdict(vcpu === null ? null : vcpu <= a.vcpuPer1000)}`);
+  const l4vcpu = r.paths['l4-relay']?.rate?.vcpuPer1000 ?? null;
+  out.push(`  l4-relay vCPU per 1000 req/s                      ${f(l4vcpu, 3)}  (lab: Node HBONE passthrough ≈ 0.09)`);
+  const kib = r.paths.waypoint?.idle?.kibPerTunnel ?? null;
+  out.push(`  waypoint KiB per idle tunnel (RSS)                ${f(kib, 1)}  (aim ≤ ${a.kibPerIdleTunnel})${verdict(kib === null ? null : kib <= a.kibPerIdleTunnel)}`);
+  out.push(`  req/s waypoint ÷ l4-relay                         ${f(q.waypointReqPerSecVsL4, 2)}`);
+  out.push(`  req/s waypoint ÷ direct, l4-relay ÷ direct        ${f(q.waypointReqPerSecVsDirect, 2)}, ${f(q.l4ReqPerSecVsDirect, 2)}`);
+  out.push(`  added p50 µs: l4-relay vs direct, waypoint vs l4  ${f(q.addedP50UsL4VsDirect)}, ${f(q.addedP50UsWaypointVsL4)}`);
+  const findings = Object.entries(r.logs).filter(([, l]) => l.warnings + l.errors + l.other > 0 || l.exitedEarly);
+  if (findings.length > 0) {
+    out.push('');
+    out.push('Process logs (warnings, errors, unexpected output)');
+    for (const [name, l] of findings) {
+      out.push(`  ${name}: ${l.errors} errors, ${l.warnings} warnings, ${l.other} other lines${l.exitedEarly ? ', EXITED EARLY' : ''}${l.exitCode !== undefined ? `, exit code ${l.exitCode}` : ''}`);
+      for (const sm of l.samples) out.push(`    ${sm}`);
+    }
+  }
+  out.push('');
+  out.push('CPU figures are per process from /proc (utime+stime over the measured window); 2 cores are shared by');
+  out.push('load generator, fixture and waypoint, so compare ratios within one run, not absolute req/s across runs.');
+  out.push('');
+  process.stdout.write(out.join('\n'));
+}
