@@ -306,7 +306,7 @@ function idleClose(): IdleCloseResult {
 function openOne(host: string, port: number): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
     const s = net.connect({ host, port, noDelay: true });
-    let buf = Buffer.alloc(0);
+    let buf: Buffer = Buffer.alloc(0);
     let done = false;
     const fail = (err: Error) => {
       if (done) return;

@@ -105,6 +105,8 @@ function waitFor<T>(proc: ChildProcess, pred: (m: unknown) => T | undefined, wha
 // ---------------------------------------------------------------------------------------------
 // Load process RPC with /proc snapshots at the `start` / `end` marks.
 
+type WithoutId<T> = T extends unknown ? Omit<T, 'id'> : never;
+
 class LoadClient {
   private nextId = 1;
   private readonly pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void; marks: Record<string, CpuSnapshot> }>();
@@ -132,7 +134,7 @@ class LoadClient {
     });
   }
 
-  call<R>(cmd: Omit<LoadCommand, 'id'> & { type: LoadCommand['type'] }, timeoutMs: number): Promise<{ result: R; marks: Record<string, CpuSnapshot> }> {
+  call<R>(cmd: WithoutId<LoadCommand>, timeoutMs: number): Promise<{ result: R; marks: Record<string, CpuSnapshot> }> {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       const marks: Record<string, CpuSnapshot> = {};

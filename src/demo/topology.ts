@@ -13,6 +13,7 @@ import { LocalCa } from '../identity/ca.ts';
 import { WorkloadCertificate } from '../identity/workload-certificate.ts';
 import type { FilterFactory } from '../pipeline/filter.ts';
 import { InboundRole } from '../roles/inbound.ts';
+import { formatHostPort } from '../state/ip.ts';
 import { TunnelRole } from '../roles/tunnel.ts';
 
 export interface TopologyOptions {
@@ -23,6 +24,8 @@ export interface TopologyOptions {
   readonly waypointIp: string;
   /** HBONE port of the waypoint and of every inbound role (default 15008). */
   readonly hbonePort?: number;
+  /** The waypoint's own HBONE port when it must differ from the endpoints' (several roles on one IP, e.g. `::1`). */
+  readonly waypointPort?: number;
   /** Service VIP (only ever used as a CONNECT authority, never dialed). */
   readonly vip: string;
   readonly servicePort?: number;
@@ -76,7 +79,7 @@ spec:
   - name: echo
     ports: [{ name: http, containerPort: ${targetPort} }]
 status:
-  podIP: ${ip}
+  podIP: "${ip}"
 `,
     )
     .join('');
@@ -105,7 +108,7 @@ apiVersion: v1
 kind: Service
 metadata: { name: echo, namespace: demo }
 spec:
-  clusterIP: ${o.vip}
+  clusterIP: "${o.vip}"
   selector: { app: echo }
   ports: [{ name: ${o.portName ?? 'http'}, port: ${servicePort}, targetPort: http }]
 ${pods}---
@@ -116,7 +119,7 @@ metadata:
   namespace: demo
   labels: { app: client }
 spec: { serviceAccountName: client }
-status: { podIP: ${o.clientIp} }
+status: { podIP: "${o.clientIp}" }
 `;
 }
 
@@ -124,7 +127,7 @@ status: { podIP: ${o.clientIp} }
 export function topologyBootstrap(o: TopologyOptions): BootstrapConfig {
   const hbonePort = o.hbonePort ?? 15008;
   const bootstrap = overrideBootstrap(defaultBootstrap(), {
-    listeners: { hbone: `${o.waypointIp}:${hbonePort}`, admin: o.admin, readiness: o.readiness ?? '' },
+    listeners: { hbone: formatHostPort(o.waypointIp, o.waypointPort ?? hbonePort), admin: o.admin, readiness: o.readiness ?? '' },
     upstream: { hbonePort },
   });
   return o.bootstrap ? overrideBootstrap(bootstrap, o.bootstrap) : bootstrap;
@@ -158,7 +161,7 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
     closers.push(() => echoCert.close());
     const inbounds: InboundRole[] = [];
     for (const ip of o.podIps) {
-      const r = await InboundRole.start({ listen: `${ip}:${hbonePort}`, certificate: echoCert });
+      const r = await InboundRole.start({ listen: formatHostPort(ip, hbonePort), certificate: echoCert });
       inbounds.push(r);
       closers.push(() => r.close(100));
     }
@@ -172,8 +175,8 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
     closers.push(() => clientCert.close());
     const tunnel = await TunnelRole.start({
       listen: o.tunnelListen,
-      to: `${o.waypointIp}:${hbonePort}`,
-      authority: `${o.vip}:${o.servicePort ?? 80}`,
+      to: formatHostPort(o.waypointIp, waypoint?.addresses.hbone.port ?? o.waypointPort ?? hbonePort),
+      authority: formatHostPort(o.vip, o.servicePort ?? 80),
       certificate: clientCert,
       expectSan: `spiffe://${td}/ns/demo/sa/waypoint`,
       bind: o.clientIp,

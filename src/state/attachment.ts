@@ -7,9 +7,13 @@ import type { TunnelProtocol, WaypointIdentity } from './types.ts';
 
 type Labels = Readonly<Record<string, string>>;
 
+/** On a Service, ServiceEntry, Pod, WorkloadEntry or Namespace: name of the waypoint to use, or `none`. */
 export const LABEL_USE_WAYPOINT = 'istio.io/use-waypoint';
+/** Namespace of the waypoint named by {@link LABEL_USE_WAYPOINT}, when not the object's own. */
 export const LABEL_USE_WAYPOINT_NAMESPACE = 'istio.io/use-waypoint-namespace';
+/** On the waypoint Gateway: `service` (default), `workload`, `all` or `none`. */
 export const LABEL_WAYPOINT_FOR = 'istio.io/waypoint-for';
+/** On a Pod, WorkloadEntry or Namespace: `ambient`, or `none` to opt out of the mesh. */
 export const LABEL_DATAPLANE_MODE = 'istio.io/dataplane-mode';
 
 /**

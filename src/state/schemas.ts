@@ -52,8 +52,10 @@ const objectMeta = z.object({
 /** `metadata` + `spec` where only labels/annotations of metadata are read. */
 const withMeta = <T extends z.ZodType>(spec: T) => z.object({ metadata: objectMeta, spec });
 
+/** `Namespace`: only its labels matter (use-waypoint, dataplane-mode). */
 export const NamespaceSchema = z.object({ metadata: objectMeta });
 
+/** Kubernetes `Service` (core/v1): cluster IPs, selector, ports. */
 export const ServiceSchema = withMeta(
   z
     .object({
@@ -76,6 +78,7 @@ export const ServiceSchema = withMeta(
     })
     .nullish(),
 );
+/** A validated `Service`. */
 export type ServiceDoc = z.output<typeof ServiceSchema>;
 
 const containerSchema = z.object({
@@ -85,6 +88,7 @@ const containerSchema = z.object({
     .nullish(),
 });
 
+/** `Pod` (core/v1): owners, service account, container ports, IPs and readiness. */
 export const PodSchema = z.object({
   metadata: objectMeta.extend({
     ownerReferences: z
@@ -111,6 +115,7 @@ export const PodSchema = z.object({
     })
     .nullish(),
 });
+/** A validated `Pod`. */
 export type PodDoc = z.output<typeof PodSchema>;
 
 /** Fields shared by WorkloadEntry.spec and ServiceEntry.spec.endpoints[]. */
@@ -122,6 +127,7 @@ const workloadEntryFields = {
   locality: optText,
 };
 
+/** Istio `WorkloadEntry`: an IP `address` (DNS names rejected), labels, named ports, identity. */
 export const WorkloadEntrySchema = withMeta(
   z
     .object({
@@ -134,8 +140,10 @@ export const WorkloadEntrySchema = withMeta(
     })
     .nullish(),
 );
+/** A validated `WorkloadEntry`. */
 export type WorkloadEntryDoc = z.output<typeof WorkloadEntrySchema>;
 
+/** Istio `ServiceEntry`: hosts (at least one), addresses (IPs or CIDRs), ports, selector, inline endpoints. */
 export const ServiceEntrySchema = withMeta(
   z.object(
     {
@@ -165,10 +173,13 @@ export const ServiceEntrySchema = withMeta(
     { error: (iss) => (iss.input === undefined ? 'is required' : 'must be a mapping') },
   ),
 );
+/** A validated `ServiceEntry`. */
 export type ServiceEntryDoc = z.output<typeof ServiceEntrySchema>;
 
+/** Gateway API `Gateway`: class name and labels (`istio.io/waypoint-for`). */
 export const GatewaySchema = withMeta(z.object({ gatewayClassName: optText }).nullish());
 
+/** `ConfigMap`: string `data` (the `istio` one carries MeshConfig under `mesh`). */
 export const ConfigMapSchema = z.object({
   data: z.record(z.string(), z.string({ error: 'ConfigMap data values must be strings' })).nullish(),
 });

@@ -39,6 +39,10 @@ export interface MeshStoreTextOptions {
 /** Called with the new and the previous snapshot after each successful reload. */
 export type MeshListener = (next: MeshSnapshot, prev: MeshSnapshot) => void;
 
+/**
+ * Holder of the current {@link MeshSnapshot}. Build with {@link MeshStore.open} (files, optional
+ * watching) or {@link MeshStore.fromText}; read `current`; `subscribe` for replacements; `close`.
+ */
 export class MeshStore {
   #current: MeshSnapshot;
   readonly #listeners = new Set<MeshListener>();

@@ -10,7 +10,9 @@ import type { SourceObject } from './source.ts';
 import type { WaypointIdentity } from './types.ts';
 import { parseAs } from './validate.ts';
 
+/** `spec.gatewayClassName` of Istio waypoint Gateways. */
 export const WAYPOINT_GATEWAY_CLASS = 'istio-waypoint';
+/** API group of Gateway API objects (as opposed to Istio's own `networking.istio.io` Gateway). */
 export const GATEWAY_API_GROUP = 'gateway.networking.k8s.io';
 
 const WAYPOINT_FOR = new Set(['service', 'workload', 'all', 'none']);

@@ -35,7 +35,7 @@ test('no HBONE server at the endpoint: 503 (UF), promptly', async () => {
 
 test('endpoints not Ready after a mesh file change: 503 (UH) without restart', async () => {
   const before = topo.waypoint!.mesh.current.version;
-  const text = fs.readFileSync(topo.meshFile, 'utf8').replaceAll('  podIP: 127.0.23.1', '  conditions: [{ type: Ready, status: "False" }]\n  podIP: 127.0.23.1');
+  const text = fs.readFileSync(topo.meshFile, 'utf8').replaceAll('  podIP: "127.0.23.1', '  conditions: [{ type: Ready, status: "False" }]\n  podIP: "127.0.23.1');
   expect(text).toContain('status: "False"');
   const updated = new Promise<void>((resolve) => topo.waypoint!.mesh.subscribe(() => resolve()));
   fs.writeFileSync(topo.meshFile, text);
