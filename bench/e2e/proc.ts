@@ -46,7 +46,19 @@ export function fdCount(pid: number): number {
   }
 }
 
-/** A CPU snapshot of several processes at one instant. */
+/** Busy CPU seconds of the whole machine (every state of /proc/stat's `cpu` line but idle and iowait). */
+export function machineBusySeconds(): number {
+  const line = fs.readFileSync('/proc/stat', 'utf8').split('\n', 1)[0];
+  const v = line.trim().split(/\s+/).slice(1).map(Number);
+  // user nice system idle iowait irq softirq steal guest guest_nice (guest time is already in user).
+  const busy = v[0] + v[1] + v[2] + v[5] + v[6] + (v[7] ?? 0);
+  return busy / clockTicks();
+}
+
+/** Key of the whole-machine entry in a {@link CpuSnapshot}. */
+export const MACHINE = 'machine';
+
+/** A CPU snapshot of several processes (and the whole machine, as {@link MACHINE}) at one instant. */
 export interface CpuSnapshot {
   readonly at: number;
   readonly cpu: Record<string, number>;
@@ -61,6 +73,11 @@ export function snapshot(pids: Record<string, number>): CpuSnapshot {
       cpu[name] = NaN;
     }
   }
+  try {
+    cpu[MACHINE] = machineBusySeconds();
+  } catch {
+    cpu[MACHINE] = NaN;
+  }
   return { at: performance.now(), cpu };
 }
 
@@ -68,9 +85,16 @@ export function snapshot(pids: Record<string, number>): CpuSnapshot {
 export function cpuBetween(a: CpuSnapshot, b: CpuSnapshot, requests: number): Record<string, { cpuS: number; cores: number; usPerReq: number | null }> {
   const wallS = (b.at - a.at) / 1000;
   const out: Record<string, { cpuS: number; cores: number; usPerReq: number | null }> = {};
+  let ours = 0;
   for (const name of Object.keys(a.cpu)) {
     const cpuS = b.cpu[name] - a.cpu[name];
+    if (name !== MACHINE) ours += cpuS;
     out[name] = { cpuS: round(cpuS, 3), cores: round(cpuS / wallS, 4), usPerReq: requests > 0 ? round((cpuS * 1e6) / requests, 1) : null };
+  }
+  // What the rest of the machine did meanwhile (other sessions, the kernel's softirq time...).
+  if (MACHINE in out) {
+    const other = out[MACHINE].cpuS - ours;
+    out.other = { cpuS: round(other, 3), cores: round(other / wallS, 4), usPerReq: null };
   }
   return out;
 }

@@ -11,6 +11,7 @@ import fs from 'node:fs';
 import { z } from 'zod';
 import { LineCounter, parseDocument } from 'yaml';
 import { ConfigError } from '../errors.ts';
+import { deepFreeze } from '../util/freeze.ts';
 
 const hostPort = z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/, 'expected ADDR:PORT or [IPv6]:PORT');
 const ms = z.number().int().nonnegative();
@@ -151,13 +152,4 @@ export function overrideBootstrap(base: BootstrapConfig, patch: Record<string, u
 
 function formatPath(path: readonly PropertyKey[]): string {
   return path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i === 0 ? String(p) : `.${String(p)}`)).join('');
-}
-
-/** Freeze an object graph in place and return it. */
-export function deepFreeze<T>(value: T): T {
-  if (value && typeof value === 'object' && !Object.isFrozen(value)) {
-    Object.freeze(value);
-    for (const v of Object.values(value)) deepFreeze(v);
-  }
-  return value;
 }

@@ -2,7 +2,7 @@
  * Assemble a {@link MeshSnapshot} from compiled parts: build every lookup index once, then deep-freeze.
  * The data path only calls the index lookups below; none of them scans a list.
  */
-import { deepFreeze } from './freeze.ts';
+import { deepFreeze } from '../util/freeze.ts';
 import { parseCidr, type Cidr } from './ip.ts';
 import type {
   KeptResource,
