@@ -37,6 +37,9 @@ export interface PathReport {
   idle: IdleReport | null;
   rate: (RateResult & { cpu: CpuByProcess; waypointCores: number | null; waypointUsPerReq: number | null; vcpuPer1000: number | null }) | undefined;
   saturation: (SaturateResult & { cpu: CpuByProcess; waypointUsPerReq: number | null; waypointCores: number | null }) | undefined;
+  /** Waypoint RSS when it first answered ready, after the 500-request warm-up, and after the saturation run. */
+  waypointRssAtReadyKiB?: number;
+  waypointRssAfterWarmKiB?: number;
   waypointRssEndKiB?: number;
 }
 
@@ -73,7 +76,7 @@ export function printReport(r: BenchReport): void {
     ['  waypoint cores busy', (p) => f(P(p)?.saturation?.waypointCores, 2)],
     ['  fixture CPU µs/req (tunnel+inbound+backend)', (p) => f(P(p)?.saturation?.cpu.fixture?.usPerReq, 1)],
     ['  load generator CPU µs/req', (p) => f(P(p)?.saturation?.cpu.load?.usPerReq, 1)],
-    ['  machine busy cores / not ours', (p) => (P(p)?.saturation ? `${f(P(p)!.saturation!.cpu.machine?.cores, 2)} / ${f(P(p)!.saturation!.cpu.other?.cores, 2)}` : NA)],
+    ['  machine busy cores / not ours (others, softirq)', (p) => (P(p)?.saturation ? `${f(P(p)!.saturation!.cpu.machine?.cores, 2)} / ${f(P(p)!.saturation!.cpu.other?.cores, 2)}` : NA)],
     [`fixed rate ${f(s.rate)} req/s, ${s.bodyBytes} B POST: achieved`, (p) => f(P(p)?.rate?.achievedRps)],
     ['  errors / bad responses', (p) => (P(p)?.rate ? `${P(p)!.rate!.errors} / ${P(p)!.rate!.badResponses}` : NA)],
     ['  p50 latency µs', (p) => f(P(p)?.rate?.latencyUs.p50)],
@@ -83,12 +86,12 @@ export function printReport(r: BenchReport): void {
     ['  waypoint vCPU (cores)', (p) => f(P(p)?.rate?.waypointCores, 3)],
     ['  waypoint vCPU per 1000 req/s', (p) => f(P(p)?.rate?.vcpuPer1000, 3)],
     ['  fixture CPU µs/req', (p) => f(P(p)?.rate?.cpu.fixture?.usPerReq, 1)],
-    ['  machine busy cores / not ours', (p) => (P(p)?.rate ? `${f(P(p)!.rate!.cpu.machine?.cores, 2)} / ${f(P(p)!.rate!.cpu.other?.cores, 2)}` : NA)],
+    ['  machine busy cores / not ours (others, softirq)', (p) => (P(p)?.rate ? `${f(P(p)!.rate!.cpu.machine?.cores, 2)} / ${f(P(p)!.rate!.cpu.other?.cores, 2)}` : NA)],
     [`idle tunnels (${s.idleTunnels}, one GET each): still open`, (p) => (P(p)?.idle ? `${P(p)!.idle!.stillOpenAtMeasure}` : NA)],
     ['  waypoint RSS KiB per idle tunnel', (p) => f(P(p)?.idle?.kibPerTunnel, 1)],
     ['  waypoint heap-used KiB per idle tunnel', (p) => f(P(p)?.idle?.heapKibPerTunnel, 1)],
     ['  waypoint RSS MiB before → with tunnels → closed', (p) => (P(p)?.idle ? `${f(P(p)!.idle!.rssBeforeKiB / 1024, 1)} → ${f(P(p)!.idle!.rssAfterKiB / 1024, 1)} → ${f(P(p)!.idle!.rssAfterCloseKiB / 1024, 1)}` : NA)],
-    ['waypoint RSS MiB at the end', (p) => (P(p)?.waypointRssEndKiB ? f(P(p)!.waypointRssEndKiB! / 1024, 1) : NA)],
+    ['waypoint RSS MiB: ready → warmed → after saturation', (p) => (P(p)?.waypointRssEndKiB ? `${f((P(p)!.waypointRssAtReadyKiB ?? NaN) / 1024, 1)} → ${f((P(p)!.waypointRssAfterWarmKiB ?? NaN) / 1024, 1)} → ${f(P(p)!.waypointRssEndKiB! / 1024, 1)}` : NA)],
   ];
   const w0 = Math.max(...rows.map(([l]) => l.length)) + 2;
   const cw = 24;

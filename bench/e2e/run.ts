@@ -291,7 +291,7 @@ async function main(): Promise<void> {
 
     // One waypoint process per topology a selected path needs.
     const needed = new Set(settings.paths.map((p) => pathTarget(p).topology).filter((t) => t !== undefined));
-    const waypoints: Record<string, { child: Child; admin: string }> = {};
+    const waypoints: Record<string, { child: Child; admin: string; rssAtReadyKiB?: number }> = {};
     for (const spec of TOPOLOGIES) {
       if (!needed.has(spec.key)) continue;
       const t = ready[spec.key];
@@ -299,14 +299,18 @@ async function main(): Promise<void> {
       const cfgFile = path.join(work, `waypoint-${spec.key}.yaml`);
       fs.writeFileSync(cfgFile, `# bench: waypoint bootstrap for the ${spec.key} topology\n${stringify(bootstrap)}`);
       const wl = openLog(logs, `waypoint-${spec.key}`);
-      const proc = spawn(process.execPath, [path.join(ROOT, 'bin/waypoint.js'), '--log-level', process.env.WAYPOINT_LOG_LEVEL ?? 'warn', 'run', '--mesh', t.meshFile, '--ca-dir', t.caDir, '--config', cfgFile], {
+      const nodeFlags = (process.env.BENCH_WAYPOINT_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
+      const proc = spawn(process.execPath, [...nodeFlags, path.join(ROOT, 'bin/waypoint.js'), '--log-level', process.env.WAYPOINT_LOG_LEVEL ?? 'warn', 'run', '--mesh', t.meshFile, '--ca-dir', t.caDir, '--config', cfgFile], {
         cwd: ROOT,
         stdio: ['ignore', wl.fd, wl.fd],
       });
       const child = track(`waypoint-${spec.key}`, proc, wl.file);
       waypoints[spec.key] = { child, admin: bootstrap.listeners.admin };
     }
-    for (const w of Object.values(waypoints)) await waitReady(w.admin, w.child, 20_000);
+    for (const w of Object.values(waypoints)) {
+      await waitReady(w.admin, w.child, 20_000);
+      w.rssAtReadyKiB = rssKiB(w.child.proc.pid!);
+    }
 
     // Load generator.
     const ll = openLog(logs, 'load');
@@ -361,7 +365,7 @@ async function runPath(
   target: ReturnType<typeof pathTarget>,
   s: BenchSettings,
   load: LoadClient,
-  wp: { child: Child; admin: string } | undefined,
+  wp: { child: Child; admin: string; rssAtReadyKiB?: number } | undefined,
   fixture: Child,
 ): Promise<PathReport> {
   const out: PathReport = { target: target.url, waypointPid: wp?.child.proc.pid ?? null, warm: undefined, idle: null, rate: undefined, saturation: undefined };
@@ -369,6 +373,10 @@ async function runPath(
   log(`[${p}] warm-up`);
   out.warm = (await load.call<WarmResult>({ type: 'warm', url: target.url, requests: 500, concurrency: 10 }, 30_000)).result;
   if (out.warm.ok === 0) throw new Error(`[${p}] every warm-up request failed: ${out.warm.errorSamples.join('; ')}`);
+  if (wpPid) {
+    out.waypointRssAtReadyKiB = wp?.rssAtReadyKiB;
+    out.waypointRssAfterWarmKiB = rssKiB(wpPid);
+  }
 
   // (iii) Idle tunnels: waypoint memory per idle keep-alive connection (fresh process, light warm-up).
   if (wp && wpPid && s.idleTunnels > 0) {
