@@ -94,6 +94,8 @@ export interface BenchSettings {
   readonly idleTunnels: number;
   readonly idleSettleMs: number;
   readonly paths: readonly PathName[];
+  /** BENCH_GC=1: waypoints run with --inspect so the idle flow can force a GC and read process.memoryUsage(). */
+  readonly gc: boolean;
 }
 
 export function loadSettings(): BenchSettings {
@@ -114,6 +116,7 @@ export function loadSettings(): BenchSettings {
     idleTunnels: num('BENCH_IDLE_TUNNELS', 1000),
     idleSettleMs: num('BENCH_IDLE_SETTLE_MS', 2000),
     paths: PATHS.filter((p) => paths.includes(p)),
+    gc: process.env.BENCH_GC === '1',
   };
 }
 

@@ -2,6 +2,7 @@
  * The bench report: JSON shape and the printed table.
  */
 import type { AIMS, BenchSettings, PathName } from './config.ts';
+import type { RemoteMemory } from './inspector.ts';
 import type { RateResult, SaturateResult, WarmResult } from './protocol.ts';
 
 type CpuByProcess = Record<string, { cpuS: number; cores: number; usPerReq: number | null }>;
@@ -28,6 +29,15 @@ export interface IdleReport {
   readonly waypointFdsAfter: number;
   /** The tunnel role's side (fixture process), for orientation. */
   readonly fixtureKibPerTunnel: number;
+  /** With BENCH_GC=1: memory after a forced full GC (inspector) before, with and after the tunnels. */
+  readonly gc: {
+    readonly before: RemoteMemory;
+    readonly after: RemoteMemory;
+    readonly afterClose: RemoteMemory | null;
+    readonly heapKibPerTunnel: number;
+    readonly externalKibPerTunnel: number;
+    readonly rssKibPerTunnel: number;
+  } | null;
 }
 
 export interface PathReport {
@@ -44,6 +54,8 @@ export interface PathReport {
 }
 
 export interface BenchReport {
+  /** Anything that makes figures doubtful: errors, failed tunnels, other load on the machine. */
+  warnings: string[];
   startedAt: string;
   wallS: number;
   host: { cpus: number; cpuModel: string; node: string; clkTck: number; loadavg: number[]; commit: string | null };
@@ -89,7 +101,12 @@ export function printReport(r: BenchReport): void {
     ['  machine busy cores / not ours (others, softirq)', (p) => (P(p)?.rate ? `${f(P(p)!.rate!.cpu.machine?.cores, 2)} / ${f(P(p)!.rate!.cpu.other?.cores, 2)}` : NA)],
     [`idle tunnels (${s.idleTunnels}, one GET each): still open`, (p) => (P(p)?.idle ? `${P(p)!.idle!.stillOpenAtMeasure}` : NA)],
     ['  waypoint RSS KiB per idle tunnel', (p) => f(P(p)?.idle?.kibPerTunnel, 1)],
-    ['  waypoint heap-used KiB per idle tunnel', (p) => f(P(p)?.idle?.heapKibPerTunnel, 1)],
+    ['  waypoint heap-used KiB per idle tunnel', (p) => (P(p)?.idle?.gc ? `${f(P(p)!.idle!.gc!.heapKibPerTunnel, 1)} (after GC)` : `${f(P(p)?.idle?.heapKibPerTunnel, 1)} (no GC)`)],
+    ...(s.gc
+      ? ([
+          ['  after forced GC: RSS / external KiB per tunnel', (p: PathName) => (P(p)?.idle?.gc ? `${f(P(p)!.idle!.gc!.rssKibPerTunnel, 1)} / ${f(P(p)!.idle!.gc!.externalKibPerTunnel, 1)}` : NA)],
+        ] as [string, (p: PathName) => string][])
+      : []),
     ['  waypoint RSS MiB before → with tunnels → closed', (p) => (P(p)?.idle ? `${f(P(p)!.idle!.rssBeforeKiB / 1024, 1)} → ${f(P(p)!.idle!.rssAfterKiB / 1024, 1)} → ${f(P(p)!.idle!.rssAfterCloseKiB / 1024, 1)}` : NA)],
     ['waypoint RSS MiB: ready → warmed → after saturation', (p) => (P(p)?.waypointRssEndKiB ? `${f((P(p)!.waypointRssAtReadyKiB ?? NaN) / 1024, 1)} → ${f((P(p)!.waypointRssAfterWarmKiB ?? NaN) / 1024, 1)} → ${f(P(p)!.waypointRssEndKiB! / 1024, 1)}` : NA)],
   ];
@@ -126,6 +143,11 @@ export function printReport(r: BenchReport): void {
       out.push(`  ${name}: ${l.errors} errors, ${l.warnings} warnings, ${l.other} other lines${l.exitedEarly ? ', EXITED EARLY' : ''}${l.exitCode !== undefined ? `, exit code ${l.exitCode}` : ''}`);
       for (const sm of l.samples) out.push(`    ${sm}`);
     }
+  }
+  if (r.warnings.length > 0) {
+    out.push('');
+    out.push('WARNINGS');
+    for (const w of r.warnings) out.push(`  ! ${w}`);
   }
   out.push('');
   out.push('CPU figures are per process from /proc (utime+stime over the measured window); 2 cores are shared by');

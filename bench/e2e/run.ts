@@ -21,6 +21,7 @@ import { topologyBootstrap } from '../../src/demo/topology.ts';
 import { AIMS, TOPOLOGIES, loadSettings, pathTarget, type BenchSettings, type PathName } from './config.ts';
 import { clockTicks, cpuBetween, fdCount, round, rssKiB, snapshot, type CpuSnapshot } from './proc.ts';
 import type { IdleCloseResult, IdleOpenResult, LoadCommand, LoadMessage, RateResult, SaturateResult, WarmResult } from './protocol.ts';
+import { gcAndMeasure, type RemoteMemory } from './inspector.ts';
 import { printReport, type BenchReport, type PathReport } from './report.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -104,6 +105,14 @@ function waitFor<T>(proc: ChildProcess, pred: (m: unknown) => T | undefined, wha
 
 // ---------------------------------------------------------------------------------------------
 // Load process RPC with /proc snapshots at the `start` / `end` marks.
+
+interface WaypointProc {
+  readonly child: Child;
+  readonly admin: string;
+  /** Inspector address when BENCH_GC=1. */
+  readonly inspect: string | undefined;
+  rssAtReadyKiB?: number;
+}
 
 type WithoutId<T> = T extends unknown ? Omit<T, 'id'> : never;
 
@@ -231,7 +240,7 @@ function logFindings(file: string): { warnings: number; errors: number; other: n
       } catch {
         // not JSON after all
       }
-    } else if (/^(waypoint |  CA:|  HBONE:|  admin:|  readiness:)/.test(line) || /ExperimentalWarning|--trace-warnings/.test(line)) {
+    } else if (/^(waypoint |  CA:|  HBONE:|  admin:|  readiness:)/.test(line) || /ExperimentalWarning|--trace-warnings|Debugger listening|For help, see|Debugger attached|Waiting for the debugger/.test(line)) {
       continue; // `waypoint run` banner, Node's experimental notices
     } else {
       other++;
@@ -291,7 +300,7 @@ async function main(): Promise<void> {
 
     // One waypoint process per topology a selected path needs.
     const needed = new Set(settings.paths.map((p) => pathTarget(p).topology).filter((t) => t !== undefined));
-    const waypoints: Record<string, { child: Child; admin: string; rssAtReadyKiB?: number }> = {};
+    const waypoints: Record<string, WaypointProc> = {};
     for (const spec of TOPOLOGIES) {
       if (!needed.has(spec.key)) continue;
       const t = ready[spec.key];
@@ -300,12 +309,14 @@ async function main(): Promise<void> {
       fs.writeFileSync(cfgFile, `# bench: waypoint bootstrap for the ${spec.key} topology\n${stringify(bootstrap)}`);
       const wl = openLog(logs, `waypoint-${spec.key}`);
       const nodeFlags = (process.env.BENCH_WAYPOINT_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
+      const inspect = settings.gc ? `${spec.options.waypointIp}:9229` : undefined;
+      if (inspect) nodeFlags.push(`--inspect=${inspect}`);
       const proc = spawn(process.execPath, [...nodeFlags, path.join(ROOT, 'bin/waypoint.js'), '--log-level', process.env.WAYPOINT_LOG_LEVEL ?? 'warn', 'run', '--mesh', t.meshFile, '--ca-dir', t.caDir, '--config', cfgFile], {
         cwd: ROOT,
         stdio: ['ignore', wl.fd, wl.fd],
       });
       const child = track(`waypoint-${spec.key}`, proc, wl.file);
-      waypoints[spec.key] = { child, admin: bootstrap.listeners.admin };
+      waypoints[spec.key] = { child, admin: bootstrap.listeners.admin, inspect };
     }
     for (const w of Object.values(waypoints)) {
       await waitReady(w.admin, w.child, 20_000);
@@ -365,7 +376,7 @@ async function runPath(
   target: ReturnType<typeof pathTarget>,
   s: BenchSettings,
   load: LoadClient,
-  wp: { child: Child; admin: string; rssAtReadyKiB?: number } | undefined,
+  wp: WaypointProc | undefined,
   fixture: Child,
 ): Promise<PathReport> {
   const out: PathReport = { target: target.url, waypointPid: wp?.child.proc.pid ?? null, warm: undefined, idle: null, rate: undefined, saturation: undefined };
@@ -382,18 +393,30 @@ async function runPath(
   if (wp && wpPid && s.idleTunnels > 0) {
     log(`[${p}] idle tunnels: ${s.idleTunnels}`);
     await sleep(1_000);
+    const gc = async (): Promise<RemoteMemory | undefined> => {
+      if (!wp.inspect) return undefined;
+      try {
+        return await gcAndMeasure(wp.inspect);
+      } catch (err) {
+        log(`[${p}] inspector GC failed: ${(err as Error).message}`);
+        return undefined;
+      }
+    };
+    const gcBefore = await gc();
     const rssBefore = rssKiB(wpPid);
     const heapBefore = await heapKiB(wp.admin);
     const fdsBefore = fdCount(wpPid);
     const fixtureRssBefore = rssKiB(fixture.proc.pid!);
     const opened = (await load.call<IdleOpenResult>({ type: 'idle-open', host: target.host, port: target.port, count: s.idleTunnels, concurrency: 32 }, 120_000)).result;
     await sleep(s.idleSettleMs);
+    const gcAfter = await gc();
     const rssAfter = rssKiB(wpPid);
     const heapAfter = await heapKiB(wp.admin);
     const fdsAfter = fdCount(wpPid);
     const fixtureRssAfter = rssKiB(fixture.proc.pid!);
     const closed = (await load.call<IdleCloseResult>({ type: 'idle-close' }, 10_000)).result;
     await sleep(1_500);
+    const gcAfterClose = await gc();
     const rssAfterClose = rssKiB(wpPid);
     const heapAfterClose = await heapKiB(wp.admin);
     const n = Math.max(1, closed.stillOpen);
@@ -417,6 +440,17 @@ async function runPath(
       waypointFdsBefore: fdsBefore,
       waypointFdsAfter: fdsAfter,
       fixtureKibPerTunnel: round((fixtureRssAfter - fixtureRssBefore) / n, 2),
+      gc:
+        gcBefore && gcAfter
+          ? {
+              before: gcBefore,
+              after: gcAfter,
+              afterClose: gcAfterClose ?? null,
+              heapKibPerTunnel: round((gcAfter.heapUsedKiB - gcBefore.heapUsedKiB) / n, 2),
+              externalKibPerTunnel: round((gcAfter.externalKiB - gcBefore.externalKiB) / n, 2),
+              rssKibPerTunnel: round((gcAfter.rssKiB - gcBefore.rssKiB) / n, 2),
+            }
+          : null,
     };
   }
 
@@ -460,7 +494,25 @@ function buildReport(
   const direct = paths.direct;
   const ratio = (a: number | null | undefined, b: number | null | undefined) => (a != null && b != null && b > 0 ? round(a / b, 3) : null);
   const diff = (a: number | null | undefined, b: number | null | undefined) => (a != null && b != null ? a - b : null);
+  const warnings: string[] = [];
+  for (const [name, pr] of Object.entries(paths)) {
+    for (const [run, cpu] of [['fixed-rate', pr.rate?.cpu], ['saturation', pr.saturation?.cpu]] as const) {
+      const other = cpu?.other?.cores;
+      if (other !== undefined && other > 0.25) warnings.push(`${name} ${run}: processes outside the bench (and softirq) used ${other.toFixed(2)} cores meanwhile; its figures are contaminated`);
+    }
+    const sat = pr.saturation;
+    if (sat && sat.errors + sat.timeouts + sat.non2xx > 0) warnings.push(`${name} saturation: ${sat.errors} errors, ${sat.timeouts} timeouts, ${sat.non2xx} non-2xx (${JSON.stringify(sat.statusCodes)})`);
+    const rate = pr.rate;
+    if (rate && rate.errors + rate.badResponses > 0) warnings.push(`${name} fixed-rate: ${rate.errors} errors, ${rate.badResponses} bad responses: ${rate.errorSamples.join('; ')}`);
+    if (rate && rate.achievedRps < rate.targetRps * 0.95) warnings.push(`${name} fixed-rate: achieved ${rate.achievedRps} of ${rate.targetRps} req/s`);
+    const idle = pr.idle;
+    if (idle && (idle.failed > 0 || idle.closedEarly > 0)) warnings.push(`${name} idle: ${idle.failed} tunnels failed to open, ${idle.closedEarly} closed before the measurement: ${idle.errorSamples.join('; ')}`);
+  }
+  for (const [name, l] of Object.entries(logs)) {
+    if (l.errors + l.warnings + l.other > 0 || l.exitedEarly) warnings.push(`${name} logged ${l.errors} errors, ${l.warnings} warnings, ${l.other} other lines${l.exitedEarly ? ' and exited early' : ''}`);
+  }
   return {
+    warnings,
     startedAt: startedAt.toISOString(),
     wallS: round(wallS, 1),
     host: {

@@ -135,6 +135,7 @@ export function loadBootstrap(file: string | undefined): BootstrapConfig {
 export function overrideBootstrap(base: BootstrapConfig, patch: Record<string, unknown>): BootstrapConfig {
   const merged: Record<string, unknown> = { ...base };
   for (const [k, v] of Object.entries(patch)) {
+    if (v === undefined) continue;
     if (Array.isArray(v) || typeof v !== 'object' || v === null) {
       merged[k] = v;
       continue;
