@@ -12,9 +12,9 @@ import { ConfigError } from './errors.ts';
 import { HboneSessionPool } from './hbone/pool.ts';
 import { HboneServer } from './hbone/server.ts';
 import { LocalCa, defaultCaDir, parseTtl } from './identity/ca.ts';
-import { trustDomainAllowed } from './identity/spiffe.ts';
 import { WorkloadCertificate } from './identity/workload-certificate.ts';
 import { InnerHttpServer } from './inner-http/server.ts';
+import { refuseDownstreamPeer } from './listener/peer-policy.ts';
 import { waypointConnectHandler } from './listener/waypoint-listener.ts';
 import type { FilterChain } from './pipeline/chain.ts';
 import type { FilterFactory } from './pipeline/filter.ts';
@@ -147,14 +147,7 @@ export class Waypoint {
         name: 'waypoint',
         material: certificate.current,
         http2: cfg.http2,
-        verifyPeer: (peer) => {
-          if (!peer) return 'client certificate has no SPIFFE identity';
-          const mc = mesh.current.meshConfig;
-          if (!trustDomainAllowed(peer, mc.trustDomain, mc.trustDomainAliases)) {
-            return `trust domain "${peer.trustDomain}" is neither "${mc.trustDomain}" nor one of trustDomainAliases`;
-          }
-          return undefined;
-        },
+        verifyPeer: (peer) => refuseDownstreamPeer(peer, mesh.current.meshConfig),
         onConnect: waypointConnectHandler({ mesh, chain, inner, clusters }),
       });
       certificate.on('rotated', (m) => {

@@ -1,0 +1,117 @@
+/**
+ * Minimal contexts and recording filters for pipeline unit tests. Phases that never touch
+ * `req`/`res`/`mesh`/`target` get empty stand-ins; tests of local replies pass a real request.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { FilterChain } from '../../../src/pipeline/chain.ts';
+import { ConnectionContext, StreamContext, type ConnectInfo } from '../../../src/pipeline/context.ts';
+import { FilterStatus, type Filter, type PhaseResult, type TerminalFilter } from '../../../src/pipeline/filter.ts';
+import type { HeaderList } from '../../../src/pipeline/headers.ts';
+import type { MeshSnapshot, Target } from '../../../src/state/types.ts';
+
+export const INFO: ConnectInfo = Object.freeze({
+  peer: { uri: 'spiffe://cluster.local/ns/demo/sa/client', trustDomain: 'cluster.local', namespace: 'demo', serviceAccount: 'client' },
+  downstreamAddress: '10.0.0.1',
+  downstreamPort: 40000,
+  authority: '10.96.0.10:8080',
+  targetIp: '10.96.0.10',
+  targetPort: 8080,
+  forwarded: '',
+  baggage: '',
+  traceparent: '',
+});
+
+export function fakeConnection(): ConnectionContext {
+  return new ConnectionContext(INFO, {} as MeshSnapshot, {} as Target, 'HTTP');
+}
+
+export function fakeStream(
+  chain: FilterChain,
+  req: IncomingMessage = {} as IncomingMessage,
+  res: ServerResponse = {} as ServerResponse,
+  conn: ConnectionContext = fakeConnection(),
+): StreamContext {
+  return new StreamContext(conn, chain, req, res);
+}
+
+export type PhaseName =
+  | 'onConnection'
+  | 'onRequestHeaders'
+  | 'onUpstreamRequest'
+  | 'onResponseHeaders'
+  | 'onStreamComplete'
+  | 'onConnectionComplete';
+
+export const ALL_PHASES: readonly PhaseName[] = [
+  'onConnection',
+  'onRequestHeaders',
+  'onUpstreamRequest',
+  'onResponseHeaders',
+  'onStreamComplete',
+  'onConnectionComplete',
+];
+
+/** What a request phase of a recording filter does (default: Continue synchronously). */
+export type Behaviour = 'continue' | 'stop' | 'async-continue' | 'async-stop' | 'throw' | 'reject';
+
+/**
+ * A filter implementing exactly `phases`, pushing `name.phase` to `calls` on each call. Request
+ * phases (`onConnection`, `onRequestHeaders`) act as `behave[phase]` says; the other phases throw
+ * when `behave[phase]` is `throw`.
+ */
+export function recorder(
+  name: string,
+  calls: string[],
+  phases: readonly PhaseName[] = ALL_PHASES,
+  behave: Partial<Record<PhaseName, Behaviour>> = {},
+): Filter {
+  const f: Record<string, unknown> = { name };
+  for (const p of phases) {
+    f[p] = (..._args: unknown[]): PhaseResult | void => {
+      calls.push(`${name}.${p}`);
+      const b = behave[p] ?? 'continue';
+      switch (b) {
+        case 'continue':
+          return p === 'onConnection' || p === 'onRequestHeaders' ? FilterStatus.Continue : undefined;
+        case 'stop':
+          return FilterStatus.StopAndReply;
+        case 'throw':
+          throw new Error(`${name} ${p} failed`);
+        case 'async-continue':
+          return new Promise((r) => setTimeout(() => r(FilterStatus.Continue), 5));
+        case 'async-stop':
+          return new Promise((r) => setTimeout(() => r(FilterStatus.StopAndReply), 5));
+        case 'reject':
+          return new Promise((_r, j) => setTimeout(() => j(new Error(`${name} ${p} rejected`)), 5));
+      }
+    };
+  }
+  return f as unknown as Filter;
+}
+
+/** A terminal filter (has `forward`) that records like {@link recorder}. */
+export function terminal(name: string, calls: string[], phases: readonly PhaseName[] = ALL_PHASES): TerminalFilter {
+  const f = recorder(name, calls, phases) as TerminalFilter & { forward(s: StreamContext): void };
+  (f as { forward: (s: StreamContext) => void }).forward = () => {
+    calls.push(`${name}.forward`);
+  };
+  return f;
+}
+
+/** Run one phase of `chain` the way the data path does. */
+export function runPhase(chain: FilterChain, phase: PhaseName, stream: StreamContext, headers: HeaderList): unknown {
+  switch (phase) {
+    case 'onConnection':
+      return chain.runConnection(stream.conn);
+    case 'onRequestHeaders':
+      return chain.runRequestHeaders(stream);
+    case 'onUpstreamRequest':
+      return chain.runUpstreamRequest(stream, headers);
+    case 'onResponseHeaders':
+      return chain.runResponseHeaders(stream, headers);
+    case 'onStreamComplete':
+      return chain.completeStream(stream);
+    case 'onConnectionComplete':
+      return chain.completeConnection(stream.conn);
+  }
+}
