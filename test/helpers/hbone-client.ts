@@ -67,3 +67,22 @@ export function parseHttpResponse(raw: Buffer): { status: number; headers: Recor
   if (headers['content-length'] !== undefined) body = body.subarray(0, Number(headers['content-length']));
   return { status, headers, body };
 }
+
+/** One HTTP/1.1 exchange on an open socket (Content-Length framed). */
+export function exchange(socket: Duplex, path: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve) => {
+    let acc = Buffer.alloc(0);
+    const onData = (c: Buffer) => {
+      acc = Buffer.concat([acc, c]);
+      const head = acc.indexOf('\r\n\r\n');
+      if (head < 0) return;
+      const len = Number(/content-length: (\d+)/i.exec(acc.subarray(0, head).toString())?.[1] ?? 0);
+      if (acc.length < head + 4 + len) return;
+      socket.off('data', onData);
+      const r = parseHttpResponse(acc);
+      resolve({ status: r.status, body: r.body.toString() });
+    };
+    socket.on('data', onData);
+    socket.write(`GET ${path} HTTP/1.1\r\nhost: echo\r\n\r\n`);
+  });
+}

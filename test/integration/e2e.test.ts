@@ -8,7 +8,7 @@ import { afterAll, beforeAll, expect, test } from 'vitest';
 import { request } from 'undici';
 import { FilterStatus, type FilterFactory } from '../../src/pipeline/filter.ts';
 import { startTestTopology, type TestTopology } from '../helpers/topology.ts';
-import { parseHttpResponse, readAll } from '../helpers/hbone-client.ts';
+import { exchange, parseHttpResponse, readAll } from '../helpers/hbone-client.ts';
 
 const seen: string[] = [];
 /** A test filter that denies `/deny` with a local reply and stamps every upstream request. */
@@ -89,24 +89,7 @@ test('keep-alive: several requests on one client connection', async () => {
   const socket = net.connect(topo.entry.port, topo.entry.host);
   await new Promise((r) => socket.once('connect', r));
   const responses: string[] = [];
-  for (let i = 0; i < 3; i++) {
-    socket.write(`GET /ka/${i} HTTP/1.1\r\nhost: echo\r\n\r\n`);
-    const raw = await new Promise<Buffer>((resolve) => {
-      let acc = Buffer.alloc(0);
-      const onData = (c: Buffer) => {
-        acc = Buffer.concat([acc, c]);
-        const head = acc.indexOf('\r\n\r\n');
-        if (head < 0) return;
-        const len = Number(/content-length: (\d+)/i.exec(acc.subarray(0, head).toString())?.[1] ?? 0);
-        if (acc.length >= head + 4 + len) {
-          socket.off('data', onData);
-          resolve(acc);
-        }
-      };
-      socket.on('data', onData);
-    });
-    responses.push(JSON.parse(parseHttpResponse(raw).body.toString()).url);
-  }
+  for (let i = 0; i < 3; i++) responses.push(JSON.parse((await exchange(socket, `/ka/${i}`)).body).url);
   socket.destroy();
   expect(responses).toEqual(['/ka/0', '/ka/1', '/ka/2']);
 });

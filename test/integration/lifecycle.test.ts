@@ -7,30 +7,11 @@ import net from 'node:net';
 import tls from 'node:tls';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { LocalCa } from '../../src/identity/ca.ts';
-import { parseHttpResponse } from '../helpers/hbone-client.ts';
+import { exchange } from '../helpers/hbone-client.ts';
 import { startTestTopology, type TestTopology } from '../helpers/topology.ts';
 
 let topo: TestTopology;
 let apps: http.Server[];
-
-/** One HTTP/1.1 exchange on an open socket (Content-Length framed). */
-function exchange(socket: net.Socket, path: string): Promise<{ status: number; body: string }> {
-  return new Promise((resolve) => {
-    let acc = Buffer.alloc(0);
-    const onData = (c: Buffer) => {
-      acc = Buffer.concat([acc, c]);
-      const head = acc.indexOf('\r\n\r\n');
-      if (head < 0) return;
-      const len = Number(/content-length: (\d+)/i.exec(acc.subarray(0, head).toString())?.[1] ?? 0);
-      if (acc.length < head + 4 + len) return;
-      socket.off('data', onData);
-      const r = parseHttpResponse(acc);
-      resolve({ status: r.status, body: r.body.toString() });
-    };
-    socket.on('data', onData);
-    socket.write(`GET ${path} HTTP/1.1\r\nhost: echo\r\n\r\n`);
-  });
-}
 
 async function serverSerial(): Promise<string> {
   const ca = await LocalCa.load(topo.caDir);

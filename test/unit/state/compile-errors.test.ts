@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { ConfigError } from '../../../src/errors.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import { MeshStore } from '../../../src/state/store.ts';
+import { caught } from '../../helpers/config-error.ts';
 
 const GATEWAY = `apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -24,15 +25,6 @@ const markedLine = (text: string): number => {
   return i + 1;
 };
 
-const caught = (fn: () => unknown): ConfigError => {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof ConfigError) return err;
-    throw err;
-  }
-  throw new Error('expected a ConfigError');
-};
 
 interface Case {
   name: string;

@@ -2,16 +2,8 @@ import { describe, expect, test } from 'vitest';
 
 import { ConfigError } from '../../../src/errors.ts';
 import { DEFAULT_MESH_CONFIG, parseMeshConfig } from '../../../src/state/mesh-config.ts';
+import { caught } from '../../helpers/config-error.ts';
 
-const caught = (fn: () => unknown): ConfigError => {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof ConfigError) return err;
-    throw err;
-  }
-  throw new Error('expected a ConfigError');
-};
 
 describe('parseMeshConfig', () => {
   test('defaults', () => {

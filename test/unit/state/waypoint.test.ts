@@ -2,6 +2,7 @@ import { describe, expect, test } from 'vitest';
 
 import { ConfigError } from '../../../src/errors.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
+import { caught } from '../../helpers/config-error.ts';
 
 const gateway = (ns: string, name: string, labels: Record<string, string> = {}) => `
 apiVersion: gateway.networking.k8s.io/v1
@@ -27,15 +28,6 @@ status:
   podIP: ${ip}
 `;
 
-const caught = (fn: () => unknown): ConfigError => {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof ConfigError) return err;
-    throw err;
-  }
-  throw new Error('expected a ConfigError');
-};
 
 describe('waypoint-for workload', () => {
   const text = [

@@ -1,0 +1,187 @@
+/** FilterRegistry.build: validation of the configured filter list and chain compilation. */
+import { describe, expect, test } from 'vitest';
+import { ConfigError } from '../../../src/errors.ts';
+import type { Filter, FilterEnv, FilterFactory, TerminalFilter } from '../../../src/pipeline/filter.ts';
+import { FilterRegistry } from '../../../src/pipeline/registry.ts';
+import { log } from '../../../src/util/log.ts';
+
+const ROUTER = 'envoy.filters.http.router';
+const env: FilterEnv = { mesh: { current: {} as never }, log };
+
+interface Made {
+  factory: string;
+  config: unknown;
+  env: FilterEnv;
+}
+
+function plain(name: string, made: Made[], opts: { dependsOn?: string[]; parse?: (raw: unknown) => unknown } = {}): FilterFactory {
+  return {
+    name,
+    dependsOn: opts.dependsOn,
+    parseConfig: opts.parse ?? ((raw) => ({ parsed: raw })),
+    create(config, e): Filter {
+      made.push({ factory: name, config, env: e });
+      return { name };
+    },
+  };
+}
+
+function router(made: Made[]): FilterFactory {
+  return {
+    name: ROUTER,
+    parseConfig: () => ({}),
+    create(config, e): TerminalFilter {
+      made.push({ factory: ROUTER, config, env: e });
+      return { name: ROUTER, forward() {} };
+    },
+  };
+}
+
+function registry(made: Made[] = []): FilterRegistry {
+  return new FilterRegistry()
+    .register(plain('istio.peer_metadata', made))
+    .register(plain('istio.stats', made, { dependsOn: ['istio.peer_metadata'] }))
+    .register(
+      plain('istio.strict', made, {
+        parse(raw) {
+          if (raw !== undefined) throw new Error('takes no options');
+          return 'strict-config';
+        },
+      }),
+    )
+    .register(
+      plain('istio.located', made, {
+        parse() {
+          throw new ConfigError('bad rule', { field: 'rules[2].path' });
+        },
+      }),
+    )
+    .register(
+      plain('istio.unlocated', made, {
+        parse() {
+          throw new ConfigError('bad config');
+        },
+      }),
+    )
+    .register(router(made));
+}
+
+const caught = (fn: () => unknown): ConfigError => {
+  try {
+    fn();
+  } catch (err) {
+    if (err instanceof ConfigError) return err;
+    throw err;
+  }
+  throw new Error('expected a ConfigError');
+};
+
+describe('build errors', () => {
+  const cases: { name: string; entries: { name: string; config?: unknown }[]; field: string; message: RegExp[] }[] = [
+    {
+      name: 'an unknown filter names its index and the known filters',
+      entries: [{ name: 'istio.peer_metadata' }, { name: 'istio.nope' }, { name: ROUTER }],
+      field: 'filters[1]',
+      message: [/unknown filter "istio\.nope"/, /istio\.peer_metadata/, /istio\.stats/, /istio\.strict/, new RegExp(ROUTER.replaceAll('.', '\\.'))],
+    },
+    {
+      name: 'a duplicate filter names the second occurrence',
+      entries: [{ name: 'istio.peer_metadata' }, { name: 'istio.strict' }, { name: 'istio.peer_metadata' }, { name: ROUTER }],
+      field: 'filters[2]',
+      message: [/"istio\.peer_metadata" appears twice/],
+    },
+    {
+      name: 'an unmet dependency names both filters',
+      entries: [{ name: 'istio.stats' }, { name: ROUTER }],
+      field: 'filters[0]',
+      message: [/"istio\.stats" needs "istio\.peer_metadata" earlier/],
+    },
+    {
+      name: 'a dependency placed later is still unmet',
+      entries: [{ name: 'istio.strict' }, { name: 'istio.stats' }, { name: 'istio.peer_metadata' }, { name: ROUTER }],
+      field: 'filters[1]',
+      message: [/"istio\.stats" needs "istio\.peer_metadata"/],
+    },
+    {
+      name: 'a parseConfig Error becomes a ConfigError on filters[i].config naming the filter',
+      entries: [{ name: 'istio.peer_metadata' }, { name: 'istio.strict', config: { x: 1 } }, { name: ROUTER }],
+      field: 'filters[1].config',
+      message: [/invalid config for "istio\.strict"/, /takes no options/],
+    },
+    {
+      name: 'a parseConfig ConfigError keeps its message and nests its field under filters[i].config',
+      entries: [{ name: 'istio.located' }, { name: ROUTER }],
+      field: 'filters[0].config.rules[2].path',
+      message: [/^bad rule$/],
+    },
+    {
+      name: 'a parseConfig ConfigError without a field points at filters[i].config',
+      entries: [{ name: 'istio.peer_metadata' }, { name: 'istio.unlocated' }, { name: ROUTER }],
+      field: 'filters[1].config',
+      message: [/^bad config$/],
+    },
+    {
+      name: 'a chain without the router is rejected',
+      entries: [{ name: 'istio.peer_metadata' }],
+      field: 'filters',
+      message: [/terminal filter/],
+    },
+    {
+      name: 'a router that is not last is rejected',
+      entries: [{ name: ROUTER }, { name: 'istio.peer_metadata' }],
+      field: 'filters',
+      message: [/terminal filter/],
+    },
+    {
+      name: 'an empty list is rejected',
+      entries: [],
+      field: 'filters',
+      message: [/terminal filter/],
+    },
+  ];
+  test.each(cases)('$name', ({ entries, field, message }) => {
+    const err = caught(() => registry().build(entries, env));
+    expect(err.location.field).toBe(field);
+    for (const m of message) expect(err.message).toMatch(m);
+  });
+});
+
+describe('build', () => {
+  test('a valid list builds a chain in configuration order whose terminal is the last filter', () => {
+    const made: Made[] = [];
+    const chain = registry(made).build([{ name: 'istio.peer_metadata', config: { a: 1 } }, { name: 'istio.stats' }, { name: 'istio.strict' }, { name: ROUTER }], env);
+    expect(chain.filters.map((f) => f.name)).toEqual(['istio.peer_metadata', 'istio.stats', 'istio.strict', ROUTER]);
+    expect(chain.terminal.name).toBe(ROUTER);
+    expect(chain.terminal).toBe(chain.filters[3]);
+  });
+
+  test('each factory creates its filter from its parsed config and the env', () => {
+    const made: Made[] = [];
+    registry(made).build([{ name: 'istio.peer_metadata', config: { a: 1 } }, { name: 'istio.strict' }, { name: ROUTER }], env);
+    expect(made.map((m) => [m.factory, m.config])).toEqual([
+      ['istio.peer_metadata', { parsed: { a: 1 } }],
+      ['istio.strict', 'strict-config'],
+      [ROUTER, {}],
+    ]);
+    for (const m of made) expect(m.env).toBe(env);
+  });
+
+  test('every build creates fresh filter instances', () => {
+    const reg = registry();
+    const a = reg.build([{ name: ROUTER }], env);
+    const b = reg.build([{ name: ROUTER }], env);
+    expect(a).not.toBe(b);
+    expect(a.terminal).not.toBe(b.terminal);
+  });
+});
+
+describe('register', () => {
+  test('a second factory with the same name throws', () => {
+    expect(() => registry().register(router([]))).toThrow(`filter ${ROUTER} is registered twice`);
+  });
+
+  test('names() lists registered factories in registration order', () => {
+    const reg = new FilterRegistry().register(plain('b', [])).register(plain('a', []));
+    expect(reg.names()).toEqual(['b', 'a']);
+  });
+});
