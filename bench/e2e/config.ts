@@ -96,6 +96,8 @@ export interface BenchSettings {
   readonly paths: readonly PathName[];
   /** BENCH_GC=1: waypoints run with --inspect so the idle flow can force a GC and read process.memoryUsage(). */
   readonly gc: boolean;
+  /** Before each measured run, wait up to this long (s) for other processes to use < 0.15 cores (0: don't). */
+  readonly quietWaitS: number;
 }
 
 export function loadSettings(): BenchSettings {
@@ -117,6 +119,7 @@ export function loadSettings(): BenchSettings {
     idleSettleMs: num('BENCH_IDLE_SETTLE_MS', 2000),
     paths: PATHS.filter((p) => paths.includes(p)),
     gc: process.env.BENCH_GC === '1',
+    quietWaitS: num('BENCH_QUIET_WAIT_S', 10),
   };
 }
 

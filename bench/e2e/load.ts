@@ -132,6 +132,8 @@ async function rate(cmd: RateCommand): Promise<RateResult> {
     let completed = 0;
     let errors = 0;
     let bad = 0;
+    let over1ms = 0;
+    let over10ms = 0;
     const errorSamples: string[] = [];
     const pendingAll = new Set<Promise<void>>();
 
@@ -155,6 +157,8 @@ async function rate(cmd: RateCommand): Promise<RateResult> {
             return;
           }
           hist.recordValue(Math.max(1, Math.round(us)));
+          if (us > 1_000) over1ms++;
+          if (us > 10_000) over10ms++;
         })
         .catch((err: Error & { code?: string }) => {
           errors++;
@@ -186,7 +190,7 @@ async function rate(cmd: RateCommand): Promise<RateResult> {
     await Promise.race([Promise.allSettled([...pendingAll]), new Promise((r) => setTimeout(r, 10_000))]);
     const wallS = (performance.now() - start) / 1000;
     if (record) send({ type: 'mark', id: cmd.id, name: 'end' });
-    return { hist, sent, completed, errors, bad, errorSamples, wallS };
+    return { hist, sent, completed, errors, bad, errorSamples, wallS, over1ms, over10ms };
   };
 
   try {
@@ -208,11 +212,14 @@ async function rate(cmd: RateCommand): Promise<RateResult> {
       latencyUs: {
         p50: h.getValueAtPercentile(50),
         p90: h.getValueAtPercentile(90),
+        p95: h.getValueAtPercentile(95),
         p99: h.getValueAtPercentile(99),
         p999: h.getValueAtPercentile(99.9),
         max: h.maxValue,
         mean: Math.round(h.mean),
       },
+      over1ms: m.over1ms,
+      over10ms: m.over10ms,
       connectionsUsed: used.size,
       maxInFlight,
     };

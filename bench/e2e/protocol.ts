@@ -72,7 +72,10 @@ export interface RateResult {
   readonly badResponses: number;
   readonly errorSamples: string[];
   /** Latency from dispatch to the last response byte, µs. */
-  readonly latencyUs: { readonly p50: number; readonly p90: number; readonly p99: number; readonly p999: number; readonly max: number; readonly mean: number };
+  readonly latencyUs: { readonly p50: number; readonly p90: number; readonly p95: number; readonly p99: number; readonly p999: number; readonly max: number; readonly mean: number };
+  /** Requests slower than 1 ms and 10 ms. */
+  readonly over1ms: number;
+  readonly over10ms: number;
   readonly connectionsUsed: number;
   readonly maxInFlight: number;
 }

@@ -51,6 +51,8 @@ export interface PathReport {
   waypointRssAtReadyKiB?: number;
   waypointRssAfterWarmKiB?: number;
   waypointRssEndKiB?: number;
+  /** How long the bench waited for other processes to calm down before each run, and their CPU then. */
+  quiet: { rate?: { waitedMs: number; otherCores: number }; saturation?: { waitedMs: number; otherCores: number } };
 }
 
 export interface BenchReport {
@@ -94,6 +96,7 @@ export function printReport(r: BenchReport): void {
     ['  p50 latency µs', (p) => f(P(p)?.rate?.latencyUs.p50)],
     ['  p90 latency µs', (p) => f(P(p)?.rate?.latencyUs.p90)],
     ['  p99 latency µs', (p) => f(P(p)?.rate?.latencyUs.p99)],
+    ['  requests over 1 ms / over 10 ms', (p) => (P(p)?.rate ? `${f(P(p)!.rate!.over1ms)} / ${f(P(p)!.rate!.over10ms)}` : NA)],
     ['  waypoint CPU µs/req', (p) => f(P(p)?.rate?.waypointUsPerReq, 1)],
     ['  waypoint vCPU (cores)', (p) => f(P(p)?.rate?.waypointCores, 3)],
     ['  waypoint vCPU per 1000 req/s', (p) => f(P(p)?.rate?.vcpuPer1000, 3)],
@@ -131,7 +134,7 @@ export function printReport(r: BenchReport): void {
   const l4vcpu = r.paths['l4-relay']?.rate?.vcpuPer1000 ?? null;
   out.push(`  l4-relay vCPU per 1000 req/s                      ${f(l4vcpu, 3)}  (lab: Node HBONE passthrough ≈ 0.09)`);
   const kib = r.paths.waypoint?.idle?.kibPerTunnel ?? null;
-  out.push(`  waypoint KiB per idle tunnel (RSS)                ${f(kib, 1)}  (aim ≤ ${a.kibPerIdleTunnel})${verdict(kib === null ? null : kib <= a.kibPerIdleTunnel)}`);
+  out.push(`  waypoint KiB per idle tunnel (RSS)                ${f(kib, 2)}  (aim ≤ ${a.kibPerIdleTunnel})${verdict(kib === null ? null : kib <= a.kibPerIdleTunnel)}`);
   out.push(`  req/s waypoint ÷ l4-relay                         ${f(q.waypointReqPerSecVsL4, 2)}`);
   out.push(`  req/s waypoint ÷ direct, l4-relay ÷ direct        ${f(q.waypointReqPerSecVsDirect, 2)}, ${f(q.l4ReqPerSecVsDirect, 2)}`);
   out.push(`  added p50 µs: l4-relay vs direct, waypoint vs l4  ${f(q.addedP50UsL4VsDirect)}, ${f(q.addedP50UsWaypointVsL4)}`);

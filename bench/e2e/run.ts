@@ -64,13 +64,23 @@ async function stopAll(): Promise<void> {
   for (const c of alive) if (!c.exited) c.proc.kill('SIGKILL');
 }
 
+/** The temporary directory of this run (removed on the way out unless BENCH_KEEP_DIR=1). */
+let workDir: string | undefined;
+
+function removeWorkDir(): void {
+  if (workDir && process.env.BENCH_KEEP_DIR !== '1') fs.rmSync(workDir, { recursive: true, force: true });
+}
+
 let interrupted = false;
 for (const sig of ['SIGINT', 'SIGTERM'] as const) {
   process.on(sig, () => {
     if (interrupted) process.exit(130);
     interrupted = true;
     process.stderr.write(`\nbench: ${sig}: stopping children\n`);
-    void stopAll().finally(() => process.exit(130));
+    void stopAll().finally(() => {
+      removeWorkDir();
+      process.exit(130);
+    });
   });
 }
 
@@ -240,7 +250,7 @@ function logFindings(file: string): { warnings: number; errors: number; other: n
       } catch {
         // not JSON after all
       }
-    } else if (/^(waypoint |  CA:|  HBONE:|  admin:|  readiness:)/.test(line) || /ExperimentalWarning|--trace-warnings|Debugger listening|For help, see|Debugger attached|Waiting for the debugger/.test(line)) {
+    } else if (/^(waypoint |  CA:|  HBONE:|  admin:|  readiness:)/.test(line) || /ExperimentalWarning|--trace-warnings|Debugger listening|Debugger ending|For help, see|Debugger attached|Waiting for the debugger/.test(line)) {
       continue; // `waypoint run` banner, Node's experimental notices
     } else {
       other++;
@@ -266,6 +276,7 @@ async function main(): Promise<void> {
   const t0 = Date.now();
   const startedAt = new Date();
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'node-waypoint-bench-'));
+  workDir = work;
   const logs = path.join(work, 'logs');
   fs.mkdirSync(logs);
   const keep = process.env.BENCH_KEEP_DIR === '1';
@@ -358,8 +369,10 @@ async function main(): Promise<void> {
         }
       }
     }
-    if (keep || !report) process.stderr.write(`bench: logs and certificates kept in ${work}\n`);
-    else fs.rmSync(work, { recursive: true, force: true });
+    if (keep || !report) {
+      process.stderr.write(`bench: logs and certificates kept in ${work}\n`);
+      workDir = undefined;
+    } else removeWorkDir();
   }
 
   printReport(report);
@@ -371,6 +384,30 @@ async function main(): Promise<void> {
   log(`wrote bench/results/${stamp}.json and bench/results/latest.json (${report.wallS} s)`);
 }
 
+/** Other processes' CPU below this (cores) counts as a quiet machine. */
+const QUIET_CORES = 0.15;
+
+/**
+ * Wait (up to `maxS`) until processes outside the bench use less than {@link QUIET_CORES}: the
+ * machine is shared (other sessions run tests and type checks) and 2 cores leave no headroom.
+ */
+async function waitQuiet(pids: Record<string, number>, maxS: number, what: string): Promise<{ waitedMs: number; otherCores: number }> {
+  const start = Date.now();
+  let other = 0;
+  if (maxS <= 0) return { waitedMs: 0, otherCores: NaN };
+  for (;;) {
+    const a = snapshot(pids);
+    await sleep(500);
+    other = cpuBetween(a, snapshot(pids), 0).other?.cores ?? 0;
+    const waited = Date.now() - start;
+    if (other < QUIET_CORES || waited >= maxS * 1000) {
+      if (other >= QUIET_CORES) log(`${what}: other processes still use ${other.toFixed(2)} cores after ${(waited / 1000).toFixed(1)} s; measuring anyway`);
+      else if (waited > 1_000) log(`${what}: waited ${(waited / 1000).toFixed(1)} s for a quiet machine`);
+      return { waitedMs: waited, otherCores: round(other, 3) };
+    }
+  }
+}
+
 async function runPath(
   p: PathName,
   target: ReturnType<typeof pathTarget>,
@@ -379,7 +416,7 @@ async function runPath(
   wp: WaypointProc | undefined,
   fixture: Child,
 ): Promise<PathReport> {
-  const out: PathReport = { target: target.url, waypointPid: wp?.child.proc.pid ?? null, warm: undefined, idle: null, rate: undefined, saturation: undefined };
+  const out: PathReport = { target: target.url, waypointPid: wp?.child.proc.pid ?? null, warm: undefined, idle: null, rate: undefined, saturation: undefined, quiet: {} };
   const wpPid = wp?.child.proc.pid;
   log(`[${p}] warm-up`);
   out.warm = (await load.call<WarmResult>({ type: 'warm', url: target.url, requests: 500, concurrency: 10 }, 30_000)).result;
@@ -455,6 +492,7 @@ async function runPath(
   }
 
   // (ii) Fixed rate, 1 KiB POSTs, µs latency, waypoint vCPU.
+  out.quiet.rate = await waitQuiet(load.pids, s.quietWaitS, `[${p}] fixed rate`);
   log(`[${p}] fixed rate: ${s.rate} req/s for ${s.rateWarmupS}+${s.rateDurationS} s`);
   const rate = await load.call<RateResult>(
     { type: 'rate', url: target.url, rate: s.rate, connections: s.rateConnections, warmupS: s.rateWarmupS, durationS: s.rateDurationS, bodyBytes: s.bodyBytes },
@@ -471,6 +509,7 @@ async function runPath(
   };
 
   // (i) Saturation (autocannon).
+  out.quiet.saturation = await waitQuiet(load.pids, s.quietWaitS, `[${p}] saturation`);
   log(`[${p}] saturation: autocannon -c ${s.connections} for ${s.warmupS}+${s.durationS} s`);
   const sat = await load.call<SaturateResult>(
     { type: 'saturate', url: target.url, connections: s.connections, warmupS: s.warmupS, durationS: s.durationS },

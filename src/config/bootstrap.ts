@@ -107,14 +107,15 @@ export function parseBootstrap(text: string, file: string): BootstrapConfig {
   const result = schema.safeParse(raw);
   if (!result.success) {
     const issue = result.error.issues[0];
-    const path = issue.path.map(String);
+    const issuePath = pathOf(issue);
+    const path = issuePath.map(String);
     // Point at the deepest node of the path that exists in the document.
     let line: number | undefined;
     for (let n = path.length; n >= 0 && line === undefined; n--) {
       const node = doc.getIn(path.slice(0, n), true) as { range?: [number, number, number] } | undefined;
       if (node?.range) line = lineCounter.linePos(node.range[0]).line;
     }
-    throw new ConfigError(issue.message, { file, line, field: formatPath(issue.path) });
+    throw new ConfigError(issue.message, { file, line, field: formatPath(issuePath) });
   }
   return deepFreeze(result.data);
 }
@@ -145,10 +146,14 @@ export function overrideBootstrap(base: BootstrapConfig, patch: Record<string, u
   }
   const result = schema.safeParse(merged);
   if (!result.success) {
-    const issue = result.error.issues[0];
-    throw new ConfigError(issue.message, { field: formatPath(issue.path) });
+    throw new ConfigError(result.error.issues[0].message, { field: formatPath(pathOf(result.error.issues[0])) });
   }
   return deepFreeze(result.data);
+}
+
+/** Path of a zod issue; for an unknown key, the key itself (zod reports its parent). */
+function pathOf(issue: z.core.$ZodIssue): PropertyKey[] {
+  return issue.code === 'unrecognized_keys' ? [...issue.path, issue.keys[0]] : issue.path;
 }
 
 function formatPath(path: readonly PropertyKey[]): string {

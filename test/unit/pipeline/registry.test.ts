@@ -4,6 +4,7 @@ import { ConfigError } from '../../../src/errors.ts';
 import type { Filter, FilterEnv, FilterFactory, TerminalFilter } from '../../../src/pipeline/filter.ts';
 import { FilterRegistry } from '../../../src/pipeline/registry.ts';
 import { log } from '../../../src/util/log.ts';
+import { caught } from '../../helpers/config-error.ts';
 
 const ROUTER = 'envoy.filters.http.router';
 const env: FilterEnv = { mesh: { current: {} as never }, log };
@@ -66,15 +67,6 @@ function registry(made: Made[] = []): FilterRegistry {
     .register(router(made));
 }
 
-const caught = (fn: () => unknown): ConfigError => {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof ConfigError) return err;
-    throw err;
-  }
-  throw new Error('expected a ConfigError');
-};
 
 describe('build errors', () => {
   const cases: { name: string; entries: { name: string; config?: unknown }[]; field: string; message: RegExp[] }[] = [
