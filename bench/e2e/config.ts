@@ -93,6 +93,8 @@ export interface BenchSettings {
   /** Idle tunnels to open per meshed path (0 skips the memory flow); settle time (ms). */
   readonly idleTunnels: number;
   readonly idleSettleMs: number;
+  /** Open/close the idle tunnels this many times (memory left after each close: a leak check; best with BENCH_GC=1). */
+  readonly idleRounds: number;
   readonly paths: readonly PathName[];
   /** BENCH_GC=1: waypoints run with --inspect so the idle flow can force a GC and read process.memoryUsage(). */
   readonly gc: boolean;
@@ -117,6 +119,7 @@ export function loadSettings(): BenchSettings {
     bodyBytes: num('BENCH_BODY_BYTES', 1024),
     idleTunnels: num('BENCH_IDLE_TUNNELS', 1000),
     idleSettleMs: num('BENCH_IDLE_SETTLE_MS', 2000),
+    idleRounds: Math.max(1, num('BENCH_IDLE_ROUNDS', 1)),
     paths: PATHS.filter((p) => paths.includes(p)),
     gc: process.env.BENCH_GC === '1',
     quietWaitS: num('BENCH_QUIET_WAIT_S', 10),

@@ -8,6 +8,8 @@ import type { RateResult, SaturateResult, WarmResult } from './protocol.ts';
 type CpuByProcess = Record<string, { cpuS: number; cores: number; usPerReq: number | null }>;
 
 export interface IdleReport {
+  /** Memory after closing the tunnels, per open/close round (BENCH_IDLE_ROUNDS). */
+  readonly rounds: readonly { round: number; heapUsedAfterCloseKiB: number | null; rssAfterCloseKiB: number; gcHeapUsedAfterCloseKiB: number | null }[];
   readonly requested: number;
   readonly opened: number;
   readonly failed: number;
@@ -51,6 +53,8 @@ export interface PathReport {
   waypointRssAtReadyKiB?: number;
   waypointRssAfterWarmKiB?: number;
   waypointRssEndKiB?: number;
+  /** BENCH_GC=1: memory after a forced GC once the saturation run is over. */
+  waypointAfterLoadGc?: RemoteMemory;
   /** How long the bench waited for other processes to calm down before each run, and their CPU then. */
   quiet: { rate?: { waitedMs: number; otherCores: number }; saturation?: { waitedMs: number; otherCores: number } };
 }
@@ -110,7 +114,20 @@ export function printReport(r: BenchReport): void {
           ['  after forced GC: RSS / external KiB per tunnel', (p: PathName) => (P(p)?.idle?.gc ? `${f(P(p)!.idle!.gc!.rssKibPerTunnel, 1)} / ${f(P(p)!.idle!.gc!.externalKibPerTunnel, 1)}` : NA)],
         ] as [string, (p: PathName) => string][])
       : []),
+    ...(s.idleRounds > 1
+      ? ([
+          [
+            `  heap-used MiB after closing, rounds 1..${s.idleRounds}${s.gc ? ' (GC)' : ''}`,
+            (p: PathName) => (P(p)?.idle ? P(p)!.idle!.rounds.map((r) => f(((s.gc ? r.gcHeapUsedAfterCloseKiB : r.heapUsedAfterCloseKiB) ?? NaN) / 1024, 1)).join(' ') : NA),
+          ],
+        ] as [string, (p: PathName) => string][])
+      : []),
     ['  waypoint RSS MiB before → with tunnels → closed', (p) => (P(p)?.idle ? `${f(P(p)!.idle!.rssBeforeKiB / 1024, 1)} → ${f(P(p)!.idle!.rssAfterKiB / 1024, 1)} → ${f(P(p)!.idle!.rssAfterCloseKiB / 1024, 1)}` : NA)],
+    ...(s.gc
+      ? ([
+          ['waypoint heap-used MiB after all load (GC)', (p: PathName) => (P(p)?.waypointAfterLoadGc ? f(P(p)!.waypointAfterLoadGc!.heapUsedKiB / 1024, 1) : NA)],
+        ] as [string, (p: PathName) => string][])
+      : []),
     ['waypoint RSS MiB: ready → warmed → after saturation', (p) => (P(p)?.waypointRssEndKiB ? `${f((P(p)!.waypointRssAtReadyKiB ?? NaN) / 1024, 1)} → ${f((P(p)!.waypointRssAfterWarmKiB ?? NaN) / 1024, 1)} → ${f(P(p)!.waypointRssEndKiB! / 1024, 1)}` : NA)],
   ];
   const w0 = Math.max(...rows.map(([l]) => l.length)) + 2;

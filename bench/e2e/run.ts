@@ -456,8 +456,21 @@ async function runPath(
     const gcAfterClose = await gc();
     const rssAfterClose = rssKiB(wpPid);
     const heapAfterClose = await heapKiB(wp.admin);
+    // Extra open/close rounds (BENCH_IDLE_ROUNDS): memory left behind after each close shows leaks.
+    const rounds: { round: number; heapUsedAfterCloseKiB: number | null; rssAfterCloseKiB: number; gcHeapUsedAfterCloseKiB: number | null }[] = [
+      { round: 1, heapUsedAfterCloseKiB: heapAfterClose?.heapUsedKiB ?? null, rssAfterCloseKiB: rssAfterClose, gcHeapUsedAfterCloseKiB: gcAfterClose?.heapUsedKiB ?? null },
+    ];
+    for (let r = 2; r <= s.idleRounds; r++) {
+      await load.call<IdleOpenResult>({ type: 'idle-open', host: target.host, port: target.port, count: s.idleTunnels, concurrency: 32 }, 120_000);
+      await sleep(500);
+      await load.call<IdleCloseResult>({ type: 'idle-close' }, 10_000);
+      await sleep(1_500);
+      const g = await gc();
+      rounds.push({ round: r, heapUsedAfterCloseKiB: (await heapKiB(wp.admin))?.heapUsedKiB ?? null, rssAfterCloseKiB: rssKiB(wpPid), gcHeapUsedAfterCloseKiB: g?.heapUsedKiB ?? null });
+    }
     const n = Math.max(1, closed.stillOpen);
     out.idle = {
+      rounds,
       requested: s.idleTunnels,
       opened: opened.opened,
       failed: opened.failed,
@@ -518,6 +531,14 @@ async function runPath(
   const satCpu = sat.marks.start && sat.marks.end ? cpuBetween(sat.marks.start, sat.marks.end, sat.result.requests) : {};
   out.saturation = { ...sat.result, cpu: satCpu, waypointUsPerReq: satCpu.waypoint?.usPerReq ?? null, waypointCores: satCpu.waypoint?.cores ?? null };
   if (wpPid) out.waypointRssEndKiB = rssKiB(wpPid);
+  if (wp?.inspect) {
+    // Live heap once the load is gone (BENCH_GC=1): compare with the idle flow's figures for leaks.
+    await sleep(1_500);
+    out.waypointAfterLoadGc = await gcAndMeasure(wp.inspect).catch((err: Error) => {
+      log(`[${p}] inspector GC failed: ${err.message}`);
+      return undefined;
+    });
+  }
   return out;
 }
 
