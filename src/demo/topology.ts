@@ -14,6 +14,7 @@ import { WorkloadCertificate } from '../identity/workload-certificate.ts';
 import type { FilterFactory } from '../pipeline/filter.ts';
 import { InboundRole } from '../roles/inbound.ts';
 import { formatHostPort } from '../state/ip.ts';
+import { MeshStore } from '../state/store.ts';
 import { TunnelRole } from '../roles/tunnel.ts';
 
 export interface TopologyOptions {
@@ -171,6 +172,13 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
       closers.push(() => wp.shutdown());
       waypoint = wp;
     }
+    // The tunnel describes the client workload in `baggage` from the mesh state.
+    let mesh = waypoint?.mesh;
+    if (!mesh) {
+      const own = await MeshStore.open({ meshFile, watch: false });
+      closers.push(() => own.close());
+      mesh = own;
+    }
     const clientCert = await WorkloadCertificate.start(ca, `spiffe://${td}/ns/demo/sa/client`, 24 * 3600_000);
     closers.push(() => clientCert.close());
     const tunnel = await TunnelRole.start({
@@ -180,7 +188,7 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
       certificate: clientCert,
       expectSan: `spiffe://${td}/ns/demo/sa/waypoint`,
       bind: o.clientIp,
-      mesh: waypoint?.mesh,
+      mesh,
     });
     closers.push(() => tunnel.close());
     return { waypoint, inbounds, backends, tunnel, meshFile, caDir, close };

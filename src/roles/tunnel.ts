@@ -62,11 +62,13 @@ export class TunnelRole {
       localAddress: opts.bind,
     });
     const dst = { ip: to.ip, port: to.port, identity: opts.expectSan };
+    const bindIp = opts.bind ? normalizeIp(opts.bind) : undefined;
     const server = net.createServer({ noDelay: true, allowHalfOpen: true }, (socket) => {
       socket.on('error', (err) => log.debug({ err: err.message }, 'tunnel: client socket error'));
-      const src = formatHostPort(normalizeIp(socket.remoteAddress ?? '') ?? '', socket.remotePort ?? 0);
+      // The source workload's address: `--bind` stands in for the client pod IP when given.
+      const src = formatHostPort(bindIp ?? normalizeIp(socket.remoteAddress ?? '') ?? '', socket.remotePort ?? 0);
       const headers: Record<string, string> = { forwarded: `for="${src}"`, traceparent: traceparent() };
-      const source = opts.bind && opts.mesh?.current.workloadByIp(normalizeIp(opts.bind) ?? opts.bind);
+      const source = bindIp && opts.mesh?.current.workloadByIp(bindIp);
       if (source) headers.baggage = formatBaggage(source);
       socket.pause();
       pool.connect(dst, opts.authority, headers).then(

@@ -11,6 +11,7 @@ import { startTestTopology, type TestTopology } from '../helpers/topology.ts';
 import { exchange, parseHttpResponse, readAll } from '../helpers/hbone-client.ts';
 
 const seen: string[] = [];
+const connectHeaders: { forwarded: string; baggage: string; traceparent: string }[] = [];
 /** A test filter that denies `/deny` with a local reply and stamps every upstream request. */
 const testFilter: FilterFactory<{ header: string }> = {
   name: 'test.deny_path',
@@ -19,6 +20,8 @@ const testFilter: FilterFactory<{ header: string }> = {
     name: 'test.deny_path',
     onRequestHeaders(stream) {
       seen.push(`${stream.req.method} ${stream.req.url} peer=${stream.conn.info.peer.uri}`);
+      const { forwarded, baggage, traceparent } = stream.conn.info;
+      connectHeaders.push({ forwarded, baggage, traceparent });
       if (stream.req.url === '/deny') {
         stream.sendLocalReply(403, 'denied by test filter', '-', 'test_denied');
         return FilterStatus.StopAndReply;
@@ -58,6 +61,15 @@ test('GET through tunnel → waypoint → inbound → backend', async () => {
   expect(['echo-1', 'echo-2']).toContain(body.pod);
   expect(res.headers['x-upstream-host']).toMatch(/^127\.0\.21\.1[12]:8080$/);
   expect(seen.some((s) => s.startsWith('GET /hello?x=1 peer=spiffe://cluster.local/ns/demo/sa/client'))).toBe(true);
+});
+
+test("the tunnel's CONNECT carries ztunnel's forwarded, baggage and traceparent headers, kept on the connection", async () => {
+  await (await request(`${base}/headers`)).body.dump();
+  const h = connectHeaders[connectHeaders.length - 1];
+  expect(h.forwarded).toMatch(/^for="127\.0\.21\.50:\d+"$/);
+  expect(h.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-00$/);
+  // The client pod (owner of the tunnel's --bind address) as ztunnel describes it.
+  expect(h.baggage).toBe('k8s.cluster.name=Kubernetes,k8s.namespace.name=demo,k8s.pod.name=client,service.name=client,service.version=latest');
 });
 
 test('requests are spread over both endpoints', async () => {
