@@ -17,7 +17,7 @@ import { InnerHttpServer } from './inner-http/server.ts';
 import { refuseDownstreamPeer } from './listener/peer-policy.ts';
 import { waypointConnectHandler } from './listener/waypoint-listener.ts';
 import type { FilterChain } from './pipeline/chain.ts';
-import type { FilterFactory } from './pipeline/filter.ts';
+import type { FilterEnv, FilterFactory } from './pipeline/filter.ts';
 import { FilterRegistry } from './pipeline/registry.ts';
 import { routerFactory } from './router/router.ts';
 import { MeshStore } from './state/store.ts';
@@ -38,6 +38,8 @@ export interface WaypointOptions {
   readonly caDir?: string;
   /** Watch the mesh file (default true). */
   readonly watch?: boolean;
+  /** The bootstrap file the config came from, for error messages. */
+  readonly configFile?: string;
   /** Extra filter factories to register (embedding and tests), usable by name in `bootstrap.filters`. */
   readonly extraFilters?: readonly FilterFactory<unknown>[];
 }
@@ -102,7 +104,21 @@ export class Waypoint {
    */
   static async start(opts: WaypointOptions): Promise<Waypoint> {
     const cfg = opts.bootstrap;
-    const mesh = await MeshStore.open({ meshFile: opts.meshFile, meshConfigFile: opts.meshConfigFile, gateway: opts.gateway, watch: opts.watch ?? true });
+    const mesh = await MeshStore.open({
+      meshFile: opts.meshFile,
+      meshConfigFile: opts.meshConfigFile,
+      gateway: opts.gateway,
+      watch: opts.watch ?? true,
+      accept: (next, prev) => {
+        if (next.waypoint.identity !== prev.waypoint.identity) {
+          return `the waypoint's identity would change from ${prev.waypoint.identity} to ${next.waypoint.identity}; restart the waypoint to take a new identity`;
+        }
+        if (next.meshConfig.trustDomain !== prev.meshConfig.trustDomain) {
+          return `the trust domain would change from ${prev.meshConfig.trustDomain} to ${next.meshConfig.trustDomain}; restart with a CA of that trust domain`;
+        }
+        return undefined;
+      },
+    });
     const cleanup: (() => unknown)[] = [() => mesh.close()];
     try {
       const snap = mesh.current;
@@ -111,9 +127,9 @@ export class Waypoint {
       const { ca, created } = opts.caDir ? { ca: await LocalCa.load(caDir), created: false } : await LocalCa.ensure(caDir, trustDomain);
       if (ca.trustDomain !== trustDomain) {
         throw new ConfigError(
-          `the CA in ${caDir} is for trust domain "${ca.trustDomain}" but the mesh's trustDomain is "${trustDomain}"; ` +
-            `use a CA of that trust domain (waypoint ca init --trust-domain ${trustDomain}) or set trustDomain in the mesh config`,
-          { file: opts.meshConfigFile ?? opts.meshFile, field: 'trustDomain' },
+          `the CA in ${caDir} is for trust domain "${ca.trustDomain}" but the mesh's trustDomain is "${trustDomain}" ` +
+            `(MeshConfig trustDomain, default cluster.local); use a CA of that trust domain (waypoint ca init --trust-domain ${trustDomain}) or set trustDomain in the mesh config`,
+          { file: opts.meshConfigFile ?? opts.meshFile },
         );
       }
       const certificate = await WorkloadCertificate.start(ca, snap.waypoint.identity, parseTtl(cfg.identity.certTtl));
@@ -140,8 +156,12 @@ export class Waypoint {
 
       const registry = registerBuiltinFilters(new FilterRegistry()).register(routerFactory(clusters));
       for (const f of opts.extraFilters ?? []) registry.register(f);
-      const chain: { current: FilterChain } = { current: registry.build(cfg.filters, { mesh, log }) };
-      const inner = new InnerHttpServer({ maxHeaderSize: cfg.http.maxRequestHeadersBytes, idleTimeoutMs: cfg.http.idleTimeoutMs });
+      const chain: { current: FilterChain } = { current: buildChain(registry, cfg, { mesh, log }, opts.configFile) };
+      const inner = new InnerHttpServer({
+        maxHeaderSize: cfg.http.maxRequestHeadersBytes,
+        idleTimeoutMs: cfg.http.idleTimeoutMs,
+        streamIdleTimeoutMs: cfg.http.streamIdleTimeoutMs,
+      });
 
       const hbone = new HboneServer({
         name: 'waypoint',
@@ -220,6 +240,16 @@ export class Waypoint {
       log.info('waypoint stopped');
     })();
     return this.stopped;
+  }
+}
+
+/** Build the filter chain; configuration errors name the bootstrap file. */
+function buildChain(registry: FilterRegistry, cfg: BootstrapConfig, env: FilterEnv, file: string | undefined): FilterChain {
+  try {
+    return registry.build(cfg.filters, env);
+  } catch (err) {
+    if (err instanceof ConfigError && file) throw new ConfigError(err.message, { ...err.location, file });
+    throw err;
   }
 }
 

@@ -48,6 +48,7 @@ export function caCommand(): Command {
     .action((opts: { dir: string; spiffe: string; out: string; ttl: string }) =>
       report(async () => {
         const ttlMs = parseTtl(opts.ttl);
+        if (ttlMs < 1_000) throw new Error(`--ttl ${opts.ttl} is too short: a certificate must live at least 1s`);
         const c = await LocalCa.load(opts.dir);
         const issued = await c.issue(opts.spiffe, ttlMs);
         const certFile = `${opts.out}-cert.pem`;

@@ -24,6 +24,7 @@ export function tunnelCommand(): Command {
       const certificate = await WorkloadCertificate.fromPrefix(o.identity, o.ca);
       const mesh = o.mesh ? await MeshStore.open({ meshFile: o.mesh, watch: true }) : undefined;
       const role = await TunnelRole.start({ listen: o.listen, to: o.to, authority: o.authority, certificate, expectSan: o.expectSan, bind: o.bind, mesh });
+      process.on('SIGHUP', () => void mesh?.reload());
       process.stdout.write(`tunnel: ${addr(role.address)} -> HBONE ${o.to} (:authority ${o.authority})\n`);
       onTerminate(async () => {
         await role.close();
@@ -44,6 +45,7 @@ export function inboundCommand(): Command {
       const certificate = await WorkloadCertificate.fromPrefix(o.identity, o.ca);
       const mesh = o.mesh ? await MeshStore.open({ meshFile: o.mesh, watch: true }) : undefined;
       const role = await InboundRole.start({ listen: o.listen, certificate, forward: o.forward });
+      process.on('SIGHUP', () => void mesh?.reload());
       process.stdout.write(`inbound: HBONE ${addr(role.address)} -> ${o.forward ?? role.address.address}:<authority port>\n`);
       onTerminate(async () => {
         await role.close();

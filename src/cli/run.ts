@@ -19,7 +19,7 @@ export function runCommand(): Command {
     .option('--readiness <addr>', 'readiness listen address (default 0.0.0.0:15021; "" disables)')
     .action(async (o: { mesh: string; config?: string; meshConfig?: string; caDir?: string; gateway?: string; hbone?: string; admin?: string; readiness?: string }) => {
       const bootstrap = overrideBootstrap(loadBootstrap(o.config), { listeners: { hbone: o.hbone, admin: o.admin, readiness: o.readiness } });
-      const wp = await Waypoint.start({ bootstrap, meshFile: o.mesh, meshConfigFile: o.meshConfig, gateway: o.gateway, caDir: o.caDir });
+      const wp = await Waypoint.start({ bootstrap, meshFile: o.mesh, meshConfigFile: o.meshConfig, gateway: o.gateway, caDir: o.caDir, configFile: o.config });
       const w = wp.mesh.current.waypoint;
       process.stdout.write(
         `waypoint ${w.namespace}/${w.name} (${w.identity})\n` +
@@ -29,5 +29,7 @@ export function runCommand(): Command {
           (wp.addresses.readiness ? `  readiness: http://${addr(wp.addresses.readiness)}/healthz/ready\n` : ''),
       );
       onTerminate(() => wp.shutdown());
+      // SIGHUP re-reads the mesh file now (it is also watched), as daemons conventionally do.
+      process.on('SIGHUP', () => void wp.mesh.reload());
     });
 }

@@ -11,6 +11,7 @@ import fs from 'node:fs';
 import { z } from 'zod';
 import { LineCounter, parseDocument } from 'yaml';
 import { ConfigError } from '../errors.ts';
+import { parseTtl } from '../identity/ca.ts';
 import { deepFreeze } from '../util/freeze.ts';
 
 const hostPort = z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/, 'expected ADDR:PORT or [IPv6]:PORT');
@@ -32,8 +33,11 @@ const schema = z.strictObject({
     .prefault({}),
   identity: z
     .strictObject({
-      /** Lifetime of the waypoint's own leaf certificate; renewed at half of it. */
-      certTtl: z.string().default('24h'),
+      /** Lifetime of the waypoint's own leaf certificate (at least 2s); renewed at half of it. */
+      certTtl: z
+        .string()
+        .default('24h')
+        .refine((v) => validTtl(v), { message: 'expected a duration of at least 2s, such as 24h, 90m or 3600s' }),
     })
     .prefault({}),
   upstream: z
@@ -72,6 +76,8 @@ const schema = z.strictObject({
       maxRequestHeadersBytes: z.number().int().min(1024).default(64 * 1024),
       /** Close an idle inner HTTP/1.1 connection after this long (0: never). */
       idleTimeoutMs: ms.default(3_600_000),
+      /** Close a tunnel whose request in flight moved no bytes for this long (Envoy's stream_idle_timeout; 0: never). */
+      streamIdleTimeoutMs: ms.default(300_000),
     })
     .prefault({}),
   drain: z
@@ -83,6 +89,14 @@ const schema = z.strictObject({
   /** The ordered HTTP filter chain. The router must come last. */
   filters: z.array(filterEntry).min(1).default([{ name: 'envoy.filters.http.router' }]),
 });
+
+function validTtl(v: string): boolean {
+  try {
+    return parseTtl(v) >= 2_000;
+  } catch {
+    return false;
+  }
+}
 
 /** The parsed, defaulted and frozen bootstrap configuration. */
 export type BootstrapConfig = z.infer<typeof schema>;

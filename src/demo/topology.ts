@@ -143,7 +143,6 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
   const caDir = path.join(o.dir, 'ca');
   const { ca } = await LocalCa.ensure(caDir, td);
   const meshFile = path.join(o.dir, 'mesh.yaml');
-  fs.writeFileSync(meshFile, topologyMesh(o));
   const closers: (() => Promise<unknown> | unknown)[] = [];
   const close = async () => {
     for (const c of closers.reverse()) await Promise.resolve(c()).catch(() => {});
@@ -166,6 +165,9 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
       inbounds.push(r);
       closers.push(() => r.close(100));
     }
+    // Written only once every address above is bound, so a second demo that fails on a busy
+    // address leaves a running demo's (possibly edited) mesh.yaml alone.
+    fs.writeFileSync(meshFile, topologyMesh(o));
     let waypoint: Waypoint | undefined;
     if (o.startWaypoint ?? true) {
       const wp = await Waypoint.start({ bootstrap: topologyBootstrap(o), meshFile, caDir, extraFilters: o.extraFilters });

@@ -6,6 +6,7 @@
  * or reset on either side tears both down. Returns a promise that settles when both are closed,
  * with the byte counts.
  */
+import http2 from 'node:http2';
 import { finished, type Duplex } from 'node:stream';
 
 export interface RelayResult {
@@ -32,9 +33,13 @@ export function relay(downstream: Duplex, upstream: Duplex): Promise<RelayResult
   const fail = (err: Error | null | undefined) => {
     if (!err) return;
     error ??= err;
-    downstream.destroy();
-    upstream.destroy();
+    teardown(downstream);
+    teardown(upstream);
   };
+  // A peer's RST_STREAM while our writes are back-pressured never ends the Http2Stream by itself
+  // (Node keeps it open for the pending writes): treat it as an error so both sides are released.
+  downstream.once('aborted', () => fail(new Error('stream aborted by the peer')));
+  upstream.once('aborted', () => fail(new Error('stream aborted by the peer')));
   return new Promise((resolve) => {
     let open = 2;
     const done = (err?: Error | null) => {
@@ -44,4 +49,14 @@ export function relay(downstream: Duplex, upstream: Duplex): Promise<RelayResult
     finished(downstream, done);
     finished(upstream, done);
   });
+}
+
+/** Close one side now: an HTTP/2 stream with RST_STREAM(CANCEL), a socket by destroying it. */
+export function teardown(s: Duplex): void {
+  const h2 = s as Duplex & { close?: (code: number) => void; rstCode?: number };
+  if (typeof h2.close === 'function' && 'rstCode' in h2) {
+    if (!h2.destroyed) h2.close(http2.constants.NGHTTP2_CANCEL);
+    return;
+  }
+  s.destroy();
 }

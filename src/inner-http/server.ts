@@ -20,6 +20,11 @@ export interface InnerHttpOptions {
   readonly maxHeaderSize: number;
   /** Idle keep-alive time (ms) of an inner connection; 0 disables. */
   readonly idleTimeoutMs: number;
+  /**
+   * A tunnel with a request in flight and no bytes moving either way for this long (ms) is closed
+   * (Envoy's `stream_idle_timeout`, default 5 min); 0 disables.
+   */
+  readonly streamIdleTimeoutMs: number;
 }
 
 const kTunnel = Symbol('waypoint.tunnel');
@@ -54,6 +59,15 @@ export class InnerHttpServer {
     // A client that half-closes right after its request still gets the whole response
     // (pitfall B3): keep the tunnel writable after the downstream's END_STREAM.
     (this.server as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
+    // Node sets this inactivity timeout on each connection while a request is in flight (the
+    // keep-alive timeout applies between requests); on expiry the tunnel is destroyed and the
+    // upstream request cancelled.
+    this.server.timeout = opts.streamIdleTimeoutMs;
+    // The header block is bounded in bytes (maxHeaderSize), not in count.
+    this.server.maxHeadersCount = 0;
+    this.server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
+      socket.end('HTTP/1.1 405 Method Not Allowed\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+    });
     this.server.on('clientError', (err: Error & { code?: string }, socket: Duplex) => {
       log.debug({ err: err.message, code: err.code }, 'inner HTTP client error');
       if (!socket.writable) return socket.destroy();
@@ -68,6 +82,9 @@ export class InnerHttpServer {
     (stream as TaggedSocket)[kTunnel] = ref;
     this.tunnels.add(ref);
     stream.once('close', () => this.tunnels.delete(ref));
+    // RST_STREAM from the client while a response is back-pressured leaves the Http2Stream open
+    // (it waits for writes that will never drain): destroy it so the request is cancelled.
+    stream.once('aborted', () => stream.destroy());
     this.server.emit('connection', joinWritev(stream));
   }
 

@@ -61,14 +61,31 @@ class Router implements TerminalFilter {
       stream.sendLocalReply(503, undefined, ResponseFlag.NoHealthyUpstream, 'no_healthy_upstream');
       return;
     }
+    const req = stream.req;
+    if (countHost(req.rawHeaders) > 1) {
+      // Two Host headers make the target ambiguous (RFC 9112 §3.2): refuse rather than forward.
+      stream.sendLocalReply(400, 'Bad Request: duplicate host header', ResponseFlag.DownstreamProtocolError, 'duplicate_host_header');
+      return;
+    }
     stream.endpoint = ep;
     stream.upstreamHost = ep.authority;
-    const req = stream.req;
     const headers = new HeaderList(stripHopByHop(req.rawHeaders, req.headers.connection));
+    let path = req.url ?? '/';
+    if (path.charCodeAt(0) !== 0x2f) {
+      // Absolute-form request target (`GET http://host/p`): send origin-form upstream with the
+      // URI's authority as Host, as Envoy does with allow_absolute_url.
+      const abs = absoluteForm(path);
+      if (!abs) {
+        stream.sendLocalReply(400, 'Bad Request: invalid request target', ResponseFlag.DownstreamProtocolError, 'invalid_request_target');
+        return;
+      }
+      path = abs.path;
+      headers.set('host', abs.host);
+    }
     // Node's server answers `Expect: 100-continue` itself; undici refuses to send the header.
     if (req.headers.expect !== undefined) headers.remove('expect');
     stream.chain.runUpstreamRequest(stream, headers);
-    const handler = new UpstreamHandler(stream, ep, this.clusters, headers);
+    const handler = new UpstreamHandler(stream, ep, this.clusters, headers, path);
     this.clusters.lb.start(ep);
     const length = bodyLength(req);
     if (length === 0) return handler.send(this.clusters.dispatcherFor(ep), null);
@@ -114,12 +131,14 @@ class UpstreamHandler implements Dispatcher.DispatchHandler {
   private resume: () => void;
 
   private readonly headers: HeaderList;
+  private readonly path: string;
 
-  constructor(stream: StreamContext, ep: Endpoint, clusters: ClusterManager, headers: HeaderList) {
+  constructor(stream: StreamContext, ep: Endpoint, clusters: ClusterManager, headers: HeaderList, path: string) {
     this.stream = stream;
     this.ep = ep;
     this.clusters = clusters;
     this.headers = headers;
+    this.path = path;
     this.abort = undefined;
     this.finished = false;
     this.resume = noop;
@@ -130,7 +149,7 @@ class UpstreamHandler implements Dispatcher.DispatchHandler {
   send(dispatcher: Dispatcher, body: Buffer | IncomingMessage | null): void {
     const req = this.stream.req;
     if (this.stream.res.destroyed) return this.done();
-    dispatcher.dispatch({ method: req.method ?? 'GET', path: req.url ?? '/', headers: this.headers.raw, body }, this);
+    dispatcher.dispatch({ method: req.method ?? 'GET', path: this.path, headers: this.headers.raw, body }, this);
   }
 
   /** Called by the core when the downstream went away before the response completed. */
@@ -203,6 +222,23 @@ class UpstreamHandler implements Dispatcher.DispatchHandler {
 }
 
 function noop(): void {}
+
+/** `http(s)://authority/path?q` → origin-form path and authority; undefined for anything else. */
+function absoluteForm(target: string): { path: string; host: string } | undefined {
+  if (!/^https?:\/\//i.test(target)) return undefined;
+  try {
+    const u = new URL(target);
+    return { path: `${u.pathname}${u.search}`, host: u.host };
+  } catch {
+    return undefined;
+  }
+}
+
+function countHost(raw: readonly string[]): number {
+  let n = 0;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 4 && raw[i].toLowerCase() === 'host') n++;
+  return n;
+}
 
 /** Map an upstream failure to Envoy's response flag and details. */
 function classify(err: Error & { code?: string }, started: boolean): [string, string] {

@@ -25,6 +25,12 @@ export interface MeshStoreOptions {
   readonly watch?: boolean;
   /** Quiet period before a change is read, in ms (default 100). */
   readonly debounceMs?: number;
+  /**
+   * Vet a reloaded snapshot before it is published: return a reason to reject it (it is logged
+   * and the last good snapshot stays), or undefined to accept. The waypoint refuses changes of its
+   * own identity or trust domain, which its certificate cannot follow.
+   */
+  readonly accept?: (next: MeshSnapshot, prev: MeshSnapshot) => string | undefined;
 }
 
 /** Options of {@link MeshStore.fromText}. */
@@ -140,6 +146,11 @@ export class MeshStore {
       return;
     }
     if (this.#closed) return;
+    const refusal = opts.accept?.(next, prev);
+    if (refusal) {
+      log.error({ file: opts.meshFile, version: prev.version }, `mesh: reload refused, keeping version ${prev.version}: ${refusal}`);
+      return;
+    }
     this.#current = next;
     this.#lastInput = key;
     log.info({ file: opts.meshFile, version: next.version, services: next.services.length, workloads: next.workloads.length }, 'mesh: reloaded');
