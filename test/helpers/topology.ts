@@ -34,3 +34,11 @@ export async function startTestTopology(net: number, extra: Partial<TopologyOpti
   };
   return { ...topo, dir, close, entry: { host: topo.tunnel.address.address, port: topo.tunnel.address.port } };
 }
+
+/** A plain TCP connection to the topology's entry (the tunnel role), once connected. */
+export async function openEntry(topo: TestTopology): Promise<import('node:net').Socket> {
+  const { connect } = await import('node:net');
+  const socket = connect(topo.entry.port, topo.entry.host);
+  await new Promise((r) => socket.once('connect', r));
+  return socket;
+}

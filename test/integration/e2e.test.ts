@@ -3,11 +3,10 @@
  * waypoint (HBONE in, filter chain, router) → inbound roles (HBONE out) → echo backends.
  * Addresses: 127.0.21.x.
  */
-import net from 'node:net';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { request } from 'undici';
 import { FilterStatus, type FilterFactory } from '../../src/pipeline/filter.ts';
-import { startTestTopology, type TestTopology } from '../helpers/topology.ts';
+import { openEntry, startTestTopology, type TestTopology } from '../helpers/topology.ts';
 import { exchange, parseHttpResponse, readAll } from '../helpers/hbone-client.ts';
 
 const seen: string[] = [];
@@ -98,8 +97,7 @@ test('a filter can answer locally; response-header filters still run', async () 
 });
 
 test('keep-alive: several requests on one client connection', async () => {
-  const socket = net.connect(topo.entry.port, topo.entry.host);
-  await new Promise((r) => socket.once('connect', r));
+  const socket = await openEntry(topo);
   const responses: string[] = [];
   for (let i = 0; i < 3; i++) responses.push(JSON.parse((await exchange(socket, `/ka/${i}`)).body).url);
   socket.destroy();
@@ -107,8 +105,7 @@ test('keep-alive: several requests on one client connection', async () => {
 });
 
 test('a client that half-closes right after its request still gets the full response (pitfall B3)', async () => {
-  const socket = net.connect(topo.entry.port, topo.entry.host);
-  await new Promise((r) => socket.once('connect', r));
+  const socket = await openEntry(topo);
   socket.end('GET /half-close HTTP/1.1\r\nhost: echo\r\nconnection: close\r\n\r\n');
   const res = parseHttpResponse(await readAll(socket));
   expect(res.status).toBe(200);
@@ -116,8 +113,7 @@ test('a client that half-closes right after its request still gets the full resp
 });
 
 test('hop-by-hop headers do not reach the backend', async () => {
-  const socket = net.connect(topo.entry.port, topo.entry.host);
-  await new Promise((r) => socket.once('connect', r));
+  const socket = await openEntry(topo);
   socket.end('GET /hop HTTP/1.1\r\nhost: echo\r\nx-drop-me: 1\r\nconnection: close, x-drop-me\r\nkeep-alive: timeout=5\r\nx-keep: yes\r\n\r\n');
   const res = parseHttpResponse(await readAll(socket));
   expect(res.status).toBe(200);

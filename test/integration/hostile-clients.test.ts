@@ -5,11 +5,10 @@
 import fs from 'node:fs';
 import http from 'node:http';
 import http2 from 'node:http2';
-import net from 'node:net';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { LocalCa } from '../../src/identity/ca.ts';
 import { connect, exchange, hboneSession, parseHttpResponse, readAll, type ClientIdentity } from '../helpers/hbone-client.ts';
-import { startTestTopology, type TestTopology } from '../helpers/topology.ts';
+import { openEntry, startTestTopology, type TestTopology } from '../helpers/topology.ts';
 
 let topo: TestTopology;
 let client: ClientIdentity;
@@ -80,16 +79,14 @@ test('a client that resets its tunnel mid-download gets the upstream request can
 });
 
 test('a request whose upstream never answers is closed after the stream idle timeout', async () => {
-  const socket = net.connect(topo.entry.port, topo.entry.host);
-  await new Promise((r) => socket.once('connect', r));
+  const socket = await openEntry(topo);
   socket.write('GET /never HTTP/1.1\r\nhost: echo\r\n\r\n');
   await readAll(socket).catch(() => Buffer.alloc(0));
   await expect.poll(() => closedUpstream.includes('/never'), { timeout: 10_000 }).toBe(true);
 });
 
 test('two Host headers are refused with 400 and never forwarded', async () => {
-  const socket = net.connect(topo.entry.port, topo.entry.host);
-  await new Promise((r) => socket.once('connect', r));
+  const socket = await openEntry(topo);
   socket.end('GET /dup-host HTTP/1.1\r\nhost: a\r\nhost: b\r\nconnection: close\r\n\r\n');
   const res = parseHttpResponse(await readAll(socket));
   expect(res.status).toBe(400);
@@ -97,8 +94,7 @@ test('two Host headers are refused with 400 and never forwarded', async () => {
 });
 
 test('an absolute-form request target goes upstream in origin form with its authority as Host', async () => {
-  const socket = net.connect(topo.entry.port, topo.entry.host);
-  await new Promise((r) => socket.once('connect', r));
+  const socket = await openEntry(topo);
   const res = await exchange(socket, 'http://echo.demo.svc.cluster.local/abs?q=1');
   socket.destroy();
   expect(res).toEqual({ status: 200, body: 'ok /abs?q=1' });
@@ -106,8 +102,7 @@ test('an absolute-form request target goes upstream in origin form with its auth
 });
 
 test('CONNECT inside a tunnel is answered 405', async () => {
-  const socket = net.connect(topo.entry.port, topo.entry.host);
-  await new Promise((r) => socket.once('connect', r));
+  const socket = await openEntry(topo);
   socket.write('CONNECT 127.0.0.1:22 HTTP/1.1\r\nhost: 127.0.0.1:22\r\n\r\n');
   const res = parseHttpResponse(await readAll(socket));
   expect(res.status).toBe(405);

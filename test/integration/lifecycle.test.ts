@@ -3,12 +3,11 @@
  * live tunnels, and SIGTERM-style shutdown lets in-flight requests finish. Addresses: 127.0.29.x.
  */
 import http from 'node:http';
-import net from 'node:net';
 import tls from 'node:tls';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { LocalCa } from '../../src/identity/ca.ts';
 import { exchange } from '../helpers/hbone-client.ts';
-import { startTestTopology, type TestTopology } from '../helpers/topology.ts';
+import { openEntry, startTestTopology, type TestTopology } from '../helpers/topology.ts';
 
 let topo: TestTopology;
 let apps: http.Server[];
@@ -47,8 +46,7 @@ afterAll(async () => {
 });
 
 test('certificate renewal keeps live tunnels and serves the new certificate to new connections', async () => {
-  const socket = net.connect(topo.entry.port, topo.entry.host);
-  await new Promise((r) => socket.once('connect', r));
+  const socket = await openEntry(topo);
   expect((await exchange(socket, '/before')).status).toBe(200);
   const before = await serverSerial();
   await new Promise((r) => topo.waypoint!.certificate.once('rotated', r));
@@ -59,8 +57,7 @@ test('certificate renewal keeps live tunnels and serves the new certificate to n
 });
 
 test('shutdown lets an in-flight request finish, then stops accepting', async () => {
-  const socket = net.connect(topo.entry.port, topo.entry.host);
-  await new Promise((r) => socket.once('connect', r));
+  const socket = await openEntry(topo);
   const inflight = exchange(socket, '/slow?delay=500');
   await new Promise((r) => setTimeout(r, 150));
   const stopped = topo.waypoint!.shutdown();
