@@ -60,6 +60,8 @@ export class HboneServer {
       settings: http2Settings(p, true),
       maxSessionMemory: p.maxSessionMemoryMb,
       peerMaxConcurrentStreams: p.maxConcurrentStreams,
+      // TCP_NODELAY as ztunnel sets it: frames are written whole, Nagle would only add latency.
+      noDelay: true,
     });
     this.server.on('connection', (socket: Socket) => {
       this.sockets.add(socket);
