@@ -26,6 +26,7 @@ import { ClusterManager } from './upstream/cluster-manager.ts';
 import { log } from './util/log.ts';
 import { registerBuiltinFilters } from '../filters/index.ts';
 
+/** Inputs of {@link Waypoint.start}: the bootstrap config plus where mesh state and the CA come from. */
 export interface WaypointOptions {
   readonly bootstrap: BootstrapConfig;
   /** Mesh YAML (Kubernetes + Istio objects). Watched for changes. */
@@ -44,12 +45,14 @@ export interface WaypointOptions {
   readonly extraFilters?: readonly FilterFactory<unknown>[];
 }
 
+/** Addresses actually bound (port 0 in the config becomes the chosen port here). */
 export interface WaypointAddresses {
   readonly hbone: AddressInfo;
   readonly admin: AddressInfo;
   readonly readiness: AddressInfo | undefined;
 }
 
+/** A running waypoint. Create with {@link Waypoint.start}; stop with {@link Waypoint.shutdown}. */
 export class Waypoint {
   readonly addresses: WaypointAddresses;
   readonly mesh: MeshStore;

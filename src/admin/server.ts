@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { parseListenAddress } from '../hbone/server.ts';
 
+/** What the admin server serves; fields left out are not served (the readiness server has only `ready`). */
 export interface AdminHandlers {
   /** True when the proxy is ready to take traffic (false while draining). */
   ready(): boolean;
@@ -17,6 +18,10 @@ export interface AdminHandlers {
   configDump?(): unknown;
 }
 
+/**
+ * An admin or readiness HTTP server. GET/HEAD only (405 otherwise), 404 for unknown paths, 503 on
+ * `/healthz/ready` while draining.
+ */
 export class AdminServer {
   readonly server: http.Server;
 

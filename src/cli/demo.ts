@@ -9,6 +9,7 @@ import { defaultStateDir } from '../identity/ca.ts';
 import { startTopology } from '../demo/topology.ts';
 import { onTerminate } from './signals.ts';
 
+/** The `demo` command: starts a loopback topology (src/demo/topology.ts) and prints the curl to try. */
 export function demoCommand(): Command {
   return new Command('demo')
     .description('run a demo mesh on loopback: tunnel 127.0.0.1:15001 -> waypoint -> two echo endpoints behind inbound roles')

@@ -9,6 +9,7 @@ import { MeshStore } from '../state/store.ts';
 import { addr } from '../app.ts';
 import { onTerminate } from './signals.ts';
 
+/** The `tunnel` command (source ztunnel role); exits 1 with a message on bad flags or files. */
 export function tunnelCommand(): Command {
   return new Command('tunnel')
     .description("the source ztunnel's outbound role: accept plain TCP and carry each connection in an HBONE CONNECT")
@@ -33,6 +34,7 @@ export function tunnelCommand(): Command {
     });
 }
 
+/** The `inbound` command (destination ztunnel role); exits 1 with a message on bad flags or files. */
 export function inboundCommand(): Command {
   return new Command('inbound')
     .description("the destination ztunnel's inbound role: terminate HBONE and dial the local application")

@@ -6,6 +6,7 @@ import { Waypoint, addr } from '../app.ts';
 import { loadBootstrap, overrideBootstrap } from '../config/bootstrap.ts';
 import { onTerminate } from './signals.ts';
 
+/** The `run` command. Config errors propagate as ConfigError (printed as `file:line: ...`, exit 1). */
 export function runCommand(): Command {
   return new Command('run')
     .description('run the waypoint: HBONE listener, filter chain, HBONE upstream')

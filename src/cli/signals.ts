@@ -4,6 +4,7 @@
  */
 import { log } from '../util/log.ts';
 
+/** Run `stop` on the first SIGTERM/SIGINT and exit 0 when it resolves (1 if it rejects); exit 1 at once on a second signal. */
 export function onTerminate(stop: () => Promise<unknown>): void {
   let stopping = false;
   const handler = (signal: NodeJS.Signals) => {

@@ -5,6 +5,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 
+/** Start the echo app on `host:port`, naming itself `pod` in `x-served-by`. Rejects on a bind error (EADDRINUSE). */
 export async function startEchoBackend(host: string, port: number, pod: string): Promise<http.Server & { address(): AddressInfo }> {
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];

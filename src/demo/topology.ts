@@ -17,6 +17,7 @@ import { formatHostPort } from '../state/ip.ts';
 import { MeshStore } from '../state/store.ts';
 import { TunnelRole } from '../roles/tunnel.ts';
 
+/** Addresses and knobs of one loopback topology. Ports default to 15008 (HBONE), 80 (service) and 8080 (pods). */
 export interface TopologyOptions {
   /** Directory for the CA, certificates and the generated mesh.yaml. */
   readonly dir: string;
@@ -50,6 +51,7 @@ export interface TopologyOptions {
   readonly extraFilters?: readonly FilterFactory<unknown>[];
 }
 
+/** Handles of a started topology; `close()` stops everything it started, in reverse order. */
 export interface Topology {
   /** Undefined when `startWaypoint` was false. */
   readonly waypoint: Waypoint | undefined;

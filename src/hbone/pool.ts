@@ -44,6 +44,7 @@ export class HboneConnectError extends WaypointError {
   }
 }
 
+/** Settings of an {@link HboneSessionPool} (times in ms). */
 export interface HboneSessionPoolOptions {
   /** Current client certificate (read per new connection, so rotation applies to new ones). */
   material(): TlsMaterial;
@@ -66,6 +67,7 @@ interface PooledSession {
   idleTimer: NodeJS.Timeout | undefined;
 }
 
+/** Pooled HBONE client connections; see the module comment for the rules it follows. */
 export class HboneSessionPool {
   private readonly opts: HboneSessionPoolOptions;
   private readonly pools = new Map<string, PooledSession[]>();

@@ -9,6 +9,7 @@
 import http2 from 'node:http2';
 import { finished, type Duplex } from 'node:stream';
 
+/** Outcome of {@link relay}: byte counts (bytes) and the first error, if any. */
 export interface RelayResult {
   /** Bytes read from `downstream` and written upstream. */
   readonly bytesReceived: number;
@@ -18,6 +19,7 @@ export interface RelayResult {
   readonly error: Error | undefined;
 }
 
+/** Relay until both sides are closed; never rejects (errors are reported in the result). */
 export function relay(downstream: Duplex, upstream: Duplex): Promise<RelayResult> {
   let bytesReceived = 0;
   let bytesSent = 0;

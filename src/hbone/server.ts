@@ -32,6 +32,7 @@ export interface HboneRequest {
   readonly localAddress: string;
 }
 
+/** Settings and callbacks of an {@link HboneServer}. */
 export interface HboneServerOptions {
   /** Used in log lines (`waypoint`, `inbound`). */
   readonly name: string;
@@ -43,6 +44,7 @@ export interface HboneServerOptions {
   onConnect(stream: ServerHttp2Stream, request: HboneRequest): void;
 }
 
+/** An HBONE listener; see the module comment. `listen()` rejects on bind errors. */
 export class HboneServer {
   readonly server: Http2SecureServer;
   private readonly sessions = new Set<ServerHttp2Session>();

@@ -15,6 +15,7 @@ import { FilterStatus, type PhaseResult } from '../pipeline/filter.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
 import { log } from '../util/log.ts';
 
+/** Limits of the HTTP/1.x server inside tunnels (bytes, ms). */
 export interface InnerHttpOptions {
   /** Largest request header block (bytes); beyond it Node answers 431. */
   readonly maxHeaderSize: number;
@@ -38,6 +39,7 @@ interface TunnelRef {
 }
 type TaggedSocket = Duplex & { [kTunnel]?: TunnelRef };
 
+/** Serves HTTP/1.x on tunnels handed to {@link InnerHttpServer.attach}; one instance per waypoint. */
 export class InnerHttpServer {
   private readonly server: http.Server;
   /** Tunnels currently served (for drain). */

@@ -21,6 +21,7 @@ import type { ClusterManager } from '../upstream/cluster-manager.ts';
 import { pickEndpoint } from '../upstream/pick-endpoint.ts';
 import { log } from '../util/log.ts';
 
+/** What the connection phase reads: current mesh and chain, the inner HTTP server, the upstream. */
 export interface WaypointListenerDeps {
   readonly mesh: { readonly current: MeshSnapshot };
   /** The chain current at each CONNECT (captured for the tunnel's lifetime). */

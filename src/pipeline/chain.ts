@@ -10,6 +10,7 @@ import type { HeaderList } from './headers.ts';
 
 type Phase = 'onConnection' | 'onRequestHeaders';
 
+/** An immutable compiled chain; build through {@link FilterRegistry.build}. */
 export class FilterChain {
   readonly filters: readonly Filter[];
   readonly terminal: TerminalFilter;

@@ -20,6 +20,7 @@ export const FilterStatus = {
   /** The filter already called `sendLocalReply` (or otherwise answered): stop the request phases. */
   StopAndReply: 1,
 } as const;
+/** A value of {@link FilterStatus}. */
 export type FilterStatus = (typeof FilterStatus)[keyof typeof FilterStatus];
 
 /** A phase result: synchronous when possible. */

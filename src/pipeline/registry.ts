@@ -7,6 +7,7 @@ import { ConfigError } from '../errors.ts';
 import { FilterChain } from './chain.ts';
 import type { Filter, FilterEnv, FilterFactory } from './filter.ts';
 
+/** Filter factories by name; `build` turns the bootstrap `filters` list into a {@link FilterChain}. */
 export class FilterRegistry {
   private readonly factories = new Map<string, FilterFactory<unknown>>();
 

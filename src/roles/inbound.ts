@@ -19,6 +19,7 @@ import { log } from '../util/log.ts';
 /** Target ports ztunnel never forwards to (its own capture and HBONE ports). */
 const ILLEGAL_PORTS = new Set([15001, 15006, 15008]);
 
+/** Settings of the inbound role (connect timeout in ms, default 10 s). */
 export interface InboundOptions {
   /** `IP:PORT` to listen on; the IP is also the only accepted authority IP. */
   readonly listen: string;
@@ -29,6 +30,7 @@ export interface InboundOptions {
   readonly connectTimeoutMs?: number;
 }
 
+/** A running inbound role; `start()` rejects on a bad listen address or bind error. */
 export class InboundRole {
   readonly address: AddressInfo;
   private readonly server: HboneServer;

@@ -19,6 +19,7 @@ import type { MeshSnapshot } from '../state/types.ts';
 import { log } from '../util/log.ts';
 import { ownIdentity } from './inbound.ts';
 
+/** Settings of the tunnel role. */
 export interface TunnelOptions {
   readonly listen: string;
   /** HBONE server (`IP:PORT`) to send the CONNECTs to. */
@@ -35,6 +36,7 @@ export interface TunnelOptions {
   readonly http2?: Http2Params;
 }
 
+/** A running tunnel role; `start()` throws on invalid addresses, rejects on bind errors. */
 export class TunnelRole {
   readonly address: AddressInfo;
   private readonly server: net.Server;

@@ -20,6 +20,7 @@ import { ResponseFlag } from '../telemetry/response-flags.ts';
 import type { ClusterManager } from '../upstream/cluster-manager.ts';
 import { pickEndpoint } from '../upstream/pick-endpoint.ts';
 
+/** The router's filter name, as Envoy's. */
 export const ROUTER_FILTER_NAME = 'envoy.filters.http.router';
 
 /** The router's factory, bound to the core's cluster manager. */
