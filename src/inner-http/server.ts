@@ -36,6 +36,8 @@ interface TunnelRef {
   readonly stream: Duplex;
   /** Requests in flight on this tunnel. */
   active: number;
+  /** The request being answered (HTTP/1.1 answers in order), for the idle timeout's 408. */
+  current: StreamContext | undefined;
 }
 type TaggedSocket = Duplex & { [kTunnel]?: TunnelRef };
 
@@ -51,7 +53,8 @@ export class InnerHttpServer {
     this.server = http.createServer(
       {
         maxHeaderSize: opts.maxHeaderSize,
-        requireHostHeader: false,
+        // HTTP/1.1 without Host is answered 400 (RFC 9112 §3.2), as Envoy does.
+        requireHostHeader: true,
         // Uploads may take as long as they take; Envoy's waypoint has no request timeout by default.
         requestTimeout: 0,
         keepAliveTimeout: opts.idleTimeoutMs,
@@ -65,6 +68,7 @@ export class InnerHttpServer {
     // keep-alive timeout applies between requests); on expiry the tunnel is destroyed and the
     // upstream request cancelled.
     this.server.timeout = opts.streamIdleTimeoutMs;
+    this.server.on('timeout', onTunnelTimeout);
     // The header block is bounded in bytes (maxHeaderSize), not in count.
     this.server.maxHeadersCount = 0;
     this.server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
@@ -80,7 +84,7 @@ export class InnerHttpServer {
 
   /** Serve HTTP on a tunnel that has already been answered 200. */
   attach(stream: Duplex, conn: ConnectionContext, chain: FilterChain): void {
-    const ref: TunnelRef = { conn, chain, owner: this, stream, active: 0 };
+    const ref: TunnelRef = { conn, chain, owner: this, stream, active: 0, current: undefined };
     (stream as TaggedSocket)[kTunnel] = ref;
     this.tunnels.add(ref);
     stream.once('close', () => this.tunnels.delete(ref));
@@ -105,6 +109,7 @@ function onRequest(req: IncomingMessage, res: ServerResponse): void {
   const stream = new StreamContext(ref.conn, ref.chain, req, res);
   ref.conn.requestCount++;
   ref.active++;
+  ref.current ??= stream;
   if (ref.owner.draining) res.shouldKeepAlive = false;
   res.once('close', () => onResponseClose(stream, ref));
   let result: PhaseResult;
@@ -125,7 +130,25 @@ function onRequest(req: IncomingMessage, res: ServerResponse): void {
   );
 }
 
+/**
+ * Idle timeout of a tunnel (Node calls this for the stream idle timeout while a request is in
+ * flight, and for the keep-alive timeout between requests). A request still waiting for its
+ * response gets Envoy's `408 stream timeout` with flag `SI` and the upstream request is
+ * cancelled; otherwise the tunnel is closed.
+ */
+function onTunnelTimeout(socket: Duplex): void {
+  const s = (socket as TaggedSocket)[kTunnel]?.current;
+  if (!s || s.res.headersSent) {
+    socket.destroy();
+    return;
+  }
+  s.res.shouldKeepAlive = false;
+  s.sendLocalReply(undefined, undefined, ResponseFlag.StreamIdleTimeout, 'stream_idle_timeout');
+  s.abortUpstream?.cancel();
+}
+
 function onResponseClose(stream: StreamContext, ref: TunnelRef): void {
+  if (ref.current === stream) ref.current = undefined;
   if (--ref.active === 0 && ref.owner.draining) ref.stream.end();
   if (!stream.res.writableFinished) {
     if (stream.responseFlags === ResponseFlag.None) stream.addFlag(ResponseFlag.DownstreamConnectionTermination);

@@ -64,7 +64,9 @@ class Router implements TerminalFilter {
     }
     const req = stream.req;
     if (countHost(req.rawHeaders) > 1) {
-      // Two Host headers make the target ambiguous (RFC 9112 §3.2): refuse rather than forward.
+      // Two Host headers make the target ambiguous (RFC 9112 §3.2): refuse rather than forward,
+      // and close the connection as after any protocol error.
+      stream.res.shouldKeepAlive = false;
       stream.sendLocalReply(400, 'Bad Request: duplicate host header', ResponseFlag.DownstreamProtocolError, 'duplicate_host_header');
       return;
     }
@@ -72,6 +74,7 @@ class Router implements TerminalFilter {
     stream.upstreamHost = ep.authority;
     const headers = new HeaderList(stripHopByHop(req.rawHeaders, req.headers.connection));
     let path = req.url ?? '/';
+    // (`OPTIONS *` lands here too and gets 400: undici cannot send an asterisk-form target.)
     if (path.charCodeAt(0) !== 0x2f) {
       // Absolute-form request target (`GET http://host/p`): send origin-form upstream with the
       // URI's authority as Host, as Envoy does with allow_absolute_url.
@@ -204,7 +207,8 @@ class UpstreamHandler implements Dispatcher.DispatchHandler {
   onError(err: Error): void {
     this.done();
     const s = this.stream;
-    if (s.res.destroyed) return;
+    // Already answered (e.g. a local reply after the request was cancelled): nothing to undo.
+    if (s.res.destroyed || s.res.writableEnded) return;
     const [flag, details] = classify(err, s.res.headersSent);
     if (s.res.headersSent) {
       s.addFlag(flag);

@@ -136,7 +136,10 @@ export class MeshStore {
     let next: MeshSnapshot;
     let key: string;
     try {
-      const read = await readInput(opts, prev.version + 1);
+      // Once running, the waypoint stays the Gateway it started as: adding another istio-waypoint
+      // Gateway to the file must not make the choice ambiguous (and freeze every later update).
+      const gateway = opts.gateway ?? `${prev.waypoint.namespace}/${prev.waypoint.name}`;
+      const read = await readInput({ ...opts, gateway }, prev.version + 1);
       key = read.key;
       if (key === this.#lastInput) return; // touched but unchanged
       next = compileMesh(read.input);

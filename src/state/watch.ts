@@ -1,7 +1,8 @@
 /**
  * Watch a few files for changes in a way that survives editors and `kubectl`-style tools that
  * replace a file by writing a temporary and renaming it over the original: the containing
- * directory is watched and events are filtered by base name.
+ * directory is watched and events are filtered by base name (plus `..data`, the symlink that
+ * Kubernetes swaps when a mounted ConfigMap changes).
  */
 import { watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
@@ -33,8 +34,10 @@ export function watchFiles(files: readonly string[], onChange: () => void, debou
   const watchers: FSWatcher[] = [];
   for (const [dir, names] of byDir) {
     const w = watch(dir, { persistent: false }, (_event, filename) => {
-      // Some platforms omit the name; then any event in the directory counts.
-      if (filename === null || names.has(filename.toString())) trigger();
+      // Some platforms omit the name; then any event in the directory counts. Kubernetes updates a
+      // mounted ConfigMap by swapping the `..data` symlink the file points through, so that counts too.
+      const name = filename?.toString();
+      if (name === undefined || names.has(name) || name === '..data') trigger();
     });
     w.on('error', (err) => log.error({ err, dir }, 'mesh: file watcher failed'));
     watchers.push(w);

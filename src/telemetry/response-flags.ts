@@ -28,6 +28,8 @@ export const ResponseFlag = {
   LocalReset: 'LR',
   /** Denied by the external authorization service. */
   UnauthorizedExternalService: 'UAEX',
+  /** Stream idle timeout. */
+  StreamIdleTimeout: 'SI',
   /** Upstream overflow (circuit breaking). */
   UpstreamOverflow: 'UO',
 } as const;
@@ -47,6 +49,7 @@ export const LOCAL_REPLY_STATUS: Readonly<Record<string, number>> = Object.freez
   UPE: 502,
   DPE: 400,
   UAEX: 403,
+  SI: 408,
 });
 
 /** Response body Envoy writes for each local reply (`<details>` is Envoy's response code details). */
@@ -59,4 +62,5 @@ export const LOCAL_REPLY_BODY: Readonly<Record<string, string>> = Object.freeze(
   UT: 'upstream request timeout',
   UPE: 'upstream connect error or disconnect/reset before headers. reset reason: protocol error',
   LR: 'upstream connect error or disconnect/reset before headers. reset reason: local reset',
+  SI: 'stream timeout',
 });

@@ -97,3 +97,20 @@ test('run: creates the state-dir CA, serves, and exits 0 on SIGTERM', async () =
   }
   expect(await exited).toBe(0);
 });
+
+test('SIGTERM still exits 0 when whoever read our output has gone (closed pipes)', async () => {
+  const meshFile = path.join(dir, 'mesh.yaml');
+  fs.writeFileSync(meshFile, mesh());
+  const child = spawn(process.execPath, [BIN, 'run', '--mesh', meshFile, '--hbone', '127.0.28.2:0', '--admin', '127.0.28.2:15028', '--readiness', ''], {
+    env: { ...process.env, WAYPOINT_STATE_DIR: path.join(dir, 'state'), WAYPOINT_LOG_LEVEL: 'info' },
+  });
+  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  await expect.poll(async () => (await request('http://127.0.28.2:15028/healthz/ready').catch(() => ({ statusCode: 0 }))).statusCode, { timeout: 15_000 }).toBe(200);
+  // Like `waypoint run | head`: the reader closes both pipes, then the waypoint logs on SIGTERM.
+  child.stdout.destroy();
+  child.stderr.destroy();
+  child.kill('SIGTERM');
+  const code = await Promise.race([exited, new Promise((r) => setTimeout(() => r('hung'), 10_000))]);
+  if (code === 'hung') child.kill('SIGKILL');
+  expect(code).toBe(0);
+});

@@ -78,11 +78,30 @@ test('a client that resets its tunnel mid-download gets the upstream request can
   }
 });
 
-test('a request whose upstream never answers is closed after the stream idle timeout', async () => {
+test('a request whose upstream never answers gets 408 after the stream idle timeout and is cancelled upstream', async () => {
   const socket = await openEntry(topo);
   socket.write('GET /never HTTP/1.1\r\nhost: echo\r\n\r\n');
-  await readAll(socket).catch(() => Buffer.alloc(0));
+  const res = parseHttpResponse(await readAll(socket));
+  expect(res.status).toBe(408);
+  expect(res.body.toString()).toBe('stream timeout');
   await expect.poll(() => closedUpstream.includes('/never'), { timeout: 10_000 }).toBe(true);
+});
+
+test('HTTP/1.1 without Host is answered 400 and not forwarded', async () => {
+  const socket = await openEntry(topo);
+  socket.end('GET /no-host HTTP/1.1\r\n\r\n');
+  expect(parseHttpResponse(await readAll(socket)).status).toBe(400);
+  expect(received.some((r) => r.url === '/no-host')).toBe(false);
+});
+
+test('adding a second waypoint Gateway does not stop later mesh updates', async () => {
+  const before = topo.waypoint!.mesh.current.version;
+  const other = '---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: { name: other, namespace: demo }\nspec: { gatewayClassName: istio-waypoint }\n';
+  const updated = new Promise<void>((resolve) => topo.waypoint!.mesh.subscribe(() => resolve()));
+  fs.writeFileSync(topo.meshFile, fs.readFileSync(topo.meshFile, 'utf8') + other);
+  await updated;
+  expect(topo.waypoint!.mesh.current.version).toBeGreaterThan(before);
+  expect(topo.waypoint!.mesh.current.waypoint.name).toBe('waypoint');
 });
 
 test('two Host headers are refused with 400 and never forwarded', async () => {

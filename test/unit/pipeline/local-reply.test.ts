@@ -82,6 +82,7 @@ const ENVOY_STATUS: Record<string, number> = {
   UPE: 502,
   DPE: 400,
   UAEX: 403,
+  SI: 408, // stream idle timeout: "stream timeout"
 };
 
 describe('LOCAL_REPLY_STATUS', () => {
