@@ -3,6 +3,7 @@
  * certificates for the `tunnel`/`inbound` roles (`--identity PREFIX --ca ROOT`).
  */
 import { Command } from 'commander';
+import { X509Certificate } from 'node:crypto';
 import { mkdir, writeFile, chmod } from 'node:fs/promises';
 import path from 'node:path';
 import { LocalCa, ROOT_CERT_FILE, ROOT_KEY_FILE, defaultCaDir, parseTtl } from '../identity/ca.ts';
@@ -50,6 +51,10 @@ export function caCommand(): Command {
         const ttlMs = parseTtl(opts.ttl);
         if (ttlMs < 1_000) throw new Error(`--ttl ${opts.ttl} is too short: a certificate must live at least 1s`);
         const c = await LocalCa.load(opts.dir);
+        const rootExpiry = new Date(new X509Certificate(c.rootCertPem).validTo);
+        if (Date.now() + ttlMs > rootExpiry.getTime()) {
+          throw new Error(`--ttl ${opts.ttl} would outlive the CA root, which expires ${rootExpiry.toISOString()}`);
+        }
         const issued = await c.issue(opts.spiffe, ttlMs);
         const certFile = `${opts.out}-cert.pem`;
         const keyFile = `${opts.out}-key.pem`;

@@ -26,6 +26,9 @@ export function demoCommand(): Command {
         tunnelListen: o.listen,
         admin: o.admin,
         readiness: '127.0.10.1:15021',
+      }).catch((err: NodeJS.ErrnoException) => {
+        if (err.code === 'EADDRINUSE') throw new Error(`${err.message}: is a demo already running? Stop it first (Ctrl-C in its terminal).`);
+        throw err;
       });
       const wp = topo.waypoint!;
       process.stdout.write(
