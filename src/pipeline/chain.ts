@@ -55,39 +55,33 @@ export class FilterChain {
     for (let i = 0; i < fs.length; i++) fs[i].onUpstreamRequest!(stream, headers);
   }
 
+  /** Runs `onResponseHeaders` in reverse order; a throwing filter is logged and skipped. */
   runResponseHeaders(stream: StreamContext, headers: HeaderList): void {
-    const fs = this.responsePhase;
-    for (let i = 0; i < fs.length; i++) {
-      try {
-        fs[i].onResponseHeaders!(stream, headers);
-      } catch (err) {
-        log.error({ err, filter: fs[i].name }, 'onResponseHeaders threw; continuing');
-      }
-    }
+    runObservers(this.responsePhase, 'onResponseHeaders', stream, headers);
   }
 
   /** Runs `onStreamComplete` once per stream (guarded by `stream.completed`). Never throws. */
   completeStream(stream: StreamContext): void {
     if (stream.completed) return;
     stream.completed = true;
-    const fs = this.streamCompletePhase;
-    for (let i = 0; i < fs.length; i++) {
-      try {
-        fs[i].onStreamComplete!(stream);
-      } catch (err) {
-        log.error({ err, filter: fs[i].name }, 'onStreamComplete threw');
-      }
-    }
+    runObservers(this.streamCompletePhase, 'onStreamComplete', stream, undefined);
   }
 
+  /** Runs `onConnectionComplete` (once per tunnel: the caller guarantees it). Never throws. */
   completeConnection(conn: ConnectionContext): void {
-    const fs = this.connectionCompletePhase;
-    for (let i = 0; i < fs.length; i++) {
-      try {
-        fs[i].onConnectionComplete!(conn);
-      } catch (err) {
-        log.error({ err, filter: fs[i].name }, 'onConnectionComplete threw');
-      }
+    runObservers(this.connectionCompletePhase, 'onConnectionComplete', conn, undefined);
+  }
+}
+
+type ObserverPhase = 'onResponseHeaders' | 'onStreamComplete' | 'onConnectionComplete';
+
+// Phases whose filters must all run even if one throws: each error is logged with the filter's name.
+function runObservers(fs: readonly Filter[], phase: ObserverPhase, ctx: ConnectionContext | StreamContext, headers: HeaderList | undefined): void {
+  for (let i = 0; i < fs.length; i++) {
+    try {
+      (fs[i][phase] as (c: unknown, h: unknown) => void)(ctx, headers);
+    } catch (err) {
+      log.error({ err, filter: fs[i].name }, `${phase} threw; continuing`);
     }
   }
 }
