@@ -8,5 +8,6 @@ export default defineConfig({
     pool: 'forks',
     // Each test file binds its own 127.x range, so files may run in parallel.
     fileParallelism: true,
+    reporters: ['default', './test/summary-reporter.ts'],
   },
 });
