@@ -6,7 +6,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
-import { parseListenAddress } from '../hbone/server.ts';
+import { listenOn } from '../util/listen.ts';
 
 /** What the admin server serves; fields left out are not served (the readiness server has only `ready`). */
 export interface AdminHandlers {
@@ -46,14 +46,7 @@ export class AdminServer {
 
   /** Listen on `ip:port`; resolves with the bound address. */
   listen(hostPort: string): Promise<AddressInfo> {
-    const { host, port } = parseListenAddress(hostPort);
-    return new Promise((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen(port, host, () => {
-        this.server.off('error', reject);
-        resolve(this.server.address() as AddressInfo);
-      });
-    });
+    return listenOn(this.server, hostPort);
   }
 
   close(): Promise<void> {

@@ -14,6 +14,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { peerSpiffeId, type SpiffeId } from '../identity/spiffe.ts';
 import { normalizeIp, parseHostPort } from '../state/ip.ts';
+import { listenOn } from '../util/listen.ts';
 import { log } from '../util/log.ts';
 import { startKeepalive } from './keepalive.ts';
 import { hboneTlsOptions, http2Settings, type Http2Params, type TlsMaterial } from './settings.ts';
@@ -79,14 +80,7 @@ export class HboneServer {
 
   /** Listen on `ip:port` / `[v6]:port`; resolves with the bound address. Rejects on EADDRINUSE etc. */
   listen(hostPort: string): Promise<AddressInfo> {
-    const parsed = parseListenAddress(hostPort);
-    return new Promise((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen(parsed.port, parsed.host, () => {
-        this.server.off('error', reject);
-        resolve(this.server.address() as AddressInfo);
-      });
-    });
+    return listenOn(this.server, hostPort);
   }
 
   /** Swap the certificate for new connections (rotation); live connections keep theirs. */
@@ -177,12 +171,4 @@ export function respondAndClose(stream: ServerHttp2Stream, status: number, body 
   } catch {
     stream.destroy();
   }
-}
-
-/** Parse a listen address (`ip:port`, `[v6]:port`, `localhost:port`). Throws with a clear message. */
-export function parseListenAddress(hostPort: string): { host: string; port: number } {
-  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(hostPort);
-  const port = m ? Number(m[3]) : NaN;
-  if (!m || port > 65535) throw new Error(`invalid listen address "${hostPort}": expected IP:PORT or [IPv6]:PORT`);
-  return { host: m[1] ?? m[2], port };
 }

@@ -7,6 +7,7 @@ import { EventEmitter } from 'node:events';
 import { X509Certificate, createPrivateKey } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import type { CertificateIssuer } from './ca.ts';
+import { peerSpiffeId, type SpiffeId } from './spiffe.ts';
 import { log } from '../util/log.ts';
 
 /** The key material to put in a TLS context: leaf PEM, its PKCS#8 key, and the trust root(s). */
@@ -131,6 +132,13 @@ export class WorkloadCertificate extends EventEmitter<WorkloadCertificateEvents>
   /** The material to use now; replaced (not mutated) on each renewal. */
   get current(): CertificateMaterial {
     return this.#current;
+  }
+
+  /** The SPIFFE id of the current certificate. Throws when it carries no SPIFFE URI SAN. */
+  get spiffeId(): SpiffeId {
+    const id = peerSpiffeId(new X509Certificate(this.#current.certPem));
+    if (!id) throw new Error('the identity certificate carries no SPIFFE URI SAN');
+    return id;
   }
 
   /** Stop renewing. Idempotent. */

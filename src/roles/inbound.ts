@@ -9,8 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { HboneServer, respondAndClose } from '../hbone/server.ts';
 import { relay } from '../hbone/relay.ts';
 import { DEFAULT_HTTP2, type Http2Params } from '../hbone/settings.ts';
-import { X509Certificate } from 'node:crypto';
-import { peerSpiffeId, trustDomainAllowed, type SpiffeId } from '../identity/spiffe.ts';
+import { trustDomainAllowed } from '../identity/spiffe.ts';
 import type { WorkloadCertificate } from '../identity/workload-certificate.ts';
 import { normalizeIp } from '../state/ip.ts';
 import { connectTcp } from '../upstream/cluster-manager.ts';
@@ -42,7 +41,7 @@ export class InboundRole {
 
   /** Start listening. Throws on an invalid listen address or a bind error. */
   static async start(opts: InboundOptions): Promise<InboundRole> {
-    const own = ownIdentity(opts.certificate);
+    const own = opts.certificate.spiffeId;
     const http2 = opts.http2 ?? DEFAULT_HTTP2;
     let listenIp = '';
     const server = new HboneServer({
@@ -77,11 +76,4 @@ export class InboundRole {
   close(timeoutMs = 1_000): Promise<void> {
     return this.server.drain(timeoutMs);
   }
-}
-
-/** The SPIFFE id of our own certificate. Throws when it has none. */
-export function ownIdentity(cert: WorkloadCertificate): SpiffeId {
-  const id = peerSpiffeId(new X509Certificate(cert.current.certPem));
-  if (!id) throw new Error('the identity certificate carries no SPIFFE URI SAN');
-  return id;
 }

@@ -10,14 +10,13 @@ import { randomBytes } from 'node:crypto';
 import net, { type AddressInfo } from 'node:net';
 import { HboneSessionPool } from '../hbone/pool.ts';
 import { relay } from '../hbone/relay.ts';
-import { parseListenAddress } from '../hbone/server.ts';
 import { DEFAULT_HTTP2, type Http2Params } from '../hbone/settings.ts';
 import type { WorkloadCertificate } from '../identity/workload-certificate.ts';
 import { formatBaggage } from '../peer/baggage.ts';
 import { formatHostPort, normalizeIp, parseHostPort } from '../state/ip.ts';
 import type { MeshSnapshot } from '../state/types.ts';
+import { listenOn } from '../util/listen.ts';
 import { log } from '../util/log.ts';
-import { ownIdentity } from './inbound.ts';
 
 /** Settings of the tunnel role. */
 export interface TunnelOptions {
@@ -53,7 +52,7 @@ export class TunnelRole {
     const to = parseHostPort(opts.to);
     if (!to) throw new Error(`invalid --to "${opts.to}": expected IP:PORT or [IPv6]:PORT`);
     if (!parseHostPort(opts.authority)) throw new Error(`invalid --authority "${opts.authority}": expected IP:PORT or [IPv6]:PORT`);
-    const trustDomain = ownIdentity(opts.certificate).trustDomain;
+    const trustDomain = opts.certificate.spiffeId.trustDomain;
     const pool = new HboneSessionPool({
       material: () => opts.certificate.current,
       http2: opts.http2 ?? DEFAULT_HTTP2,
@@ -84,15 +83,7 @@ export class TunnelRole {
         },
       );
     });
-    const { host, port } = parseListenAddress(opts.listen);
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(port, host, () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
-    return new TunnelRole(server, pool, server.address() as AddressInfo);
+    return new TunnelRole(server, pool, await listenOn(server, opts.listen));
   }
 
   close(): Promise<void> {

@@ -29,7 +29,8 @@ export interface ClusterManagerOptions {
 export class ClusterManager {
   readonly lb: LoadBalancer;
   private readonly opts: ClusterManagerOptions;
-  private readonly pools = new Map<string, Pool>();
+  /** Pools by endpoint key; each remembers its workload key for pruning workload-addressed ones. */
+  private readonly pools = new Map<string, { readonly pool: Pool; readonly workload: string }>();
 
   constructor(opts: ClusterManagerOptions) {
     this.opts = opts;
@@ -39,12 +40,12 @@ export class ClusterManager {
   /** The undici dispatcher that sends HTTP/1.1 requests to `ep`. Created on first use. */
   dispatcherFor(ep: Endpoint): Dispatcher {
     const key = poolKey(ep);
-    let pool = this.pools.get(key);
-    if (!pool) {
-      pool = this.createPool(ep);
-      this.pools.set(key, pool);
+    let entry = this.pools.get(key);
+    if (!entry) {
+      entry = { pool: this.createPool(ep), workload: workloadKey(ep.tunnel, ep.address, ep.workload.identity) };
+      this.pools.set(key, entry);
     }
-    return pool;
+    return entry.pool;
   }
 
   /**
@@ -61,17 +62,15 @@ export class ClusterManager {
 
   /** Close pools of endpoints that are gone from `snapshot` (after a mesh update). */
   prune(snapshot: MeshSnapshot): void {
-    const live = new Set<string>();
-    for (const svc of snapshot.services) for (const eps of svc.endpoints.values()) for (const ep of eps) live.add(poolKey(ep));
-    for (const w of snapshot.workloads) if (w.servedByThisWaypoint) for (const a of w.addresses) live.add(`${w.tunnelProtocol}|${a}|`);
-    for (const [key, pool] of this.pools) {
-      if (live.has(key)) continue;
-      // Workload-addressed pools are keyed per port; keep those whose workload is still served.
-      const [tunnel, authority] = key.split('|');
-      const ip = authority.startsWith('[') ? authority.slice(1, authority.indexOf(']')) : authority.slice(0, authority.lastIndexOf(':'));
-      if (live.has(`${tunnel}|${ip}|`)) continue;
+    const liveEndpoints = new Set<string>();
+    for (const svc of snapshot.services) for (const eps of svc.endpoints.values()) for (const ep of eps) liveEndpoints.add(poolKey(ep));
+    // Workload-addressed traffic may use any port of a served workload.
+    const servedWorkloads = new Set<string>();
+    for (const w of snapshot.workloads) if (w.servedByThisWaypoint) for (const a of w.addresses) servedWorkloads.add(workloadKey(w.tunnelProtocol, a, w.identity));
+    for (const [key, entry] of this.pools) {
+      if (liveEndpoints.has(key) || servedWorkloads.has(entry.workload)) continue;
       this.pools.delete(key);
-      pool.close().catch(() => {});
+      entry.pool.close().catch(() => {});
     }
   }
 
@@ -79,14 +78,14 @@ export class ClusterManager {
   async close(): Promise<void> {
     const all = [...this.pools.values()];
     this.pools.clear();
-    await Promise.allSettled(all.map((p) => p.close()));
+    await Promise.allSettled(all.map((e) => e.pool.close()));
   }
 
   /** Destroy every pool now. */
   async destroy(): Promise<void> {
     const all = [...this.pools.values()];
     this.pools.clear();
-    await Promise.allSettled(all.map((p) => p.destroy()));
+    await Promise.allSettled(all.map((e) => e.pool.destroy()));
   }
 
   private hboneDestination(ep: Endpoint) {
@@ -121,6 +120,10 @@ export class ClusterManager {
 
 function poolKey(ep: Endpoint): string {
   return `${ep.tunnel}|${ep.authority}|${ep.workload.identity}`;
+}
+
+function workloadKey(tunnel: string, ip: string, identity: string): string {
+  return `${tunnel}|${ip}|${identity}`;
 }
 
 /** Plain TCP connect with a timeout (ms); rejects with the socket error. */

@@ -1,0 +1,33 @@
+/**
+ * Binding servers to `ADDR:PORT` listen addresses (the form every `--listen`, `--hbone` and
+ * `--admin` flag and bootstrap listener takes).
+ */
+import type { AddressInfo, Server } from 'node:net';
+
+/** Parse `ip:port`, `[v6]:port` or `host:port`. Throws with a clear message otherwise. */
+export function parseListenAddress(hostPort: string): { host: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(hostPort);
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) throw new Error(`invalid listen address "${hostPort}": expected IP:PORT or [IPv6]:PORT`);
+  return { host: m[1] ?? m[2], port };
+}
+
+/**
+ * Listen on `hostPort`; resolves with the bound address (port 0 becomes the chosen port).
+ * Rejects with the bind error (EADDRINUSE, EADDRNOTAVAIL) or a parse error.
+ */
+export function listenOn(server: Server, hostPort: string): Promise<AddressInfo> {
+  return new Promise((resolve, reject) => {
+    let parsed: { host: string; port: number };
+    try {
+      parsed = parseListenAddress(hostPort);
+    } catch (err) {
+      return reject(err);
+    }
+    server.once('error', reject);
+    server.listen(parsed.port, parsed.host, () => {
+      server.off('error', reject);
+      resolve(server.address() as AddressInfo);
+    });
+  });
+}
