@@ -208,7 +208,7 @@ class UpstreamHandler implements Dispatcher.DispatchHandler {
     this.done();
     const s = this.stream;
     // Already answered (e.g. a local reply after the request was cancelled): nothing to undo.
-    if (s.res.destroyed || s.res.writableEnded) return;
+    if (s.downstreamClosed || s.res.writableEnded) return;
     const [flag, details] = classify(err, s.res.headersSent);
     if (s.res.headersSent) {
       s.addFlag(flag);
