@@ -17,10 +17,11 @@ import { InnerHttpServer } from './inner-http/server.ts';
 import { refuseDownstreamPeer } from './listener/peer-policy.ts';
 import { waypointConnectHandler } from './listener/waypoint-listener.ts';
 import type { FilterChain } from './pipeline/chain.ts';
-import type { FilterEnv, FilterFactory } from './pipeline/filter.ts';
+import type { Filter, FilterEnv, FilterFactory } from './pipeline/filter.ts';
 import { FilterRegistry } from './pipeline/registry.ts';
 import { routerFactory } from './router/router.ts';
 import { MeshStore } from './state/store.ts';
+import { AccessLogFilter, AccessLogSinks } from './telemetry/access-log.ts';
 import { createMetricsRegistry } from './telemetry/metrics.ts';
 import { ClusterManager } from './upstream/cluster-manager.ts';
 import { log } from './util/log.ts';
@@ -66,6 +67,7 @@ export class Waypoint {
   private readonly sessions: HboneSessionPool;
   private readonly clusters: ClusterManager;
   private readonly inner: InnerHttpServer;
+  private readonly accessLog: AccessLogSinks;
   private readonly bootstrap: BootstrapConfig;
   private draining = false;
   private stopped: Promise<void> | undefined;
@@ -83,6 +85,7 @@ export class Waypoint {
     sessions: HboneSessionPool;
     clusters: ClusterManager;
     inner: InnerHttpServer;
+    accessLog: AccessLogSinks;
     bootstrap: BootstrapConfig;
   }) {
     this.addresses = parts.addresses;
@@ -97,6 +100,7 @@ export class Waypoint {
     this.sessions = parts.sessions;
     this.clusters = parts.clusters;
     this.inner = parts.inner;
+    this.accessLog = parts.accessLog;
     this.bootstrap = parts.bootstrap;
   }
 
@@ -154,16 +158,29 @@ export class Waypoint {
         connectTimeoutMs: cfg.upstream.connectTimeoutMs,
         httpKeepAliveMs: cfg.upstream.httpKeepAliveMs,
         maxResponseHeadersBytes: cfg.http.maxRequestHeadersBytes,
+        http2: cfg.http2,
       });
       cleanup.push(() => clusters.destroy());
 
-      const registry = registerBuiltinFilters(new FilterRegistry()).register(routerFactory(clusters));
+      const registry = registerBuiltinFilters(new FilterRegistry()).register(
+        routerFactory(clusters, {
+          requestTimeoutMs: cfg.http.requestTimeoutMs,
+          appendForwardedFor: cfg.http.appendForwardedFor,
+          retry: cfg.http.retry,
+        }),
+      );
       for (const f of opts.extraFilters ?? []) registry.register(f);
-      const chain: { current: FilterChain } = { current: buildChain(registry, cfg, { mesh, log }, opts.configFile) };
+      // The access logger is first in every chain: its completion hooks run last (reverse order).
+      const accessLog = new AccessLogSinks(log);
+      cleanup.push(() => accessLog.close());
+      const core = [new AccessLogFilter({ override: cfg.accessLog, mesh, sinks: accessLog, log })];
+      const chain: { current: FilterChain } = { current: buildChain(registry, cfg, { mesh, log }, opts.configFile, core) };
       const inner = new InnerHttpServer({
         maxHeaderSize: cfg.http.maxRequestHeadersBytes,
         idleTimeoutMs: cfg.http.idleTimeoutMs,
         streamIdleTimeoutMs: cfg.http.streamIdleTimeoutMs,
+        http2: cfg.http2,
+        rejectHttp10: cfg.http.rejectHttp10,
       });
 
       const hbone = new HboneServer({
@@ -171,7 +188,7 @@ export class Waypoint {
         material: certificate.current,
         http2: cfg.http2,
         verifyPeer: (peer) => refuseDownstreamPeer(peer, mesh.current.meshConfig),
-        onConnect: waypointConnectHandler({ mesh, chain, inner, clusters }),
+        onConnect: waypointConnectHandler({ mesh, chain, inner, clusters, protocolDetectionTimeoutMs: cfg.http.protocolDetectionTimeoutMs }),
       });
       certificate.on('rotated', (m) => {
         hbone.updateMaterial(m);
@@ -204,6 +221,7 @@ export class Waypoint {
         sessions,
         clusters,
         inner,
+        accessLog,
         bootstrap: cfg,
       });
       log.info({ hbone: addr(hboneAddr), admin: addr(adminAddr), identity: snap.waypoint.identity }, 'waypoint ready');
@@ -239,17 +257,17 @@ export class Waypoint {
       this.sessions.close();
       this.certificate.close();
       this.mesh.close();
-      await Promise.all([this.admin.close(), this.readiness?.close()]);
+      await Promise.all([this.admin.close(), this.readiness?.close(), this.accessLog.close()]);
       log.info('waypoint stopped');
     })();
     return this.stopped;
   }
 }
 
-/** Build the filter chain; configuration errors name the bootstrap file. */
-function buildChain(registry: FilterRegistry, cfg: BootstrapConfig, env: FilterEnv, file: string | undefined): FilterChain {
+/** Build the filter chain (`core` filters first); configuration errors name the bootstrap file. */
+function buildChain(registry: FilterRegistry, cfg: BootstrapConfig, env: FilterEnv, file: string | undefined, core: readonly Filter[]): FilterChain {
   try {
-    return registry.build(cfg.filters, env);
+    return registry.build(cfg.filters, env, core);
   } catch (err) {
     if (err instanceof ConfigError && file) throw new ConfigError(err.message, { ...err.location, file });
     throw err;

@@ -78,12 +78,54 @@ const schema = z.strictObject({
       idleTimeoutMs: ms.default(3_600_000),
       /** Close a tunnel whose request in flight moved no bytes for this long (Envoy's stream_idle_timeout; 0: never). */
       streamIdleTimeoutMs: ms.default(300_000),
+      /**
+       * Per-request timeout (Envoy's route timeout: from the request's start to the end of the
+       * response headers' arrival); 504 `UT` on expiry. 0 = none, Istio's default for waypoint routes.
+       */
+      requestTimeoutMs: ms.default(0),
+      /**
+       * On undeclared ports (and workload-addressed traffic) the first client bytes decide HTTP
+       * or TCP; a client silent this long is treated as TCP so server-first protocols work.
+       */
+      protocolDetectionTimeoutMs: ms.default(100),
+      /** Answer HTTP/1.0 with 426 as Envoy does without ISTIO_META_HTTP10 (default: accept it). */
+      rejectHttp10: z.boolean().default(false),
+      /**
+       * Append the client address from the tunnel's `forwarded` header (else the tunnel's source
+       * IP) to `x-forwarded-for`. Off by default: Istio's waypoint leaves XFF as the client sent it.
+       */
+      appendForwardedFor: z.boolean().default(false),
+      /** Istio's default waypoint retry policy (IS:pilot/pkg/networking/core/route/retry/retry.go). */
+      retry: z
+        .strictObject({
+          /** Retries after the first attempt (Envoy `num_retries`). */
+          attempts: z.number().int().min(0).max(10).default(2),
+          /** Envoy `retry_on` conditions. */
+          retryOn: z
+            .array(z.enum(['connect-failure', 'refused-stream', 'unavailable', 'cancelled', 'retriable-status-codes', 'reset', '5xx', 'gateway-error']))
+            .default(['connect-failure', 'refused-stream', 'unavailable', 'cancelled', 'retriable-status-codes']),
+          /** Status codes retried under `retriable-status-codes`. */
+          retriableStatusCodes: z.array(z.number().int().min(100).max(599)).default([503]),
+        })
+        .prefault({}),
     })
     .prefault({}),
   drain: z
     .strictObject({
       /** On SIGTERM, how long in-flight requests may run before connections are closed. */
       timeoutMs: ms.default(5_000),
+    })
+    .prefault({}),
+  /**
+   * Access log override (Envoy's file access logger). Each field left out follows the mesh's
+   * MeshConfig (`accessLogFile`, `accessLogEncoding`, read live); a field set here wins over it.
+   * `file: ""` turns the log off whatever MeshConfig says; `/dev/stdout` and `/dev/stderr` write to
+   * the process's own stdout/stderr.
+   */
+  accessLog: z
+    .strictObject({
+      file: z.string().optional(),
+      encoding: z.enum(['TEXT', 'JSON']).optional(),
     })
     .prefault({}),
   /** The ordered HTTP filter chain. The router must come last. */

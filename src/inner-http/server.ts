@@ -1,13 +1,16 @@
 /**
- * The HTTP/1.x server that runs inside HBONE tunnels. One `http.Server` (never listening) is fed
- * each CONNECT stream through its `connection` event; every request on it becomes a
+ * The HTTP servers that run inside HBONE tunnels: one `http.Server` for HTTP/1.x and one
+ * `http2.Http2Server` (h2c with prior knowledge) for HTTP/2, neither listening; each is fed the
+ * CONNECT streams the listener hands it through its `connection` event. Every request becomes a
  * {@link StreamContext} and runs the filter chain the tunnel captured, then the router.
  *
  * Node corrupts corked string writes onto an Http2Stream (hbone/writev-fix.ts), so every stream
- * handed to the server gets the `_writev` fix first.
+ * handed to the HTTP/1 server gets the `_writev` fix first.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import http2, { type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
 import type { Duplex } from 'node:stream';
+import { http2Settings, type Http2Params } from '../hbone/settings.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import type { FilterChain } from '../pipeline/chain.ts';
 import { ConnectionContext, StreamContext } from '../pipeline/context.ts';
@@ -26,6 +29,10 @@ export interface InnerHttpOptions {
    * (Envoy's `stream_idle_timeout`, default 5 min); 0 disables.
    */
   readonly streamIdleTimeoutMs: number;
+  /** HTTP/2 settings of h2c sessions inside tunnels (windows, frame size, header list size). */
+  readonly http2: Http2Params;
+  /** Answer HTTP/1.0 requests with 426 as Envoy does unless `ISTIO_META_HTTP10` is set (default false: accepted). */
+  readonly rejectHttp10: boolean;
 }
 
 const kTunnel = Symbol('waypoint.tunnel');
@@ -34,16 +41,24 @@ interface TunnelRef {
   readonly chain: FilterChain;
   readonly owner: InnerHttpServer;
   readonly stream: Duplex;
+  /** The h2c session when the tunnel carries HTTP/2. */
+  session: ServerHttp2Session | undefined;
   /** Requests in flight on this tunnel. */
   active: number;
   /** The request being answered (HTTP/1.1 answers in order), for the idle timeout's 408. */
   current: StreamContext | undefined;
 }
 type TaggedSocket = Duplex & { [kTunnel]?: TunnelRef };
+type TaggedSession = ServerHttp2Session & { [kTunnel]?: TunnelRef };
 
-/** Serves HTTP/1.x on tunnels handed to {@link InnerHttpServer.attach}; one instance per waypoint. */
+/** Serves HTTP/1.x and h2c on tunnels handed to {@link InnerHttpServer.attach}; one instance per waypoint. */
 export class InnerHttpServer {
   private readonly server: http.Server;
+  private readonly h2server: http2.Http2Server;
+  /** The tunnel being attached to the h2c server (its `session` event fires synchronously). */
+  private attaching: TunnelRef | undefined;
+  readonly rejectHttp10: boolean;
+  private readonly streamIdleTimeoutMs: number;
   /** Tunnels currently served (for drain). */
   readonly tunnels = new Set<TunnelRef>();
   /** Set by {@link drain}: responses carry `Connection: close` and idle tunnels are ended. */
@@ -59,8 +74,10 @@ export class InnerHttpServer {
         requestTimeout: 0,
         keepAliveTimeout: opts.idleTimeoutMs,
       },
-      onRequest,
+      (req, res) => onRequest(req, res, (req.socket as TaggedSocket)[kTunnel]!),
     );
+    this.rejectHttp10 = opts.rejectHttp10;
+    this.streamIdleTimeoutMs = opts.streamIdleTimeoutMs;
     // A client that half-closes right after its request still gets the whole response
     // (pitfall B3): keep the tunnel writable after the downstream's END_STREAM.
     (this.server as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
@@ -80,18 +97,65 @@ export class InnerHttpServer {
       const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
       socket.end(`HTTP/1.1 ${status}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
     });
+
+    this.h2server = http2.createServer({
+      settings: http2Settings(opts.http2, true),
+      maxSessionMemory: opts.http2.maxSessionMemoryMb,
+      // The header block limit of the h2c session is the same byte bound as HTTP/1's.
+      maxHeaderListPairs: 0xffff,
+    });
+    this.h2server.on('session', (session: TaggedSession) => {
+      const ref = this.attaching;
+      if (!ref) return session.destroy();
+      session[kTunnel] = ref;
+      ref.session = session;
+      session.on('error', (err) => log.debug({ err: err.message }, 'inner h2c session error'));
+    });
+    this.h2server.on('request', (req: Http2ServerRequest, res: Http2ServerResponse) => {
+      const ref = (req.stream.session as TaggedSession | undefined)?.[kTunnel];
+      if (!ref) return req.stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+      const s = onRequest(req, res, ref);
+      // Envoy's stream_idle_timeout per h2 stream: 408 `SI` before the response, else a reset.
+      if (s && this.streamIdleTimeoutMs > 0) req.stream.setTimeout(this.streamIdleTimeoutMs, () => onStreamTimeout(s));
+    });
+    // An h2c session with no activity at all for the keep-alive idle time is closed (GOAWAY).
+    if (opts.idleTimeoutMs > 0) {
+      this.h2server.setTimeout(opts.idleTimeoutMs);
+      // Node emits the server's 'timeout' with the idle session (and destroys it if nobody listens).
+      (this.h2server as unknown as NodeJS.EventEmitter).on('timeout', (session: ServerHttp2Session) => session.close());
+    }
   }
 
-  /** Serve HTTP on a tunnel that has already been answered 200. */
-  attach(stream: Duplex, conn: ConnectionContext, chain: FilterChain): void {
-    const ref: TunnelRef = { conn, chain, owner: this, stream, active: 0, current: undefined };
-    (stream as TaggedSocket)[kTunnel] = ref;
+  /**
+   * Serve HTTP on a tunnel that has already been answered 200: `protocol` is what the client
+   * speaks inside (`HTTP/2` = h2c with prior knowledge, else HTTP/1.x).
+   */
+  attach(stream: Duplex, conn: ConnectionContext, chain: FilterChain, protocol: 'HTTP/1.1' | 'HTTP/2'): void {
+    const ref: TunnelRef = { conn, chain, owner: this, stream, session: undefined, active: 0, current: undefined };
+    conn.innerProtocol = protocol;
     this.tunnels.add(ref);
     stream.once('close', () => this.tunnels.delete(ref));
     // RST_STREAM from the client while a response is back-pressured leaves the Http2Stream open
     // (it waits for writes that will never drain): destroy it so the request is cancelled.
     stream.once('aborted', () => stream.destroy());
+    if (protocol === 'HTTP/2') {
+      this.attaching = ref;
+      try {
+        this.h2server.emit('connection', joinWritev(stream));
+      } finally {
+        this.attaching = undefined;
+      }
+      stream.resume();
+      // The tunnel ends when the h2c session does (the client's GOAWAY + close, or ours).
+      ref.session?.once('close', () => {
+        if (!stream.destroyed) stream.end();
+      });
+      return;
+    }
+    (stream as TaggedSocket)[kTunnel] = ref;
     this.server.emit('connection', joinWritev(stream));
+    // Protocol detection left the stream paused (with its first bytes pushed back).
+    stream.resume();
   }
 
   /**
@@ -100,34 +164,50 @@ export class InnerHttpServer {
    */
   drain(): void {
     this.draining = true;
-    for (const t of this.tunnels) if (t.active === 0) t.stream.end();
+    for (const t of this.tunnels) {
+      // h2c: GOAWAY, open streams finish (trailers included: pitfall E2), then the session closes.
+      if (t.session) t.session.close();
+      else if (t.active === 0) t.stream.end();
+    }
   }
 }
 
-function onRequest(req: IncomingMessage, res: ServerResponse): void {
-  const ref = (req.socket as TaggedSocket)[kTunnel]!;
+function onRequest(req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, ref: TunnelRef): StreamContext {
   const stream = new StreamContext(ref.conn, ref.chain, req, res);
   ref.conn.requestCount++;
   ref.active++;
-  ref.current ??= stream;
-  if (ref.owner.draining) res.shouldKeepAlive = false;
+  if (!stream.http2) {
+    ref.current ??= stream;
+    if (ref.owner.draining) (res as ServerResponse).shouldKeepAlive = false;
+    if (stream.protocol === 'HTTP/1.0' && ref.owner.rejectHttp10) {
+      // Envoy without ISTIO_META_HTTP10: 426 Upgrade Required, then close.
+      (res as ServerResponse).shouldKeepAlive = false;
+      res.once('close', () => onResponseClose(stream, ref));
+      stream.sendLocalReply(426, 'Upgrade Required', ResponseFlag.None, 'http1.0_not_allowed');
+      return stream;
+    }
+  } else if (ref.owner.draining) {
+    ref.session?.close();
+  }
   res.once('close', () => onResponseClose(stream, ref));
   let result: PhaseResult;
   try {
     result = ref.chain.runRequestHeaders(stream);
   } catch (err) {
-    return filterFailed(stream, err);
+    filterFailed(stream, err);
+    return stream;
   }
   if (typeof result === 'number') {
     if (result === FilterStatus.Continue) ref.chain.terminal.forward(stream);
-    return;
+    return stream;
   }
   result.then(
     (status) => {
-      if (status === FilterStatus.Continue && !res.destroyed) ref.chain.terminal.forward(stream);
+      if (status === FilterStatus.Continue && !stream.downstreamClosed) ref.chain.terminal.forward(stream);
     },
     (err) => filterFailed(stream, err),
   );
+  return stream;
 }
 
 /**
@@ -142,14 +222,21 @@ function onTunnelTimeout(socket: Duplex): void {
     socket.destroy();
     return;
   }
-  s.res.shouldKeepAlive = false;
+  (s.res as ServerResponse).shouldKeepAlive = false;
+  s.sendLocalReply(undefined, undefined, ResponseFlag.StreamIdleTimeout, 'stream_idle_timeout');
+  s.abortUpstream?.cancel();
+}
+
+/** Stream idle timeout of one h2c request: 408 `SI` before the response started, else a reset. */
+function onStreamTimeout(s: StreamContext): void {
+  if (s.res.writableFinished) return;
   s.sendLocalReply(undefined, undefined, ResponseFlag.StreamIdleTimeout, 'stream_idle_timeout');
   s.abortUpstream?.cancel();
 }
 
 function onResponseClose(stream: StreamContext, ref: TunnelRef): void {
   if (ref.current === stream) ref.current = undefined;
-  if (--ref.active === 0 && ref.owner.draining) ref.stream.end();
+  if (--ref.active === 0 && ref.owner.draining && !ref.session) ref.stream.end();
   if (!stream.res.writableFinished) {
     if (stream.responseFlags === ResponseFlag.None) stream.addFlag(ResponseFlag.DownstreamConnectionTermination);
     stream.abortUpstream?.cancel();

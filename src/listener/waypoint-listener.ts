@@ -2,12 +2,17 @@
  * The waypoint's connection phase: for each authenticated CONNECT from the HBONE server, resolve
  * the target from `:authority` against the current mesh snapshot (a served service's VIP:port, or
  * the address of a workload this waypoint serves), run the chain's `onConnection` filters, then
- *  - HTTP ports: answer 200 and serve HTTP/1.1 inside the tunnel (each request: filters, router);
- *  - TCP ports: open the upstream tunnel first, answer 200 only once it is up (503 otherwise, as
- *    ztunnel answers only after its upstream connect), then relay bytes.
+ * choose the filter chain by the port's protocol as Istio's waypoint does (IS:listener_waypoint.go):
+ *  - HTTP-family ports (http, http2, grpc, grpc-web): answer 200 and serve HTTP inside the tunnel,
+ *    HTTP/1.x or h2c with prior knowledge as the client's first bytes show (Envoy's codec AUTO);
+ *  - TCP and other declared ports: open the upstream tunnel first, answer 200 only once it is up
+ *    (503 otherwise, as ztunnel answers only after its upstream connect), then relay bytes;
+ *  - undeclared ports and workload-addressed traffic: answer 200, sniff the first bytes (Envoy's
+ *    http_inspector); HTTP/1.x or the HTTP/2 preface ⇒ HTTP, anything else, or silence for the
+ *    detection timeout ⇒ TCP, so server-first protocols work (pitfall G1).
  * Unknown target ⇒ 503 (deliberately clearer than Envoy's 200-then-close with `NR`).
  */
-import type { ServerHttp2Stream } from 'node:http2';
+import http2, { type ServerHttp2Stream } from 'node:http2';
 import type { HboneRequest } from '../hbone/server.ts';
 import { respondAndClose } from '../hbone/server.ts';
 import { relay } from '../hbone/relay.ts';
@@ -18,8 +23,11 @@ import { FilterStatus } from '../pipeline/filter.ts';
 import { isHttpProtocol } from '../state/protocol.ts';
 import type { MeshSnapshot, PortProtocol, Target } from '../state/types.ts';
 import type { ClusterManager } from '../upstream/cluster-manager.ts';
+import { clusterName } from '../upstream/cluster-name.ts';
 import { pickEndpoint } from '../upstream/pick-endpoint.ts';
+import { ResponseFlag } from '../telemetry/response-flags.ts';
 import { log } from '../util/log.ts';
+import { sniff } from './sniff.ts';
 
 /** What the connection phase reads: current mesh and chain, the inner HTTP server, the upstream. */
 export interface WaypointListenerDeps {
@@ -28,6 +36,8 @@ export interface WaypointListenerDeps {
   readonly chain: { readonly current: FilterChain };
   readonly inner: InnerHttpServer;
   readonly clusters: ClusterManager;
+  /** How long (ms) an undeclared port waits for the client's first bytes before treating it as TCP. */
+  readonly protocolDetectionTimeoutMs: number;
 }
 
 /** Build the HBONE server's `onConnect` handler for the waypoint. */
@@ -74,18 +84,46 @@ export function waypointConnectHandler(deps: WaypointListenerDeps): (stream: Ser
 function admitted(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: ConnectionContext, chain: FilterChain, status: FilterStatus): void {
   if (stream.destroyed) return;
   if (status !== FilterStatus.Continue) return respondAndClose(stream, conn.rejectStatus || 403, conn.rejectDetails);
-  // HTTP/2 and gRPC ports are relayed as bytes until the L7 work brings h2c inside tunnels.
-  if (isHttpProtocol(conn.protocol) && conn.protocol !== 'HTTP2' && conn.protocol !== 'GRPC') {
+  if (isHttpProtocol(conn.protocol)) {
     stream.respond({ ':status': 200 });
-    deps.inner.attach(stream, conn, chain);
-    return;
+    void detect(deps, stream, conn, chain, 0);
+  } else if (conn.protocol === 'UNKNOWN') {
+    stream.respond({ ':status': 200 });
+    void detect(deps, stream, conn, chain, deps.protocolDetectionTimeoutMs);
+  } else {
+    void relayTcp(deps.clusters, stream, conn, false, undefined);
   }
-  void relayTcp(deps.clusters, stream, conn);
 }
 
-async function relayTcp(clusters: ClusterManager, stream: ServerHttp2Stream, conn: ConnectionContext): Promise<void> {
+/** Sniff the tunnel's first bytes, then serve HTTP/1.x, h2c, or relay them as TCP. */
+async function detect(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: ConnectionContext, chain: FilterChain, timeoutMs: number): Promise<void> {
+  const { protocol, head } = await sniff(stream, timeoutMs);
+  if (protocol === 'closed' || stream.destroyed) return;
+  if (protocol !== 'TCP') return deps.inner.attach(stream, conn, chain, protocol);
+  if (conn.protocol !== 'UNKNOWN') {
+    // A declared HTTP port: bytes that are not HTTP get the HTTP/1 parser's 400; a client that
+    // ended its side before a whole request line gets a clean end.
+    if (head === undefined) return deps.inner.attach(stream, conn, chain, 'HTTP/1.1');
+    stream.end();
+    return;
+  }
+  await relayTcp(deps.clusters, stream, conn, true, head);
+}
+
+/**
+ * Relay a TCP tunnel. `answered`: the CONNECT already got its 200 (sniffed ports), so an
+ * upstream failure resets the stream instead of answering 503. `head`: bytes the client sent
+ * (and ended after) while being sniffed, forwarded first.
+ */
+async function relayTcp(clusters: ClusterManager, stream: ServerHttp2Stream, conn: ConnectionContext, answered: boolean, head: Buffer | undefined): Promise<void> {
+  conn.innerProtocol = 'TCP';
+  conn.upstreamCluster = clusterName(conn.target, 'tcp');
   const ep = pickEndpoint(clusters.lb, conn.target, conn.info.targetIp);
-  if (!ep) return respondAndClose(stream, 503, 'no healthy upstream');
+  if (!ep) {
+    conn.responseFlags = ResponseFlag.NoHealthyUpstream;
+    return failTcp(stream, answered, 'no healthy upstream');
+  }
+  conn.upstreamHost = ep.authority;
   clusters.lb.start(ep);
   try {
     let upstream;
@@ -93,19 +131,29 @@ async function relayTcp(clusters: ClusterManager, stream: ServerHttp2Stream, con
       upstream = await clusters.openTcp(ep);
     } catch (err) {
       log.debug({ err: (err as Error).message, endpoint: ep.authority }, 'upstream connect failed');
-      return respondAndClose(stream, 503, 'upstream connect error');
+      conn.responseFlags = ResponseFlag.UpstreamConnectionFailure;
+      return failTcp(stream, answered, 'upstream connect error');
     }
     if (stream.destroyed) {
       upstream.destroy();
       return;
     }
-    stream.respond({ ':status': 200 });
+    if (!answered) stream.respond({ ':status': 200 });
+    if (head) {
+      conn.bytesReceived += head.length;
+      upstream.write(head);
+    }
     const result = await relay(stream, upstream);
-    conn.bytesReceived = result.bytesReceived;
+    conn.bytesReceived += result.bytesReceived;
     conn.bytesSent = result.bytesSent;
   } finally {
     clusters.lb.finish(ep);
   }
+}
+
+function failTcp(stream: ServerHttp2Stream, answered: boolean, message: string): void {
+  if (!answered) return respondAndClose(stream, 503, message);
+  if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_CONNECT_ERROR);
 }
 
 function protocolOf(target: Target): PortProtocol {

@@ -23,14 +23,16 @@ export class FilterRegistry {
   }
 
   /**
-   * Compile `entries` (in order) into a chain. Throws {@link ConfigError} with field
-   * `filters[i]` for unknown, duplicate or misordered filters and invalid filter config.
+   * Compile `entries` (in order) into a chain, after the `core` filters the waypoint itself puts
+   * first in every chain (the access logger). Throws {@link ConfigError} with field `filters[i]`
+   * for unknown, duplicate or misordered filters, a core filter listed again, and invalid filter config.
    */
-  build(entries: readonly { name: string; config?: unknown }[], env: FilterEnv): FilterChain {
-    const seen = new Set<string>();
-    const filters: Filter[] = [];
+  build(entries: readonly { name: string; config?: unknown }[], env: FilterEnv, core: readonly Filter[] = []): FilterChain {
+    const seen = new Set<string>(core.map((f) => f.name));
+    const filters: Filter[] = [...core];
     entries.forEach((entry, i) => {
       const field = `filters[${i}]`;
+      if (core.some((f) => f.name === entry.name)) throw new ConfigError(`filter "${entry.name}" is always first in the chain and must not be listed`, { field });
       const factory = this.factories.get(entry.name);
       if (!factory) throw new ConfigError(`unknown filter "${entry.name}" (known: ${this.names().join(', ')})`, { field });
       if (seen.has(entry.name)) throw new ConfigError(`filter "${entry.name}" appears twice`, { field });

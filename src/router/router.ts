@@ -2,38 +2,109 @@
  * `envoy.filters.http.router`: the terminal filter. Picks an endpoint of the tunnel's target
  * (service port endpoints, or the workload itself for workload-addressed traffic), sends the
  * request upstream through the cluster manager with bodies streamed both ways under
- * back-pressure, and maps failures to Envoy's status codes and response flags:
- * no endpoint ⇒ 503 `UH`; connect failure ⇒ 503 `UF`; reset after connect ⇒ 503 `UC`/`UR`
- * (before response headers) or a downstream reset (after).
+ * back-pressure, retries as Istio's default waypoint route does, and maps failures to Envoy's
+ * status codes and response flags (one table: telemetry/response-flags.ts):
+ * no endpoint ⇒ 503 `UH`; connect failure ⇒ 503 `UF`; reset ⇒ 503 `UC`/`UR` (before response
+ * headers) or a downstream reset (after); request timeout ⇒ 504 `UT`; retries exhausted ⇒ `URX`.
+ *
+ * Upstream protocol (IS:cluster_waypoint.go `applyH2Upgrade`, pitfall D2): HTTP/2 (h2c inside the
+ * upstream tunnel) for ports declared `http2`/`grpc`, HTTP/1.1 for other HTTP ports, and the
+ * downstream's own protocol for undeclared ports.
  *
  * It is the one filter that talks to the upstream; it gets the cluster manager from the core,
  * which never hands it to other filters.
  */
-import type { IncomingMessage } from 'node:http';
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Http2ServerRequest } from 'node:http2';
+import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { HboneConnectError } from '../hbone/pool.ts';
 import type { FilterEnv, FilterFactory, TerminalFilter } from '../pipeline/filter.ts';
 import type { StreamContext } from '../pipeline/context.ts';
 import { HeaderList, stripHopByHop } from '../pipeline/headers.ts';
-import type { Endpoint } from '../state/types.ts';
+import type { Endpoint, Target } from '../state/types.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
 import type { ClusterManager } from '../upstream/cluster-manager.ts';
+import { clusterName } from '../upstream/cluster-name.ts';
+import { UpstreamResetError, type UpstreamHandler } from '../upstream/h2-upstream.ts';
 import { pickEndpoint } from '../upstream/pick-endpoint.ts';
+import { forwardedFor } from './forwarded.ts';
 
 /** The router's filter name, as Envoy's. */
 export const ROUTER_FILTER_NAME = 'envoy.filters.http.router';
 
-/** The router's factory, bound to the core's cluster manager. */
-export function routerFactory(clusters: ClusterManager): FilterFactory<Record<string, never>> {
+/** Route behaviour from the bootstrap `http` section (ms, counts). */
+export interface RouterOptions {
+  /** Per-request timeout (ms); 0 = none. */
+  readonly requestTimeoutMs: number;
+  /** Append the tunnel's client address to `x-forwarded-for`. */
+  readonly appendForwardedFor: boolean;
+  readonly retry: RetryPolicy;
+}
+
+/** Envoy's retry policy as Istio sets it on waypoint routes. */
+export interface RetryPolicy {
+  /** Retries after the first attempt. */
+  readonly attempts: number;
+  readonly retryOn: readonly string[];
+  readonly retriableStatusCodes: readonly number[];
+}
+
+/** Istio's default: 2 retries on connect-failure, refused-stream, unavailable, cancelled, 503. */
+export const DEFAULT_ROUTER_OPTIONS: RouterOptions = Object.freeze({
+  requestTimeoutMs: 0,
+  appendForwardedFor: false,
+  retry: Object.freeze({
+    attempts: 2,
+    retryOn: Object.freeze(['connect-failure', 'refused-stream', 'unavailable', 'cancelled', 'retriable-status-codes']),
+    retriableStatusCodes: Object.freeze([503]),
+  }),
+});
+
+/** The router's factory, bound to the core's cluster manager and route options. */
+export function routerFactory(clusters: ClusterManager, opts: RouterOptions = DEFAULT_ROUTER_OPTIONS): FilterFactory<Record<string, never>> {
   return {
     name: ROUTER_FILTER_NAME,
     parseConfig(raw) {
       if (raw !== undefined && (typeof raw !== 'object' || raw === null || Object.keys(raw).length > 0)) {
-        throw new Error('the router takes no configuration yet');
+        throw new Error('the router takes no configuration (route settings live in the bootstrap `http` section)');
       }
       return {};
     },
-    create: (_config, env) => new Router(clusters, env),
+    create: (_config, env) => new Router(clusters, env, compileRetry(opts)),
+  };
+}
+
+/** Retry conditions resolved once into flags (the data path never parses strings). */
+interface CompiledRoute {
+  readonly requestTimeoutMs: number;
+  readonly appendForwardedFor: boolean;
+  readonly attempts: number;
+  readonly onConnectFailure: boolean;
+  readonly onRefusedStream: boolean;
+  readonly onReset: boolean;
+  readonly onUnavailable: boolean;
+  readonly onCancelled: boolean;
+  readonly on5xx: boolean;
+  readonly onGatewayError: boolean;
+  readonly retriableStatus: ReadonlySet<number>;
+}
+
+function compileRetry(o: RouterOptions): CompiledRoute {
+  const on = new Set(o.retry.retryOn);
+  return {
+    requestTimeoutMs: o.requestTimeoutMs,
+    appendForwardedFor: o.appendForwardedFor,
+    attempts: o.retry.attempts,
+    onConnectFailure: on.has('connect-failure') || on.has('5xx') || on.has('gateway-error') || on.has('reset'),
+    onRefusedStream: on.has('refused-stream') || on.has('5xx') || on.has('reset'),
+    onReset: on.has('reset') || on.has('5xx'),
+    onUnavailable: on.has('unavailable'),
+    onCancelled: on.has('cancelled'),
+    on5xx: on.has('5xx'),
+    onGatewayError: on.has('gateway-error'),
+    retriableStatus: new Set(on.has('retriable-status-codes') ? o.retry.retriableStatusCodes : []),
   };
 }
 
@@ -41,10 +112,12 @@ class Router implements TerminalFilter {
   readonly name = ROUTER_FILTER_NAME;
   private readonly clusters: ClusterManager;
   private readonly env: FilterEnv;
+  private readonly route: CompiledRoute;
 
-  constructor(clusters: ClusterManager, env: FilterEnv) {
+  constructor(clusters: ClusterManager, env: FilterEnv, route: CompiledRoute) {
     this.clusters = clusters;
     this.env = env;
+    this.route = route;
   }
 
   forward(stream: StreamContext): void {
@@ -57,125 +130,252 @@ class Router implements TerminalFilter {
       stream.sendLocalReply(404, '', ResponseFlag.NoRouteFound, 'route_not_found');
       return;
     }
-    const ep = pickEndpoint(this.clusters.lb, target, conn.info.targetIp);
-    if (!ep) {
-      stream.sendLocalReply(503, undefined, ResponseFlag.NoHealthyUpstream, 'no_healthy_upstream');
-      return;
-    }
+    stream.upstreamCluster = clusterName(target, 'http');
     const req = stream.req;
-    if (countHost(req.rawHeaders) > 1) {
-      // Two Host headers make the target ambiguous (RFC 9112 §3.2): refuse rather than forward,
-      // and close the connection as after any protocol error.
-      stream.res.shouldKeepAlive = false;
-      stream.sendLocalReply(400, 'Bad Request: duplicate host header', ResponseFlag.DownstreamProtocolError, 'duplicate_host_header');
-      return;
-    }
-    stream.endpoint = ep;
-    stream.upstreamHost = ep.authority;
-    const headers = new HeaderList(stripHopByHop(req.rawHeaders, req.headers.connection));
-    let path = req.url ?? '/';
-    // (`OPTIONS *` lands here too and gets 400: undici cannot send an asterisk-form target.)
-    if (path.charCodeAt(0) !== 0x2f) {
-      // Absolute-form request target (`GET http://host/p`): send origin-form upstream with the
-      // URI's authority as Host, as Envoy does with allow_absolute_url.
-      const abs = absoluteForm(path);
-      if (!abs) {
-        stream.sendLocalReply(400, 'Bad Request: invalid request target', ResponseFlag.DownstreamProtocolError, 'invalid_request_target');
+    let headers: HeaderList;
+    let path = stream.path;
+    if (stream.http2) {
+      headers = new HeaderList(withoutPseudo(req.rawHeaders));
+    } else {
+      if (countHost(req.rawHeaders) > 1) {
+        // Two Host headers make the target ambiguous (RFC 9112 §3.2): refuse rather than forward,
+        // and close the connection as after any protocol error.
+        (stream.res as unknown as { shouldKeepAlive: boolean }).shouldKeepAlive = false;
+        stream.sendLocalReply(400, 'Bad Request: duplicate host header', ResponseFlag.DownstreamProtocolError, 'duplicate_host_header');
         return;
       }
-      path = abs.path;
-      headers.set('host', abs.host);
+      headers = new HeaderList(stripHopByHop(req.rawHeaders, req.headers.connection as string | undefined));
+      // (`OPTIONS *` lands here too and gets 400: undici cannot send an asterisk-form target.)
+      if (path.charCodeAt(0) !== 0x2f) {
+        // Absolute-form request target (`GET http://host/p`): send origin-form upstream with the
+        // URI's authority as Host, as Envoy does with allow_absolute_url.
+        const abs = absoluteForm(path);
+        if (!abs) {
+          stream.sendLocalReply(400, 'Bad Request: invalid request target', ResponseFlag.DownstreamProtocolError, 'invalid_request_target');
+          return;
+        }
+        path = abs.path;
+        headers.set('host', abs.host);
+      }
     }
-    // Node's server answers `Expect: 100-continue` itself; undici refuses to send the header.
+    // Envoy keeps a client's x-request-id and generates one otherwise (UUID v4).
+    const rid = headers.get('x-request-id');
+    if (rid) stream.requestId = rid;
+    else headers.append('x-request-id', (stream.requestId = randomUUID()));
+    if (this.route.appendForwardedFor) {
+      const client = forwardedFor(conn.info.forwarded) ?? conn.info.downstreamAddress;
+      const xff = headers.get('x-forwarded-for');
+      headers.set('x-forwarded-for', xff ? `${xff}, ${client}` : client);
+    }
+    // Node's servers answer `Expect: 100-continue` themselves; undici refuses to send the header.
     if (req.headers.expect !== undefined) headers.remove('expect');
     stream.chain.runUpstreamRequest(stream, headers);
-    const handler = new UpstreamHandler(stream, ep, this.clusters, headers, path);
-    this.clusters.lb.start(ep);
-    const length = bodyLength(req);
-    if (length === 0) return handler.send(this.clusters.dispatcherFor(ep), null);
-    if (length > 0 && length <= SMALL_BODY_BYTES) return collectBody(req, length, handler, this.clusters.dispatcherFor(ep));
-    handler.send(this.clusters.dispatcherFor(ep), req);
+    const h2 = upstreamIsH2(target, stream.http2);
+    if (h2) {
+      // Connection-specific headers never reach an HTTP/2 upstream (pitfall D3); TE only as `trailers`.
+      headers.remove('host');
+      if (/\btrailers\b/i.test(String(req.headers.te ?? ''))) headers.set('te', 'trailers');
+    } else if (stream.http2) {
+      headers.raw.unshift('host', stream.authority);
+    }
+    const length = bodyLength(req, stream.http2);
+    const attempt = new UpstreamAttempt(stream, this.clusters, this.route, target, headers, path, h2);
+    if (length === 0) return attempt.send(null);
+    if (length > 0 && length <= SMALL_BODY_BYTES) return collectBody(req, length, attempt);
+    // Streamed bodies are counted as they pass (pulled by the upstream, so back-pressure holds);
+    // they cannot be replayed, so they are not retried.
+    attempt.send(Readable.from(counted(req, stream), { objectMode: false }));
+  }
+}
+
+/** Yield the request body's chunks, counting them into `stream.bytesReceived`. */
+async function* counted(req: AsyncIterable<Buffer>, stream: StreamContext): AsyncGenerator<Buffer> {
+  for await (const chunk of req) {
+    stream.bytesReceived += chunk.length;
+    yield chunk;
   }
 }
 
 /**
  * Bodies up to this size (bytes, declared by Content-Length) are gathered before the request is
- * sent, so head and body leave in one write: one HTTP/2 DATA frame and one TLS record upstream
- * instead of two. Larger and chunked bodies stream with back-pressure.
+ * sent, so head and body leave in one write (one HTTP/2 DATA frame and one TLS record upstream),
+ * and a retry can send them again. Larger and chunked bodies stream with back-pressure.
  */
 const SMALL_BODY_BYTES = 64 * 1024;
 
-/** Declared body size: 0 none, -1 unknown (chunked: stream it), else Content-Length. */
-function bodyLength(req: IncomingMessage): number {
+/** Declared body size: 0 none, -1 unknown (chunked / streamed h2: stream it), else Content-Length. */
+function bodyLength(req: IncomingMessage | Http2ServerRequest, http2: boolean): number {
   const cl = req.headers['content-length'];
-  if (req.headers['transfer-encoding'] !== undefined) return -1;
-  if (cl === undefined) return 0;
+  if (http2) {
+    // HEADERS with END_STREAM: no body at all.
+    if ((req as Http2ServerRequest).stream.endAfterHeaders) return 0;
+    if (cl === undefined) return -1;
+  } else {
+    if (req.headers['transfer-encoding'] !== undefined) return -1;
+    if (cl === undefined) return 0;
+  }
   const n = Number(cl);
   return Number.isSafeInteger(n) && n >= 0 ? n : -1;
 }
 
-function collectBody(req: IncomingMessage, length: number, handler: UpstreamHandler, dispatcher: Dispatcher): void {
+function collectBody(req: IncomingMessage | Http2ServerRequest, length: number, attempt: UpstreamAttempt): void {
   const chunks: Buffer[] = [];
   req.on('data', (c: Buffer) => chunks.push(c));
-  req.once('end', () => handler.send(dispatcher, chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, length)));
+  req.once('end', () => {
+    const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+    attempt.stream.bytesReceived = body.length;
+    attempt.send(body);
+  });
   // An aborted upload never ends: the downstream close handler cancels the stream.
+  void length;
+}
+
+function upstreamIsH2(target: Target, downstreamH2: boolean): boolean {
+  if (target.kind === 'service') {
+    const p = target.port.protocol;
+    if (p === 'HTTP2' || p === 'GRPC') return true;
+    if (p !== 'UNKNOWN') return false;
+  }
+  return downstreamH2;
 }
 
 /**
- * undici dispatch handler for one request (legacy handler interface: it hands us raw header
- * buffers, so header case survives). One object per request, no closures on the hot path.
+ * One request's upstream side: the attempts (first try and retries), the timeout, and the
+ * undici-style handler for the current attempt. One object per request, no closures on the hot path.
  */
-class UpstreamHandler implements Dispatcher.DispatchHandler {
-  private readonly stream: StreamContext;
-  private readonly ep: Endpoint;
+class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
+  readonly stream: StreamContext;
   private readonly clusters: ClusterManager;
-  private abort: ((err?: Error) => void) | undefined;
-  private finished: boolean;
-  /** undici's resume function for this request (one per request, reused for every drain). */
-  private resume: () => void;
-
+  private readonly route: CompiledRoute;
+  private readonly target: Target;
   private readonly headers: HeaderList;
   private readonly path: string;
+  private readonly h2: boolean;
+  private body: Buffer | Readable | null;
+  private ep: Endpoint | undefined;
+  /** Authorities tried so far (a retry prefers another host). */
+  private tried: string[] | undefined;
+  private abort: ((err?: Error) => void) | undefined;
+  /** The current attempt finished (its load-balancer slot released). */
+  private finished: boolean;
+  /** The whole request is over (answered, failed, cancelled or timed out). */
+  private over: boolean;
+  /** The current attempt's response is being discarded for a retry. */
+  private discarding: boolean;
+  private timer: NodeJS.Timeout | undefined;
+  /** undici's resume function for this request (one per attempt, reused for every drain). */
+  private resume: () => void;
+  /** Trailers split off a gRPC trailers-only answer, sent when the response ends. */
+  private pendingTrailers: string[] | null;
 
-  constructor(stream: StreamContext, ep: Endpoint, clusters: ClusterManager, headers: HeaderList, path: string) {
+  constructor(stream: StreamContext, clusters: ClusterManager, route: CompiledRoute, target: Target, headers: HeaderList, path: string, h2: boolean) {
     this.stream = stream;
-    this.ep = ep;
     this.clusters = clusters;
+    this.route = route;
+    this.target = target;
     this.headers = headers;
     this.path = path;
+    this.h2 = h2;
+    this.body = null;
+    this.ep = undefined;
+    this.tried = undefined;
     this.abort = undefined;
-    this.finished = false;
+    this.finished = true;
+    this.over = false;
+    this.discarding = false;
+    this.timer = undefined;
     this.resume = noop;
+    this.pendingTrailers = null;
     stream.abortUpstream = this;
+    if (route.requestTimeoutMs > 0) this.timer = setTimeout(onRequestTimeout, route.requestTimeoutMs, this);
   }
 
-  /** Send the request upstream with `body` (null, a gathered Buffer, or the request stream). */
-  send(dispatcher: Dispatcher, body: Buffer | IncomingMessage | null): void {
-    const req = this.stream.req;
-    if (this.stream.res.destroyed) return this.done();
-    dispatcher.dispatch({ method: req.method ?? 'GET', path: this.path, headers: this.headers.raw, body }, this);
+  /** Send the first attempt with `body` (null, a gathered Buffer, or the request stream). */
+  send(body: Buffer | Readable | null): void {
+    this.body = body;
+    this.attempt();
+  }
+
+  private attempt(): void {
+    const s = this.stream;
+    if (this.over || s.downstreamClosed) return this.end();
+    const ep = pickEndpoint(this.clusters.lb, this.target, s.conn.info.targetIp, this.tried);
+    if (!ep) {
+      this.end();
+      s.sendLocalReply(503, undefined, ResponseFlag.NoHealthyUpstream, 'no_healthy_upstream');
+      return;
+    }
+    this.ep = ep;
+    s.endpoint = ep;
+    s.upstreamHost = ep.authority;
+    s.attempts++;
+    this.finished = false;
+    this.discarding = false;
+    this.abort = undefined;
+    this.clusters.lb.start(ep);
+    if (this.h2) {
+      this.clusters.h2For(ep).dispatch({ method: s.method, path: this.path, authority: s.authority, headers: this.headers.raw, body: this.body }, this);
+    } else {
+      this.clusters.dispatcherFor(ep).dispatch({ method: s.method, path: this.path, headers: this.headers.raw, body: this.body }, this);
+    }
   }
 
   /** Called by the core when the downstream went away before the response completed. */
   cancel(): void {
+    this.over = true;
     if (this.abort && !this.finished) this.abort(new Error('downstream disconnected'));
-    else this.done();
+    else this.end();
+  }
+
+  /** The request timeout fired: 504 `UT` before the response started, else a reset. */
+  timeout(): void {
+    this.timer = undefined;
+    if (this.over) return;
+    this.over = true;
+    const s = this.stream;
+    if (this.abort && !this.finished) this.abort(new Error('request timeout'));
+    this.end();
+    if (s.res.headersSent) {
+      s.addFlag(ResponseFlag.UpstreamRequestTimeout);
+      s.responseCodeDetails = 'response_timeout';
+      s.resetDownstream();
+      return;
+    }
+    s.sendLocalReply(504, undefined, ResponseFlag.UpstreamRequestTimeout, 'response_timeout');
   }
 
   onConnect(abort: (err?: Error) => void): void {
     this.abort = abort;
   }
 
-  onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void, statusText: string): boolean {
-    if (statusCode < 200) return true; // 1xx: Node's server already handled Continue.
-    this.resume = resume;
+  onHeaders(statusCode: number, rawHeaders: (Buffer | string)[], resume: () => void, statusText: string): boolean {
+    if (statusCode < 200 || this.over) return !this.over; // 1xx: Node's server already handled Continue.
     const raw: string[] = new Array(rawHeaders.length);
     for (let i = 0; i < rawHeaders.length; i++) raw[i] = rawHeaders[i].toString('latin1');
+    if (this.retriableResponse(statusCode, raw)) {
+      if (this.canRetry()) {
+        // Drain this answer and try again once it is complete (the connection stays reusable).
+        this.discarding = true;
+        return true;
+      }
+      if (this.stream.attempts > this.route.attempts) this.stream.addFlag(ResponseFlag.UpstreamRetryLimitExceeded);
+    }
+    this.resume = resume;
     let connection: string | undefined;
     for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 10 && raw[i].toLowerCase() === 'connection') connection = raw[i + 1];
     const s = this.stream;
+    s.upstreamResponseMonotonic = performance.now();
     s.responseCodeDetails = 'via_upstream';
-    if (!s.respond(statusCode, statusText, new HeaderList(stripHopByHop(raw, connection)))) return false;
+    let headers = stripHopByHop(raw, connection);
+    if (s.http2) {
+      // gRPC trailers-only (grpc-status among the headers, which the gRPC protocol allows only
+      // there): Node's compatibility API cannot send HEADERS with END_STREAM, so send the
+      // equivalent headers + trailers (every gRPC client reads the status from either).
+      const split = splitTrailersOnly(headers);
+      headers = split.headers;
+      this.pendingTrailers = split.trailers;
+    }
+    if (!s.respond(statusCode, statusText, new HeaderList(headers))) return false;
     const res = s.res;
     if (!res.writableNeedDrain) return true;
     res.once('drain', resume);
@@ -183,50 +383,130 @@ class UpstreamHandler implements Dispatcher.DispatchHandler {
   }
 
   onData(chunk: Buffer): boolean {
-    const res = this.stream.res;
-    if (res.write(chunk)) return true;
-    res.once('drain', this.resume);
+    if (this.discarding || this.over) return true;
+    const s = this.stream;
+    s.bytesSent += chunk.length;
+    if ((s.res as ServerResponse).write(chunk)) return true;
+    s.res.once('drain', this.resume);
     return false;
   }
 
-  onComplete(trailers: string[] | null): void {
-    this.done();
+  onComplete(upstreamTrailers: string[] | null): void {
+    this.release();
+    if (this.discarding) return this.retry();
+    if (this.over) return;
+    this.end();
+    const trailers = upstreamTrailers ?? this.pendingTrailers;
     const res = this.stream.res;
     if (trailers && trailers.length > 0) {
       const t: Record<string, string> = {};
-      for (let i = 0; i < trailers.length; i += 2) t[trailers[i]] = trailers[i + 1];
+      for (let i = 0; i < trailers.length; i += 2) t[String(trailers[i])] = String(trailers[i + 1]);
       try {
         res.addTrailers(t);
       } catch {
-        // Non-chunked response: trailers cannot be sent on HTTP/1.1.
+        // Non-chunked HTTP/1.1 response: trailers cannot be sent.
       }
     }
     res.end();
   }
 
   onError(err: Error): void {
-    this.done();
+    this.release();
+    if (this.over) return this.end();
     const s = this.stream;
     // Already answered (e.g. a local reply after the request was cancelled): nothing to undo.
-    if (s.downstreamClosed || s.res.writableEnded) return;
+    if (s.downstreamClosed || s.res.writableEnded) return this.end();
     const [flag, details] = classify(err, s.res.headersSent);
+    const retriable = !s.res.headersSent && this.retriableError(err);
+    if (retriable && this.canRetry()) return this.retry();
+    this.end();
     if (s.res.headersSent) {
       s.addFlag(flag);
       s.responseCodeDetails = details;
-      s.res.destroy();
+      s.resetDownstream();
       return;
     }
     s.sendLocalReply(undefined, undefined, flag, details);
+    // Envoy's `UF,URX`: the retry policy wanted another attempt but the budget was spent.
+    if (retriable && s.attempts > this.route.attempts) s.addFlag(ResponseFlag.UpstreamRetryLimitExceeded);
   }
 
-  private done(): void {
+  /** Whether another attempt is allowed at all (budget, body replayable, downstream still there). */
+  private canRetry(): boolean {
+    return this.stream.attempts <= this.route.attempts && !isStream(this.body) && !this.over;
+  }
+
+  /** Whether the retry policy covers this failure (budget aside). */
+  private retriableError(err: Error & { code?: string }): boolean {
+    if (isStream(this.body)) return false;
+    if (isConnectFailure(err)) return this.route.onConnectFailure;
+    if (err instanceof UpstreamResetError && !err.responseStarted) {
+      if (err.rstCode === 7 /* REFUSED_STREAM */) return this.route.onRefusedStream;
+      return this.route.onReset;
+    }
+    return this.route.onReset && err.code !== 'UND_ERR_ABORTED';
+  }
+
+  /** Whether the retry policy covers this response (budget aside). */
+  private retriableResponse(status: number, raw: readonly string[]): boolean {
+    if (isStream(this.body)) return false;
+    const r = this.route;
+    if (r.retriableStatus.has(status) || (r.on5xx && status >= 500) || (r.onGatewayError && (status === 502 || status === 503 || status === 504))) return true;
+    if (r.onUnavailable || r.onCancelled) {
+      // gRPC trailers-only answers carry grpc-status in the headers (Envoy's retry_on for gRPC).
+      for (let i = 0; i < raw.length; i += 2) {
+        if (raw[i].length === 11 && raw[i].toLowerCase() === 'grpc-status') {
+          const g = raw[i + 1];
+          return (r.onUnavailable && g === '14') || (r.onCancelled && g === '1');
+        }
+      }
+    }
+    return false;
+  }
+
+  /** Next attempt after Envoy's default back-off (25 ms base, full jitter, doubling). */
+  private retry(): void {
+    if (this.ep) (this.tried ??= []).push(this.ep.authority);
+    const base = 25 * 2 ** (this.stream.attempts - 1);
+    setTimeout(retryLater, Math.random() * Math.min(base, 250), this);
+  }
+
+  /** Release the current attempt's load-balancer slot (once). */
+  private release(): void {
     if (this.finished) return;
     this.finished = true;
-    this.clusters.lb.finish(this.ep);
+    if (this.ep) this.clusters.lb.finish(this.ep);
+  }
+
+  /** The request is over: release everything. */
+  private end(): void {
+    this.over = true;
+    this.release();
+    if (this.timer) {
+      clearTimeout(this.timer);
+      this.timer = undefined;
+    }
+  }
+
+  /** Entry point for the back-off timer. */
+  runRetry(): void {
+    this.attempt();
   }
 }
 
+function onRequestTimeout(a: UpstreamAttempt): void {
+  a.timeout();
+}
+
+function retryLater(a: UpstreamAttempt): void {
+  a.runRetry();
+}
+
 function noop(): void {}
+
+function isStream(b: Buffer | Readable | null): boolean {
+  return b !== null && !Buffer.isBuffer(b);
+}
 
 /** `http(s)://authority/path?q` → origin-form path and authority; undefined for anything else. */
 function absoluteForm(target: string): { path: string; host: string } | undefined {
@@ -245,17 +525,47 @@ function countHost(raw: readonly string[]): number {
   return n;
 }
 
+/** Keep `content-type` in the headers and move the rest of a trailers-only answer to trailers. */
+function splitTrailersOnly(raw: readonly string[]): { headers: string[]; trailers: string[] | null } {
+  let grpc = false;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i].toLowerCase() === 'grpc-status') grpc = true;
+  if (!grpc) return { headers: [...raw], trailers: null };
+  const headers: string[] = [];
+  const trailers: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    const n = raw[i].toLowerCase();
+    if (n === 'content-type' || n === 'date') headers.push(raw[i], raw[i + 1]);
+    else trailers.push(raw[i], raw[i + 1]);
+  }
+  return { headers, trailers };
+}
+
+/** An HTTP/2 request's raw headers without pseudo-headers (`:method`, `:path`, ...). */
+function withoutPseudo(raw: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) if (raw[i].charCodeAt(0) !== 0x3a) out.push(raw[i], raw[i + 1]);
+  return out;
+}
+
+function isConnectFailure(err: Error & { code?: string }): boolean {
+  return err instanceof HboneConnectError || err.code === 'ECONNREFUSED' || err.code === 'UND_ERR_CONNECT_TIMEOUT' || err.code === 'EHOSTUNREACH' || err.code === 'ENETUNREACH';
+}
+
 /** Map an upstream failure to Envoy's response flag and details. */
 function classify(err: Error & { code?: string }, started: boolean): [string, string] {
-  if (err instanceof HboneConnectError || err.code === 'ECONNREFUSED' || err.code === 'UND_ERR_CONNECT_TIMEOUT' || err.code === 'EHOSTUNREACH' || err.code === 'ENETUNREACH') {
+  if (isConnectFailure(err)) {
     return [ResponseFlag.UpstreamConnectionFailure, 'upstream_reset_before_response_started{connection_failure}'];
   }
-  if (err.code === 'UND_ERR_HEADERS_OVERFLOW' || err.code === 'HPE_INVALID_CONSTANT' || (err.code ?? '').startsWith('HPE_')) {
+  if (err.code === 'UND_ERR_HEADERS_OVERFLOW' || (err.code ?? '').startsWith('HPE_')) {
     return [ResponseFlag.UpstreamProtocolError, 'upstream_reset_before_response_started{protocol_error}'];
   }
   if (err.code === 'UND_ERR_ABORTED' || err.name === 'AbortError') {
     return [ResponseFlag.DownstreamConnectionTermination, 'downstream_remote_disconnect'];
   }
-  if (started) return [ResponseFlag.UpstreamConnectionTermination, 'upstream_reset_after_response_started{connection_termination}'];
-  return [ResponseFlag.UpstreamConnectionTermination, 'upstream_reset_before_response_started{connection_termination}'];
+  const when = started ? 'upstream_reset_after_response_started' : 'upstream_reset_before_response_started';
+  if (err instanceof UpstreamResetError && err.rstCode !== 0) {
+    const reason = err.rstCode === 7 ? 'remote_refused_stream_reset' : 'remote_reset';
+    return [ResponseFlag.UpstreamRemoteReset, `${when}{${reason}}`];
+  }
+  return [ResponseFlag.UpstreamConnectionTermination, `${when}{connection_termination}`];
 }

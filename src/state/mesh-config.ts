@@ -11,11 +11,16 @@ import { deepFreeze } from '../util/freeze.ts';
 import type { MeshConfig } from './types.ts';
 import { formatFieldPath, lineOf, nodeAt, type FieldPath } from './yaml-locate.ts';
 
-/** Istio's defaults: trust domain `cluster.local`, no aliases, root namespace `istio-system`. */
+/**
+ * Istio's defaults: trust domain `cluster.local`, no aliases, root namespace `istio-system`, access
+ * log off (`accessLogFile: ""`) with `TEXT` encoding.
+ */
 export const DEFAULT_MESH_CONFIG: MeshConfig = deepFreeze({
   trustDomain: 'cluster.local',
   trustDomainAliases: [],
   rootNamespace: 'istio-system',
+  accessLogFile: '',
+  accessLogEncoding: 'TEXT',
   raw: {},
 });
 
@@ -29,6 +34,8 @@ const MeshConfigSchema = z.looseObject({
     })
     .nullish(),
   rootNamespace: z.string({ error: (iss) => `must be a string, ${got(iss.input)}` }).nullish(),
+  accessLogFile: z.string({ error: (iss) => `must be a string, ${got(iss.input)}` }).nullish(),
+  accessLogEncoding: z.enum(['TEXT', 'JSON'], { error: (iss) => `must be TEXT or JSON, ${got(iss.input)}` }).nullish(),
 });
 
 /**
@@ -78,6 +85,8 @@ export function parseMeshConfig(text: string, where: ConfigLocation = {}): MeshC
     trustDomain: m.trustDomain || DEFAULT_MESH_CONFIG.trustDomain,
     trustDomainAliases: [...(m.trustDomainAliases ?? [])],
     rootNamespace: m.rootNamespace || DEFAULT_MESH_CONFIG.rootNamespace,
+    accessLogFile: m.accessLogFile ?? DEFAULT_MESH_CONFIG.accessLogFile,
+    accessLogEncoding: m.accessLogEncoding ?? DEFAULT_MESH_CONFIG.accessLogEncoding,
     raw: value,
   });
 }

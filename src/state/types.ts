@@ -120,11 +120,18 @@ export interface WaypointIdentity {
   readonly waypointFor: 'service' | 'workload' | 'all' | 'none';
 }
 
+/** MeshConfig `AccessLogEncoding` (API:mesh/v1alpha1/config.proto). */
+export type AccessLogEncoding = 'TEXT' | 'JSON';
+
 /** The parts of Istio's MeshConfig (API:mesh/v1alpha1/config.proto) this project reads. */
 export interface MeshConfig {
   readonly trustDomain: string;
   readonly trustDomainAliases: readonly string[];
   readonly rootNamespace: string;
+  /** `accessLogFile`: where the access log goes (`/dev/stdout` is Istio's usual value); '' = off, the default. */
+  readonly accessLogFile: string;
+  /** `accessLogEncoding`: `TEXT` (Istio's default line) or `JSON`; default `TEXT`. */
+  readonly accessLogEncoding: AccessLogEncoding;
   /** The whole parsed MeshConfig, for later issues (`extensionProviders`, `defaultConfig`, ...). */
   readonly raw: Readonly<Record<string, unknown>>;
 }

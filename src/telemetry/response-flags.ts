@@ -32,6 +32,8 @@ export const ResponseFlag = {
   StreamIdleTimeout: 'SI',
   /** Upstream overflow (circuit breaking). */
   UpstreamOverflow: 'UO',
+  /** The retry policy wanted another attempt but the retry limit was reached (added to the last attempt's flag). */
+  UpstreamRetryLimitExceeded: 'URX',
 } as const;
 
 export type ResponseFlagName = (typeof ResponseFlag)[keyof typeof ResponseFlag];

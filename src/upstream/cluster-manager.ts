@@ -10,8 +10,10 @@ import type { Duplex } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
 import type { Endpoint, MeshSnapshot } from '../state/types.ts';
 import { HboneConnectError, type HboneSessionPool } from '../hbone/pool.ts';
+import type { Http2Params } from '../hbone/settings.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import { log } from '../util/log.ts';
+import { H2Upstream } from './h2-upstream.ts';
 import { LoadBalancer, type LoadBalancerPolicy } from './load-balancer.ts';
 
 export interface ClusterManagerOptions {
@@ -24,6 +26,8 @@ export interface ClusterManagerOptions {
   readonly httpKeepAliveMs: number;
   /** Largest response header block accepted from an endpoint (bytes). */
   readonly maxResponseHeadersBytes: number;
+  /** HTTP/2 settings of h2c sessions toward endpoints (http2/grpc ports). */
+  readonly http2: Http2Params;
 }
 
 export class ClusterManager {
@@ -31,6 +35,8 @@ export class ClusterManager {
   private readonly opts: ClusterManagerOptions;
   /** Pools by endpoint key; each remembers its workload key for pruning workload-addressed ones. */
   private readonly pools = new Map<string, { readonly pool: Pool; readonly workload: string }>();
+  /** h2c upstreams by endpoint key, pruned like the HTTP/1.1 pools. */
+  private readonly h2 = new Map<string, { readonly pool: H2Upstream; readonly workload: string }>();
 
   constructor(opts: ClusterManagerOptions) {
     this.opts = opts;
@@ -44,6 +50,24 @@ export class ClusterManager {
     if (!entry) {
       entry = { pool: this.createPool(ep), workload: workloadKey(ep.tunnel, ep.address, ep.workload.identity) };
       this.pools.set(key, entry);
+    }
+    return entry.pool;
+  }
+
+  /** The h2c upstream (HTTP/2 with prior knowledge inside the tunnel) for `ep`. Created on first use. */
+  h2For(ep: Endpoint): H2Upstream {
+    const key = poolKey(ep);
+    let entry = this.h2.get(key);
+    if (!entry) {
+      const pool = new H2Upstream({
+        authority: ep.authority,
+        open: () => this.openTcp(ep),
+        http2: this.opts.http2,
+        idleTimeoutMs: this.opts.httpKeepAliveMs,
+        maxStreamsPerSession: this.opts.http2.maxConcurrentStreams,
+      });
+      entry = { pool, workload: workloadKey(ep.tunnel, ep.address, ep.workload.identity) };
+      this.h2.set(key, entry);
     }
     return entry.pool;
   }
@@ -67,24 +91,28 @@ export class ClusterManager {
     // Workload-addressed traffic may use any port of a served workload.
     const servedWorkloads = new Set<string>();
     for (const w of snapshot.workloads) if (w.servedByThisWaypoint) for (const a of w.addresses) servedWorkloads.add(workloadKey(w.tunnelProtocol, a, w.identity));
-    for (const [key, entry] of this.pools) {
-      if (liveEndpoints.has(key) || servedWorkloads.has(entry.workload)) continue;
-      this.pools.delete(key);
-      entry.pool.close().catch(() => {});
+    for (const map of [this.pools, this.h2] as Map<string, { pool: { close(): Promise<unknown> }; workload: string }>[]) {
+      for (const [key, entry] of map) {
+        if (liveEndpoints.has(key) || servedWorkloads.has(entry.workload)) continue;
+        map.delete(key);
+        entry.pool.close().catch(() => {});
+      }
     }
   }
 
   /** Close every pool gracefully (in-flight requests finish). */
   async close(): Promise<void> {
-    const all = [...this.pools.values()];
+    const all = [...this.pools.values(), ...this.h2.values()];
     this.pools.clear();
+    this.h2.clear();
     await Promise.allSettled(all.map((e) => e.pool.close()));
   }
 
   /** Destroy every pool now. */
   async destroy(): Promise<void> {
-    const all = [...this.pools.values()];
+    const all = [...this.pools.values(), ...this.h2.values()];
     this.pools.clear();
+    this.h2.clear();
     await Promise.allSettled(all.map((e) => e.pool.destroy()));
   }
 

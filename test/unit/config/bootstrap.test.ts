@@ -263,6 +263,38 @@ filters: [] #!
   });
 });
 
+describe('accessLog', () => {
+  test('unset by default: both fields follow MeshConfig (accessLogFile, accessLogEncoding)', () => {
+    expect(defaultBootstrap().accessLog).toEqual({});
+    expect(parseBootstrap('accessLog: {}\n', FILE).accessLog).toEqual({});
+  });
+
+  test('file and encoding are read; each may be given alone; "" (off) is kept, not treated as unset', () => {
+    expect(parseBootstrap('accessLog:\n  file: /dev/stdout\n  encoding: JSON\n', FILE).accessLog).toEqual({ file: '/dev/stdout', encoding: 'JSON' });
+    expect(parseBootstrap('accessLog:\n  encoding: TEXT\n', FILE).accessLog).toEqual({ encoding: 'TEXT' });
+    expect(parseBootstrap('accessLog:\n  file: ""\n', FILE).accessLog).toEqual({ file: '' });
+  });
+
+  const bad: { name: string; yaml: string; field: string; message: RegExp }[] = [
+    { name: 'unknown encoding', yaml: 'accessLog:\n  encoding: YAML #!\n', field: 'accessLog.encoding', message: /TEXT.*JSON/ },
+    { name: 'file not a string', yaml: 'accessLog:\n  file: 7 #!\n', field: 'accessLog.file', message: /expected string/ },
+  ];
+  test.each(bad)('$name is a located ConfigError', ({ yaml, field, message }) => {
+    const err = caught(() => parseBootstrap(yaml, FILE));
+    expect(err.location).toEqual({ file: FILE, line: markedLine(yaml), field });
+    expect(err.message).toMatch(message);
+  });
+
+  test('unknown keys are refused (strict)', () => {
+    expect(caught(() => parseBootstrap('accessLog:\n  format: x\n', FILE)).message).toMatch(/Unrecognized key: "format"/);
+  });
+
+  test('overrideBootstrap merges accessLog like any section', () => {
+    const base = parseBootstrap('accessLog:\n  encoding: JSON\n', FILE);
+    expect(overrideBootstrap(base, { accessLog: { file: '/tmp/x.log' } }).accessLog).toEqual({ file: '/tmp/x.log', encoding: 'JSON' });
+  });
+});
+
 describe('overrideBootstrap', () => {
   const base = parseBootstrap(
     `listeners:

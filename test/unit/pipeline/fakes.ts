@@ -27,7 +27,7 @@ export function fakeConnection(): ConnectionContext {
 
 export function fakeStream(
   chain: FilterChain,
-  req: IncomingMessage = {} as IncomingMessage,
+  req: IncomingMessage = { headers: {}, httpVersion: '1.1', method: 'GET', url: '/' } as IncomingMessage,
   res: ServerResponse = {} as ServerResponse,
   conn: ConnectionContext = fakeConnection(),
 ): StreamContext {

@@ -168,7 +168,7 @@ describe('sendLocalReply', () => {
   test('after the response started it resets the downstream instead of answering', async () => {
     const { reply, stream } = await exchange([], (s) => {
       s.respond(200, undefined, new HeaderList(['content-length', '100']));
-      s.res.write('partial');
+      (s.res as import('node:http').ServerResponse).write('partial');
       setTimeout(() => s.sendLocalReply(undefined, undefined, ResponseFlag.UpstreamRemoteReset, 'upstream_reset_after_response_started'), 20);
     });
     expect(reply.status).toBe(200);

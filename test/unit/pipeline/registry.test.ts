@@ -167,6 +167,22 @@ describe('build', () => {
   });
 });
 
+describe('core filters', () => {
+  const core: Filter = { name: 'envoy.access_loggers.file', onStreamComplete() {} };
+
+  test('come first, before the configured filters, and count as seen', () => {
+    const chain = registry().build([{ name: 'istio.peer_metadata' }, { name: ROUTER }], env, [core]);
+    expect(chain.filters.map((f) => f.name)).toEqual(['envoy.access_loggers.file', 'istio.peer_metadata', ROUTER]);
+    expect(chain.filters[0]).toBe(core);
+  });
+
+  test('listing a core filter again is a ConfigError on its index', () => {
+    const err = caught(() => registry().build([{ name: 'istio.peer_metadata' }, { name: 'envoy.access_loggers.file' }, { name: ROUTER }], env, [core]));
+    expect(err.location.field).toBe('filters[1]');
+    expect(err.message).toMatch(/always first in the chain/);
+  });
+});
+
 describe('register', () => {
   test('a second factory with the same name throws', () => {
     expect(() => registry().register(router([]))).toThrow(`filter ${ROUTER} is registered twice`);

@@ -7,7 +7,14 @@ import { caught } from '../../helpers/config-error.ts';
 
 describe('parseMeshConfig', () => {
   test('defaults', () => {
-    expect(DEFAULT_MESH_CONFIG).toEqual({ trustDomain: 'cluster.local', trustDomainAliases: [], rootNamespace: 'istio-system', raw: {} });
+    expect(DEFAULT_MESH_CONFIG).toEqual({
+      trustDomain: 'cluster.local',
+      trustDomainAliases: [],
+      rootNamespace: 'istio-system',
+      accessLogFile: '',
+      accessLogEncoding: 'TEXT',
+      raw: {},
+    });
     expect(parseMeshConfig('', { file: 'm.yaml' })).toBe(DEFAULT_MESH_CONFIG);
     expect(parseMeshConfig('# nothing\n', { file: 'm.yaml' })).toBe(DEFAULT_MESH_CONFIG);
   });
@@ -21,6 +28,19 @@ describe('parseMeshConfig', () => {
     expect(m.rootNamespace).toBe('mesh-root');
     expect(m.raw.extensionProviders).toEqual([{ name: 'authz' }]);
     expect(Object.isFrozen(m.raw.extensionProviders)).toBe(true);
+  });
+
+  test('access log: off and TEXT unless accessLogFile / accessLogEncoding say otherwise (Istio defaults)', () => {
+    const off = parseMeshConfig('trustDomain: x\n');
+    expect([off.accessLogFile, off.accessLogEncoding]).toEqual(['', 'TEXT']);
+    const on = parseMeshConfig('accessLogFile: /dev/stdout\naccessLogEncoding: JSON\n');
+    expect([on.accessLogFile, on.accessLogEncoding]).toEqual(['/dev/stdout', 'JSON']);
+    const explicitOff = parseMeshConfig('accessLogFile: ""\naccessLogEncoding: TEXT\n');
+    expect([explicitOff.accessLogFile, explicitOff.accessLogEncoding]).toEqual(['', 'TEXT']);
+    const err = caught(() => parseMeshConfig('accessLogFile: /dev/stdout\naccessLogEncoding: YAML\n', { file: 'mesh.yaml' }));
+    expect(err.location).toEqual({ file: 'mesh.yaml', line: 2, field: 'accessLogEncoding' });
+    expect(err.message).toContain('must be TEXT or JSON, got "YAML"');
+    expect(caught(() => parseMeshConfig('accessLogFile: 7\n', { file: 'mesh.yaml' })).location.field).toBe('accessLogFile');
   });
 
   test('empty trustDomain falls back to cluster.local', () => {

@@ -1,0 +1,300 @@
+/**
+ * HTTP/2 toward one endpoint, for service ports declared `http2`/`grpc` (Istio's cluster h2
+ * upgrade, IS:cluster_waypoint.go `applyH2Upgrade`) and for undeclared ports whose client spoke
+ * h2c: h2c sessions (prior knowledge) over HBONE CONNECT streams (or plain TCP for endpoints
+ * outside the mesh), many requests multiplexed per session.
+ *
+ * Pool rules as for HBONE connections (ztunnel's pool): a new session is opened when every
+ * pooled one is at its stream limit (min of ours and the peer's SETTINGS_MAX_CONCURRENT_STREAMS);
+ * a session that received GOAWAY or closed is never used again (requests already on it finish,
+ * new ones go to a fresh session: pitfall F2); idle sessions close after `idleTimeoutMs`.
+ *
+ * It speaks undici's dispatch-handler protocol (onConnect/onHeaders/onData/onComplete/onError)
+ * so the router drives HTTP/1.1 (undici) and HTTP/2 upstreams with one handler.
+ */
+import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders } from 'node:http2';
+import type { Duplex, Readable } from 'node:stream';
+import { WaypointError } from '../errors.ts';
+import { http2Settings, type Http2Params } from '../hbone/settings.ts';
+import { joinWritev } from '../hbone/writev-fix.ts';
+import { log } from '../util/log.ts';
+
+/** One request to send: flat header list without pseudo-headers or connection-specific ones. */
+export interface UpstreamRequest {
+  readonly method: string;
+  /** Origin-form path (`/p?q`). */
+  readonly path: string;
+  /** `:authority` (the client's Host / :authority). */
+  readonly authority: string;
+  /** Flat `[name, value, ...]` list; names may be any case (sent lower-cased). */
+  readonly headers: readonly string[];
+  /** null: no body (END_STREAM on HEADERS); a Buffer; or a stream piped with back-pressure. */
+  readonly body: Buffer | Readable | null;
+}
+
+/** The undici-style handler the router implements. Header lists are flat; names lower-case. */
+export interface UpstreamHandler {
+  onConnect(abort: (err?: Error) => void): void;
+  /** Informational (1xx) response headers; optional. */
+  onInformational?(status: number): void;
+  onHeaders(status: number, rawHeaders: (Buffer | string)[], resume: () => void, statusText: string): boolean;
+  onData(chunk: Buffer): boolean;
+  onComplete(trailers: string[] | null): void;
+  onError(err: Error): void;
+}
+
+/**
+ * An upstream HTTP/2 stream ended without a complete response: `rstCode` is the RST_STREAM
+ * code received (0 when the session failed or closed), `responseStarted` whether headers had
+ * arrived. REFUSED_STREAM (7) means the request was never processed (safe to retry).
+ */
+export class UpstreamResetError extends WaypointError {
+  readonly rstCode: number;
+  readonly responseStarted: boolean;
+  constructor(message: string, rstCode: number, responseStarted: boolean) {
+    super('WP_ERR_UPSTREAM_RESET', message);
+    this.name = 'UpstreamResetError';
+    this.rstCode = rstCode;
+    this.responseStarted = responseStarted;
+  }
+}
+
+/** Settings of an {@link H2Upstream} (ms, counts). */
+export interface H2UpstreamOptions {
+  /** `ip:port` of the endpoint (for logs). */
+  readonly authority: string;
+  /** Opens the byte stream the session runs on (an HBONE CONNECT stream or a TCP socket). */
+  open(): Promise<Duplex>;
+  readonly http2: Http2Params;
+  /** Close a session with no request in flight after this long (ms). */
+  readonly idleTimeoutMs: number;
+  /** Our cap on concurrent streams per session. */
+  readonly maxStreamsPerSession: number;
+}
+
+interface PooledH2 {
+  readonly session: Promise<ClientHttp2Session>;
+  /** Resolved session, once up (for the synchronous capacity check). */
+  live: ClientHttp2Session | undefined;
+  active: number;
+  usable: boolean;
+  idleTimer: NodeJS.Timeout | undefined;
+}
+
+/** h2c sessions to one endpoint; `dispatch` sends one request. */
+export class H2Upstream {
+  private readonly opts: H2UpstreamOptions;
+  private readonly sessions: PooledH2[] = [];
+  private closed = false;
+
+  constructor(opts: H2UpstreamOptions) {
+    this.opts = opts;
+  }
+
+  /** Requests in flight (for tests and the load balancer's view). */
+  get sessionCount(): number {
+    return this.sessions.length;
+  }
+
+  /** Send `req`; the outcome reaches `handler` (never throws). */
+  dispatch(req: UpstreamRequest, handler: UpstreamHandler): void {
+    if (this.closed) {
+      handler.onError(new UpstreamResetError('upstream pool closed', 0, false));
+      return;
+    }
+    const pooled = this.acquire();
+    pooled.active++;
+    if (pooled.idleTimer) {
+      clearTimeout(pooled.idleTimer);
+      pooled.idleTimer = undefined;
+    }
+    pooled.session.then(
+      (session) => this.start(pooled, session, req, handler),
+      (err: Error) => {
+        this.release(pooled);
+        handler.onError(err);
+      },
+    );
+  }
+
+  /** GOAWAY every session; streams in flight finish. */
+  async close(): Promise<void> {
+    this.closed = true;
+    const all = this.sessions.splice(0);
+    await Promise.allSettled(all.map(async (p) => (await p.session).close()));
+  }
+
+  /** Tear everything down now. */
+  async destroy(): Promise<void> {
+    this.closed = true;
+    const all = this.sessions.splice(0);
+    await Promise.allSettled(all.map(async (p) => (await p.session).destroy()));
+  }
+
+  private start(pooled: PooledH2, session: ClientHttp2Session, req: UpstreamRequest, handler: UpstreamHandler): void {
+    const headers: OutgoingHttpHeaders = { ':method': req.method, ':path': req.path, ':scheme': 'http', ':authority': req.authority };
+    const raw = req.headers;
+    for (let i = 0; i < raw.length; i += 2) {
+      const name = raw[i].toLowerCase();
+      const prev = headers[name];
+      if (prev === undefined) headers[name] = raw[i + 1];
+      else if (Array.isArray(prev)) prev.push(raw[i + 1]);
+      else headers[name] = [prev as string, raw[i + 1]];
+    }
+    let stream: ClientHttp2Stream;
+    try {
+      stream = session.request(headers, { endStream: req.body === null });
+    } catch (err) {
+      // The session went away between acquire and request (GOAWAY raced us): never processed.
+      this.retire(pooled);
+      this.release(pooled);
+      handler.onError(new UpstreamResetError(`HTTP/2 request to ${this.opts.authority} failed: ${(err as Error).message}`, http2.constants.NGHTTP2_REFUSED_STREAM, false));
+      return;
+    }
+    new H2Exchange(stream, handler, () => this.release(pooled), this.opts.authority);
+    if (req.body === null) return;
+    if (Buffer.isBuffer(req.body)) {
+      stream.end(req.body);
+      return;
+    }
+    const body = req.body;
+    body.pipe(stream);
+    body.once('error', () => stream.close(http2.constants.NGHTTP2_CANCEL));
+  }
+
+  private acquire(): PooledH2 {
+    for (const p of this.sessions) {
+      if (!p.usable) continue;
+      const peerMax = p.live?.remoteSettings?.maxConcurrentStreams ?? this.opts.maxStreamsPerSession;
+      if (p.active < Math.min(peerMax, this.opts.maxStreamsPerSession)) return p;
+    }
+    const p: PooledH2 = { session: this.open(), live: undefined, active: 0, usable: true, idleTimer: undefined };
+    p.session.then(
+      (s) => {
+        p.live = s;
+        s.once('goaway', () => this.retire(p));
+        s.once('close', () => this.retire(p));
+      },
+      () => this.retire(p),
+    );
+    this.sessions.push(p);
+    return p;
+  }
+
+  private async open(): Promise<ClientHttp2Session> {
+    // Node's writev onto an Http2Stream corrupts batched chunks (hbone/writev-fix.ts).
+    const socket = joinWritev(await this.opts.open());
+    const session = http2.connect(`http://${this.opts.authority}`, {
+      createConnection: () => socket,
+      settings: http2Settings(this.opts.http2, false),
+      maxSessionMemory: this.opts.http2.maxSessionMemoryMb,
+    });
+    session.on('error', (err) => log.debug({ err: err.message, endpoint: this.opts.authority }, 'upstream h2c session error'));
+    session.unref();
+    await new Promise<void>((resolve, reject) => {
+      const onClose = () => reject(new UpstreamResetError(`h2c session to ${this.opts.authority} closed before it was ready`, 0, false));
+      session.once('close', onClose);
+      session.once('connect', () => {
+        session.off('close', onClose);
+        try {
+          session.setLocalWindowSize(this.opts.http2.initialConnectionWindowSize);
+        } catch {
+          // closing
+        }
+        resolve();
+      });
+    });
+    return session;
+  }
+
+  private release(p: PooledH2): void {
+    p.active--;
+    if (p.active === 0 && p.usable && this.opts.idleTimeoutMs > 0) {
+      p.idleTimer = setTimeout(() => {
+        this.retire(p);
+        void p.session.then((s) => s.close());
+      }, this.opts.idleTimeoutMs).unref();
+    }
+  }
+
+  private retire(p: PooledH2): void {
+    p.usable = false;
+    if (p.idleTimer) clearTimeout(p.idleTimer);
+    const i = this.sessions.indexOf(p);
+    if (i >= 0) this.sessions.splice(i, 1);
+  }
+}
+
+/** One request/response on an upstream h2 stream, translated to handler calls. */
+class H2Exchange {
+  private readonly stream: ClientHttp2Stream;
+  private readonly handler: UpstreamHandler;
+  private readonly release: () => void;
+  private readonly where: string;
+  private responseStarted = false;
+  private trailers: string[] | null = null;
+  private done = false;
+
+  constructor(stream: ClientHttp2Stream, handler: UpstreamHandler, release: () => void, where: string) {
+    this.stream = stream;
+    this.handler = handler;
+    this.release = release;
+    this.where = where;
+    handler.onConnect((err) => {
+      if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_CANCEL);
+      this.fail(err ?? new Error('cancelled'));
+    });
+    stream.on('headers', (h: IncomingHttpHeaders) => handler.onInformational?.(Number(h[':status'])));
+    stream.once('response', (h: IncomingHttpHeaders) => this.onResponse(h));
+    stream.once('trailers', (t: IncomingHttpHeaders) => {
+      this.trailers = flatten(t);
+    });
+    stream.once('end', () => this.finish());
+    stream.on('error', () => {});
+    stream.once('close', () => {
+      if (this.done) return;
+      const code = stream.rstCode ?? 0;
+      this.fail(new UpstreamResetError(`HTTP/2 stream to ${this.where} reset (code ${code})`, code, this.responseStarted));
+    });
+  }
+
+  private onResponse(h: IncomingHttpHeaders): void {
+    this.responseStarted = true;
+    const status = Number(h[':status']);
+    const stream = this.stream;
+    const resume = () => stream.resume();
+    const flowing = this.handler.onHeaders(status, flatten(h), resume, '');
+    // Data is read only after the headers went downstream (Node may have DATA buffered already).
+    stream.on('data', (c: Buffer) => {
+      if (!this.handler.onData(c)) stream.pause();
+    });
+    if (!flowing) stream.pause();
+  }
+
+  private finish(): void {
+    if (this.done) return;
+    this.done = true;
+    this.release();
+    this.handler.onComplete(this.trailers);
+  }
+
+  private fail(err: Error): void {
+    if (this.done) return;
+    this.done = true;
+    this.release();
+    this.handler.onError(err);
+  }
+}
+
+/** An http2 header object as a flat `[name, value, ...]` list without pseudo-headers. */
+function flatten(h: IncomingHttpHeaders): string[] {
+  const out: string[] = [];
+  for (const name in h) {
+    if (name.charCodeAt(0) === 0x3a) continue;
+    const v = h[name];
+    if (v === undefined) continue;
+    if (Array.isArray(v)) for (const x of v) out.push(name, x);
+    else out.push(name, String(v));
+  }
+  return out;
+}
