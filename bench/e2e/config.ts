@@ -8,11 +8,35 @@ import type { TopologyOptions } from '../../src/demo/topology.ts';
 export const PATHS = ['direct', 'l4-relay', 'waypoint'] as const;
 export type PathName = (typeof PATHS)[number];
 
+/**
+ * The bench-only backends of the scenarios (bench/e2e/backends.ts), on every pod IP next to the
+ * demo's echo backend (:8080): `h1` answers `GET /bytes/N` with N bytes over HTTP/1.1, `h2` the
+ * same over h2c, `grpc` is a grpc-js unary echo.
+ */
+export const BACKEND_KINDS = ['h1', 'h2', 'grpc'] as const;
+export type BackendKind = (typeof BACKEND_KINDS)[number];
+
+/** Port of each bench backend on the pod IPs. */
+export const BACKEND_PORTS: Readonly<Record<BackendKind, number>> = { h1: 8081, h2: 8082, grpc: 8083 };
+
+/** One extra Service of a topology for a bench backend, and the tunnel role in front of it. */
+export interface BenchService {
+  /** Service name in the mesh (selector `app: echo`, so the same pods). */
+  readonly name: string;
+  readonly vip: string;
+  /** Service port name: sets the protocol the waypoint sees (`http`, `http2`, `grpc`, or `tcp…`). */
+  readonly portName: string;
+  /** Plain-TCP entry of a `tunnel` role whose CONNECT authority is `vip:80`. */
+  readonly tunnelListen: string;
+}
+
 /** The two meshed topologies: one HTTP service port (full filter chain), one TCP port (L4 relay). */
 export interface TopologySpec {
   readonly key: 'http' | 'tcp';
   /** Topology options without `dir` (the orchestrator picks a temporary directory). */
   readonly options: Omit<TopologyOptions, 'dir'>;
+  /** The scenarios' extra Services (port 80 → the bench backend's port), appended to the mesh. */
+  readonly bench: Readonly<Record<BackendKind, BenchService>>;
 }
 
 const HBONE_PORT = 15008;
@@ -34,6 +58,11 @@ export const TOPOLOGIES: readonly TopologySpec[] = [
       startWaypoint: false,
       portName: 'http',
     },
+    bench: {
+      h1: { name: 'bench-h1', vip: '127.0.200.102', portName: 'http', tunnelListen: '127.0.200.50:18081' },
+      h2: { name: 'bench-h2', vip: '127.0.200.103', portName: 'http2', tunnelListen: '127.0.200.50:18082' },
+      grpc: { name: 'bench-grpc', vip: '127.0.200.104', portName: 'grpc', tunnelListen: '127.0.200.50:18083' },
+    },
   },
   {
     key: 'tcp',
@@ -50,6 +79,11 @@ export const TOPOLOGIES: readonly TopologySpec[] = [
       readiness: '',
       startWaypoint: false,
       portName: 'tcp',
+    },
+    bench: {
+      h1: { name: 'bench-h1', vip: '127.0.200.112', portName: 'tcp', tunnelListen: '127.0.200.51:18081' },
+      h2: { name: 'bench-h2', vip: '127.0.200.113', portName: 'tcp-h2', tunnelListen: '127.0.200.51:18082' },
+      grpc: { name: 'bench-grpc', vip: '127.0.200.114', portName: 'tcp-grpc', tunnelListen: '127.0.200.51:18083' },
     },
   },
 ];
@@ -70,6 +104,23 @@ export function pathTarget(path: PathName): { url: string; host: string; port: n
   const t = split(path === 'waypoint' ? http.tunnelListen : tcp.tunnelListen);
   return { url: `http://${t.host}:${t.port}`, ...t, topology: path === 'waypoint' ? 'http' : 'tcp' };
 }
+
+/** Where a scenario's load goes for one path and backend kind (host, port of a plain-TCP entry). */
+export function scenarioTarget(path: PathName, kind: BackendKind): { host: string; port: number; topology: 'http' | 'tcp' | undefined } {
+  if (path === 'direct') return { host: TOPOLOGIES[0].options.podIps[0], port: BACKEND_PORTS[kind], topology: undefined };
+  const spec = TOPOLOGIES[path === 'waypoint' ? 0 : 1];
+  const hp = spec.bench[kind].tunnelListen;
+  const i = hp.lastIndexOf(':');
+  return { host: hp.slice(0, i), port: Number(hp.slice(i + 1)), topology: spec.key };
+}
+
+/**
+ * Scenario groups `--only` / BENCH_ONLY can pick: `core` is the original flows per path (warm-up,
+ * idle tunnels, fixed rate, saturation: the aims table); `h1` HTTP/1.1 response sizes; `tunnels`
+ * many tunnels vs one tunnel (HTTP/1.1 and h2c); `grpc` gRPC unary.
+ */
+export const SCENARIOS = ['core', 'h1', 'tunnels', 'grpc'] as const;
+export type ScenarioName = (typeof SCENARIOS)[number];
 
 function num(name: string, dflt: number): number {
   const raw = process.env[name];
@@ -100,9 +151,42 @@ export interface BenchSettings {
   readonly gc: boolean;
   /** Before each measured run, wait up to this long (s) for other processes to use < 0.15 cores (0: don't). */
   readonly quietWaitS: number;
+  /** Scenario groups to run (`--only a,b` or BENCH_ONLY; default all). */
+  readonly only: readonly ScenarioName[];
+  /** Closed-loop scenario runs: measured and warm-up seconds. */
+  readonly scenarioDurationS: number;
+  readonly scenarioWarmupS: number;
+  /** Before each scenario run, wait up to this long (s) for a quiet machine (shorter than the core's: there are many runs). */
+  readonly scenarioQuietWaitS: number;
+  /** Connections of the HTTP/1.1 response-size runs (one request in flight on each). */
+  readonly scenarioConnections: number;
+  /** The `tunnels` scenario: tunnels of the many-tunnels runs, streams of the one-tunnel h2c run. */
+  readonly manyTunnels: number;
+  /** gRPC unary: channels (one connection each) and calls in flight on each. */
+  readonly grpcChannels: number;
+  readonly grpcConcurrency: number;
+  /** gRPC unary request (and echoed response) payload bytes. */
+  readonly grpcBytes: number;
 }
 
-export function loadSettings(): BenchSettings {
+/** `--only a,b` / `--only=a,b` from argv, else BENCH_ONLY, else every scenario group. */
+function onlyScenarios(argv: readonly string[]): ScenarioName[] {
+  let raw = process.env.BENCH_ONLY ?? '';
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (a === '--only') raw = argv[++i] ?? '';
+    else if (a.startsWith('--only=')) raw = a.slice('--only='.length);
+    else if (a === '--help' || a === '-h') {
+      process.stdout.write(`usage: npm run bench [-- --only ${SCENARIOS.join(',')}]   (knobs: bench/README.md)\n`);
+      process.exit(0);
+    } else throw new Error(`unknown argument "${a}" (usage: npm run bench -- --only ${SCENARIOS.join(',')})`);
+  }
+  const names = raw.split(',').map((x) => x.trim()).filter(Boolean);
+  for (const n of names) if (!(SCENARIOS as readonly string[]).includes(n)) throw new Error(`--only: unknown scenario "${n}" (known: ${SCENARIOS.join(', ')})`);
+  return names.length === 0 ? [...SCENARIOS] : SCENARIOS.filter((n) => names.includes(n));
+}
+
+export function loadSettings(argv: readonly string[] = process.argv.slice(2)): BenchSettings {
   const paths = (process.env.BENCH_PATHS ?? PATHS.join(','))
     .split(',')
     .map((s) => s.trim())
@@ -123,6 +207,15 @@ export function loadSettings(): BenchSettings {
     paths: PATHS.filter((p) => paths.includes(p)),
     gc: process.env.BENCH_GC === '1',
     quietWaitS: num('BENCH_QUIET_WAIT_S', 10),
+    only: onlyScenarios(argv),
+    scenarioDurationS: num('BENCH_SCENARIO_DURATION_S', 3),
+    scenarioWarmupS: num('BENCH_SCENARIO_WARMUP_S', 1),
+    scenarioQuietWaitS: num('BENCH_SCENARIO_QUIET_WAIT_S', Math.min(1, num('BENCH_QUIET_WAIT_S', 10))),
+    scenarioConnections: Math.max(1, num('BENCH_SCENARIO_CONNECTIONS', 64)),
+    manyTunnels: Math.max(1, num('BENCH_MANY_TUNNELS', 64)),
+    grpcChannels: Math.max(1, num('BENCH_GRPC_CHANNELS', 1)),
+    grpcConcurrency: Math.max(1, num('BENCH_GRPC_CONCURRENCY', 32)),
+    grpcBytes: num('BENCH_GRPC_BYTES', 1024),
   };
 }
 

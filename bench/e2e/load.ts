@@ -9,12 +9,16 @@
  *    in an HDR histogram at 1 µs resolution.
  *  - `warm`: a few GETs to prime a path (TLS sessions, pools, JIT).
  *  - `idle-open` / `idle-close`: N raw keep-alive TCP connections, one GET each, then left idle.
+ *  - `closed`: the scenarios' closed-loop runs over HTTP/1.1, h2c or gRPC (closed-loop.ts).
  */
 import net from 'node:net';
 import autocannon from 'autocannon';
 import { build } from 'hdr-histogram-js';
 import { Client, Pool } from 'undici';
+import { closedLoop } from './closed-loop.ts';
 import type {
+  ClosedCommand,
+  ClosedResult,
   IdleCloseResult,
   IdleOpenCommand,
   IdleOpenResult,
@@ -66,7 +70,13 @@ function handle(cmd: LoadCommand): Promise<unknown> {
       return idleOpen(cmd);
     case 'idle-close':
       return Promise.resolve(idleClose());
+    case 'closed':
+      return closed(cmd);
   }
+}
+
+function closed(cmd: ClosedCommand): Promise<ClosedResult> {
+  return closedLoop(cmd, (name) => send({ type: 'mark', id: cmd.id, name }));
 }
 
 // ---------------------------------------------------------------------------------------------

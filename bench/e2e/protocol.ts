@@ -47,7 +47,52 @@ export interface IdleCloseCommand {
   readonly id: number;
 }
 
-export type LoadCommand = SaturateCommand | RateCommand | WarmCommand | IdleOpenCommand | IdleCloseCommand;
+/**
+ * A closed-loop run (closed-loop.ts): `connections` × `streams` workers, each with one request in
+ * flight at a time, for `warmupS` then `durationS` (marks around the measured window). One probe
+ * request first: if it fails, nothing runs and the result says why (`probeError`).
+ *
+ *  - h1:   one undici Client per connection, `streams` must be 1 (no pipelining), `GET path`;
+ *  - h2:   one Node http2 session (h2c, prior knowledge) per connection, `streams` concurrent `GET path`;
+ *  - grpc: one grpc-js channel per connection, `streams` concurrent unary calls of `bodyBytes`.
+ */
+export interface ClosedCommand {
+  readonly type: 'closed';
+  readonly id: number;
+  readonly proto: 'h1' | 'h2' | 'grpc';
+  readonly host: string;
+  readonly port: number;
+  readonly connections: number;
+  readonly streams: number;
+  /** h1/h2: request path (`/bytes/<n>`); `expectBytes` is the response size to check. */
+  readonly path: string;
+  readonly expectBytes: number;
+  /** grpc: payload bytes of each call (echoed back). */
+  readonly bodyBytes: number;
+  readonly warmupS: number;
+  readonly durationS: number;
+}
+
+export type LoadCommand = SaturateCommand | RateCommand | WarmCommand | IdleOpenCommand | IdleCloseCommand | ClosedCommand;
+
+export interface ClosedResult {
+  /** Why the probe request failed (nothing was measured then), else null. */
+  readonly probeError: string | null;
+  /** Requests completed (successfully or not) in the measured window. */
+  readonly requests: number;
+  readonly durationS: number;
+  readonly reqPerSec: number;
+  readonly errors: number;
+  readonly badResponses: number;
+  readonly errorSamples: string[];
+  /** Latency of the successful requests of the window, request start to last response byte (µs). */
+  readonly latencyUs: { readonly p50: number; readonly p90: number; readonly p99: number; readonly max: number; readonly mean: number };
+  /** Workers (requests in flight) and connections that served at least one request. */
+  readonly inFlight: number;
+  readonly connectionsUsed: number;
+  /** h2/grpc: the HTTP/2 peer window the backend saw on the probe (backend-wire.ts), else null. */
+  readonly peerWindow: number | null;
+}
 
 export interface SaturateResult {
   readonly requests: number;

@@ -4,6 +4,7 @@
 import type { AIMS, BenchSettings, PathName } from './config.ts';
 import type { RemoteMemory } from './inspector.ts';
 import type { RateResult, SaturateResult, WarmResult } from './protocol.ts';
+import type { ScenarioReport } from './scenarios.ts';
 
 type CpuByProcess = Record<string, { cpuS: number; cores: number; usPerReq: number | null }>;
 
@@ -69,6 +70,8 @@ export interface BenchReport {
   aims: typeof AIMS;
   paths: Partial<Record<PathName, PathReport>>;
   ratios: Record<string, number | null>;
+  /** The closed-loop scenarios (h1 sizes, tunnels, gRPC), in run order. */
+  scenarios: ScenarioReport[];
   logs: Record<string, { warnings: number; errors: number; other: number; samples: string[]; exitedEarly: boolean; exitCode?: number }>;
 }
 
@@ -136,25 +139,8 @@ export function printReport(r: BenchReport): void {
   const out: string[] = [];
   out.push('');
   out.push(`node-waypoint bench  ${r.startedAt}  (${r.host.cpus} × ${r.host.cpuModel}, Node ${r.host.node}${r.host.commit ? `, ${r.host.commit}` : ''}, ${r.wallS} s)`);
-  out.push('');
-  out.push(line('', cols));
-  out.push('-'.repeat(w0 + cw * cols.length));
-  for (const [label, fn] of rows) out.push(line(label, cols.map((c) => (r.paths[c] ? fn(c) : '(skipped)'))));
-  out.push('');
-  const q = r.ratios;
-  const a = r.aims;
-  out.push('Ratios and aims');
-  out.push(`  waypoint CPU/req ÷ l4-relay CPU/req, saturation   ${f(q.waypointCpuPerReqVsL4Saturation, 2)}×  (aim ≤ ${a.cpuRatioVsL4}×)${verdict(q.waypointCpuPerReqVsL4Saturation === null ? null : q.waypointCpuPerReqVsL4Saturation <= a.cpuRatioVsL4)}`);
-  out.push(`  waypoint CPU/req ÷ l4-relay CPU/req, at ${f(s.rate)}/s     ${f(q.waypointCpuPerReqVsL4AtRate, 2)}×  (aim ≤ ${a.cpuRatioVsL4}×)${verdict(q.waypointCpuPerReqVsL4AtRate === null ? null : q.waypointCpuPerReqVsL4AtRate <= a.cpuRatioVsL4)}`);
-  const vcpu = r.paths.waypoint?.rate?.vcpuPer1000 ?? null;
-  out.push(`  waypoint vCPU per 1000 req/s                      ${f(vcpu, 3)}  (aim ≤ ${a.vcpuPer1000}; Envoy waypoint ≈ ${a.envoyVcpuPer1000}: ${f(q.waypointVcpuPer1000VsEnvoy, 2)}× Envoy)${verdict(vcpu === null ? null : vcpu <= a.vcpuPer1000)}`);
-  const l4vcpu = r.paths['l4-relay']?.rate?.vcpuPer1000 ?? null;
-  out.push(`  l4-relay vCPU per 1000 req/s                      ${f(l4vcpu, 3)}  (lab: Node HBONE passthrough ≈ 0.09)`);
-  const kib = r.paths.waypoint?.idle?.kibPerTunnel ?? null;
-  out.push(`  waypoint KiB per idle tunnel (RSS)                ${f(kib, 2)}  (aim ≤ ${a.kibPerIdleTunnel})${verdict(kib === null ? null : kib <= a.kibPerIdleTunnel)}`);
-  out.push(`  req/s waypoint ÷ l4-relay                         ${f(q.waypointReqPerSecVsL4, 2)}`);
-  out.push(`  req/s waypoint ÷ direct, l4-relay ÷ direct        ${f(q.waypointReqPerSecVsDirect, 2)}, ${f(q.l4ReqPerSecVsDirect, 2)}`);
-  out.push(`  added p50 µs: l4-relay vs direct, waypoint vs l4  ${f(q.addedP50UsL4VsDirect)}, ${f(q.addedP50UsWaypointVsL4)}`);
+  if (Object.keys(r.paths).length > 0) out.push(...coreTable(r, rows, line, w0, cw, cols));
+  if (r.scenarios.length > 0) out.push(...scenarioTable(r));
   const findings = Object.entries(r.logs).filter(([, l]) => l.warnings + l.errors + l.other > 0 || l.exitedEarly);
   if (findings.length > 0) {
     out.push('');
@@ -174,4 +160,121 @@ export function printReport(r: BenchReport): void {
   out.push('load generator, fixture and waypoint, so compare ratios within one run, not absolute req/s across runs.');
   out.push('');
   process.stdout.write(out.join('\n'));
+}
+
+/** The core flows' table (one column per path) and the aims. */
+function coreTable(
+  r: BenchReport,
+  rows: [string, (p: PathName) => string][],
+  line: (label: string, cells: string[]) => string,
+  w0: number,
+  cw: number,
+  cols: PathName[],
+): string[] {
+  const s = r.settings;
+  const out: string[] = [];
+  out.push('');
+  out.push(line('', cols));
+  out.push('-'.repeat(w0 + cw * cols.length));
+  for (const [label, fn] of rows) out.push(line(label, cols.map((c) => (r.paths[c] ? fn(c) : '(skipped)'))));
+  out.push('');
+  const q = r.ratios;
+  const a = r.aims;
+  out.push('Ratios and aims');
+  out.push(`  waypoint CPU/req ÷ l4-relay CPU/req, saturation   ${f(q.waypointCpuPerReqVsL4Saturation, 2)}×  (aim ≤ ${a.cpuRatioVsL4}×)${verdict(q.waypointCpuPerReqVsL4Saturation === null ? null : q.waypointCpuPerReqVsL4Saturation <= a.cpuRatioVsL4)}`);
+  out.push(`  waypoint CPU/req ÷ l4-relay CPU/req, at ${f(s.rate)}/s     ${f(q.waypointCpuPerReqVsL4AtRate, 2)}×  (aim ≤ ${a.cpuRatioVsL4}×)${verdict(q.waypointCpuPerReqVsL4AtRate === null ? null : q.waypointCpuPerReqVsL4AtRate <= a.cpuRatioVsL4)}`);
+  const vcpu = r.paths.waypoint?.rate?.vcpuPer1000 ?? null;
+  out.push(`  waypoint vCPU per 1000 req/s                      ${f(vcpu, 3)}  (aim ≤ ${a.vcpuPer1000}; Envoy waypoint ≈ ${a.envoyVcpuPer1000}: ${f(q.waypointVcpuPer1000VsEnvoy, 2)}× Envoy)${verdict(vcpu === null ? null : vcpu <= a.vcpuPer1000)}`);
+  const l4vcpu = r.paths['l4-relay']?.rate?.vcpuPer1000 ?? null;
+  out.push(`  l4-relay vCPU per 1000 req/s                      ${f(l4vcpu, 3)}  (lab: Node HBONE passthrough ≈ 0.09)`);
+  const kib = r.paths.waypoint?.idle?.kibPerTunnel ?? null;
+  out.push(`  waypoint KiB per idle tunnel (RSS)                ${f(kib, 2)}  (aim ≤ ${a.kibPerIdleTunnel})${verdict(kib === null ? null : kib <= a.kibPerIdleTunnel)}`);
+  out.push(`  req/s waypoint ÷ l4-relay                         ${f(q.waypointReqPerSecVsL4, 2)}`);
+  out.push(`  req/s waypoint ÷ direct, l4-relay ÷ direct        ${f(q.waypointReqPerSecVsDirect, 2)}, ${f(q.l4ReqPerSecVsDirect, 2)}`);
+  out.push(`  added p50 µs: l4-relay vs direct, waypoint vs l4  ${f(q.addedP50UsL4VsDirect)}, ${f(q.addedP50UsWaypointVsL4)}`);
+  return out;
+}
+
+/** How HTTP/2 reached the backend in an h2c/gRPC run (backend-wire.ts). */
+function http2Cell(mode: string | null): string {
+  if (mode === 'relayed') return 'client h2 (relayed)';
+  if (mode === 'terminated') return 'proxy h2 (L7)';
+  if (mode === 'unknown') return 'unknown';
+  return '';
+}
+
+/** The closed-loop scenarios: one block per case, one row per path, then many-vs-one summaries. */
+function scenarioTable(r: BenchReport): string[] {
+  const s = r.settings;
+  const out: string[] = [];
+  const heads = ['req/s', 'p50 µs', 'p99 µs', 'waypoint µs/req', 'fixture µs/req', 'req/s ÷ l4', 'req/s ÷ direct', 'wp CPU ÷ l4', 'HTTP/2 at backend'];
+  const widths = [9, 9, 9, 17, 16, 12, 16, 13, 21];
+  const labelW = Math.max(40, ...r.scenarios.map((c) => c.case.label.length + 2));
+  const row = (label: string, cells: string[]) => `${label.padEnd(labelW)}${cells.map((c, i) => c.padStart(widths[i])).join('')}`;
+  out.push('');
+  out.push(`Scenarios: closed loop (each worker sends its next request when the last one is done), ${s.scenarioWarmupS} s warm-up + ${s.scenarioDurationS} s measured per run;`);
+  out.push('latency from our own µs histogram; "wp CPU ÷ l4" = waypoint CPU/req here ÷ the l4-relay waypoint\'s CPU/req (what L7 costs)');
+  out.push('');
+  out.push(row('', heads));
+  out.push('-'.repeat(labelW + widths.reduce((a, b) => a + b, 0)));
+  for (const sc of r.scenarios) {
+    out.push(sc.case.label);
+    const q = sc.ratios;
+    const notes: string[] = [];
+    for (const p of ['direct', 'l4-relay', 'waypoint'] as const) {
+      const run = sc.runs[p];
+      if (!run) continue;
+      if (run.status === 'skipped') {
+        out.push(`  ${p.padEnd(labelW - 2)}${run.reason}`);
+        continue;
+      }
+      const res = run.result!;
+      const errs = res.errors + res.badResponses;
+      out.push(
+        row(`  ${p}`, [
+          f(res.reqPerSec),
+          f(res.latencyUs.p50),
+          f(res.latencyUs.p99),
+          f(run.waypointUsPerReq, 1),
+          f(run.fixtureUsPerReq, 1),
+          p === 'waypoint' ? f(q.reqPerSecWaypointVsL4, 2) : '',
+          p === 'waypoint' ? f(q.reqPerSecWaypointVsDirect, 2) : p === 'l4-relay' ? f(q.reqPerSecL4VsDirect, 2) : '',
+          p === 'waypoint' ? f(q.waypointCpuPerReqVsL4, 2) : '',
+          http2Cell(run.http2),
+        ]) + (errs > 0 ? `  (${errs} errors)` : ''),
+      );
+      if (p === 'waypoint' && run.http2 === 'relayed') notes.push('the waypoint relayed these HTTP/2 bytes without terminating them: L4 figures, not L7');
+    }
+    for (const n of notes) out.push(`  note: ${n}`);
+  }
+  // Many tunnels vs one tunnel.
+  const byId = new Map(r.scenarios.map((sc) => [sc.case.id, sc]));
+  const h1k = byId.get('h1-1k');
+  if (!byId.has('h1-many') && h1k && h1k.case.connections === s.manyTunnels) byId.set('h1-many', h1k);
+  const pairs = [['HTTP/1.1', 'h1-many', 'h1-one'], ['h2c', 'h2-many', 'h2-one']] as const;
+  const lines: string[] = [];
+  for (const [name, manyId, oneId] of pairs) {
+    const many = byId.get(manyId);
+    const one = byId.get(oneId);
+    if (!many || !one) continue;
+    const cells: string[] = [];
+    for (const p of ['direct', 'l4-relay', 'waypoint'] as const) {
+      const m = many.runs[p];
+      const o = one.runs[p];
+      if (!m || !o) continue;
+      if (m.status !== 'ok' || o.status !== 'ok') {
+        cells.push(`${p} n/a`);
+        continue;
+      }
+      const rps = m.result!.reqPerSec > 0 ? o.result!.reqPerSec / m.result!.reqPerSec : NaN;
+      cells.push(`${p} ${f(rps, 2)}${p === 'direct' ? '' : ` (waypoint µs/req ${f(m.waypointUsPerReq, 1)} → ${f(o.waypointUsPerReq, 1)})`}`);
+    }
+    lines.push(`  ${name.padEnd(9)} req/s one ÷ many: ${cells.join('; ')}`);
+  }
+  if (lines.length > 0) {
+    out.push('');
+    out.push(`Many tunnels (${s.manyTunnels}) vs one tunnel`);
+    out.push(...lines);
+  }
+  return out;
 }

@@ -9,8 +9,10 @@
  * both topologies, fixture.ts); one `waypoint run` process per topology (bin/waypoint.js, so its
  * CPU and RSS can be read alone from /proc); one load generator process (load.ts). For each path:
  * a short warm-up, idle-tunnel memory, a fixed-rate run (1 KiB POSTs, µs histogram, waypoint vCPU)
- * and a saturation run (autocannon). Prints a table and writes bench/results/<timestamp>.json and
- * bench/results/latest.json. Knobs: see config.ts and bench/README.md.
+ * and a saturation run (autocannon) — the `core` scenario group. Then the other groups
+ * (scenarios.ts: HTTP/1.1 response sizes, many tunnels vs one, gRPC unary), closed loop on every
+ * path. `--only core,h1,tunnels,grpc` (or BENCH_ONLY) picks groups. Prints a table and writes
+ * bench/results/<timestamp>.json and bench/results/latest.json. Knobs: see config.ts and bench/README.md.
  */
 import { execFileSync, fork, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -20,7 +22,8 @@ import { stringify } from 'yaml';
 import { topologyBootstrap } from '../../src/demo/topology.ts';
 import { AIMS, TOPOLOGIES, loadSettings, pathTarget, type BenchSettings, type PathName } from './config.ts';
 import { clockTicks, cpuBetween, fdCount, round, rssKiB, snapshot, type CpuSnapshot } from './proc.ts';
-import type { IdleCloseResult, IdleOpenResult, LoadCommand, LoadMessage, RateResult, SaturateResult, WarmResult } from './protocol.ts';
+import type { ClosedResult, IdleCloseResult, IdleOpenResult, LoadCommand, LoadMessage, RateResult, SaturateResult, WarmResult } from './protocol.ts';
+import { runScenarios, scenarioCases, scenarioPortsNote, scenarioWarnings, type ScenarioReport } from './scenarios.ts';
 import { gcAndMeasure, type RemoteMemory } from './inspector.ts';
 import { printReport, type BenchReport, type PathReport } from './report.ts';
 
@@ -272,7 +275,14 @@ function logFindings(file: string): { warnings: number; errors: number; other: n
 async function main(): Promise<void> {
   const major = Number(process.versions.node.split('.')[0]);
   if (major < 24) throw new Error(`Node ${process.versions.node}: run through npm (npm run bench) so the project's Node 24 is used`);
-  const settings = loadSettings();
+  let settings: BenchSettings;
+  try {
+    settings = loadSettings();
+  } catch (err) {
+    // A bad flag or knob: one line, no stack.
+    process.stderr.write(`bench: ${(err as Error).message}\n`);
+    process.exit(2);
+  }
   const t0 = Date.now();
   const startedAt = new Date();
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'node-waypoint-bench-'));
@@ -288,6 +298,8 @@ async function main(): Promise<void> {
     (settings as { idleTunnels: number }).idleTunnels = Math.max(0, Math.floor((nofile - 256) / 2));
   }
 
+  const cases = scenarioCases(settings);
+  log(`scenario groups: ${settings.only.join(', ')}${cases.length > 0 ? ` (${cases.length} closed-loop cases × ${settings.paths.length} paths, ${settings.scenarioWarmupS}+${settings.scenarioDurationS} s each; ${scenarioPortsNote()})` : ''}`);
   log(`work dir ${work}; paths: ${settings.paths.join(', ')}; saturation ${settings.warmupS}+${settings.durationS} s c=${settings.connections}; rate ${settings.rate}/s ${settings.rateWarmupS}+${settings.rateDurationS} s, ${settings.bodyBytes} B bodies, ${settings.rateConnections} connections; ${settings.idleTunnels} idle tunnels`);
   try {
     // Fixture: tunnel + inbound + backends for both topologies.
@@ -343,22 +355,49 @@ async function main(): Promise<void> {
 
     log(`fixture pid ${fixtureProc.pid}, load pid ${loadProc.pid}, ${Object.entries(waypoints).map(([k, w]) => `waypoint-${k} pid ${w.child.proc.pid}`).join(', ')}`);
 
-    const paths: Partial<Record<PathName, PathReport>> = {};
-    for (const p of settings.paths) {
-      const target = pathTarget(p);
-      const wp = target.topology ? waypoints[target.topology] : undefined;
+    const pidsFor = (p: PathName): Record<string, number> => {
+      const topology = pathTarget(p).topology;
+      const wp = topology ? waypoints[topology] : undefined;
       const pids: Record<string, number> = { fixture: fixtureProc.pid!, load: loadProc.pid! };
       if (wp) pids.waypoint = wp.child.proc.pid!;
-      load.pids = pids;
-      paths[p] = await runPath(p, target, settings, load, wp, fixture);
-      if (wp?.child.exited) throw new Error(`waypoint-${target.topology} died during the ${p} path; see ${wp.child.logFile}:\n${tail(wp.child.logFile, 30)}`);
+      return pids;
+    };
+    const check = (p: PathName, during: string) => {
+      const topology = pathTarget(p).topology;
+      const wp = topology ? waypoints[topology] : undefined;
+      if (wp?.child.exited) throw new Error(`waypoint-${topology} died during ${during}; see ${wp.child.logFile}:\n${tail(wp.child.logFile, 30)}`);
+      if (fixture.exited) throw new Error(`the fixture died during ${during}; see ${fixture.logFile}:\n${tail(fixture.logFile, 30)}`);
+      if (loadChild.exited) throw new Error(`the load generator died during ${during}; see ${loadChild.logFile}:\n${tail(loadChild.logFile, 30)}`);
+    };
+
+    const paths: Partial<Record<PathName, PathReport>> = {};
+    if (settings.only.includes('core')) {
+      for (const p of settings.paths) {
+        const target = pathTarget(p);
+        const wp = target.topology ? waypoints[target.topology] : undefined;
+        load.pids = pidsFor(p);
+        paths[p] = await runPath(p, target, settings, load, wp, fixture);
+        check(p, `the ${p} path`);
+      }
     }
     if (loadChild.exited) throw new Error('the load generator died');
+
+    const scenarios: ScenarioReport[] = await runScenarios({
+      settings,
+      pidsFor,
+      closed: (cmd, pids, timeoutMs) => {
+        load.pids = pids;
+        return load.call<ClosedResult>({ type: 'closed', ...cmd }, timeoutMs);
+      },
+      waitQuiet: (pids, what) => waitQuiet(pids, settings.scenarioQuietWaitS, what),
+      check: (p) => check(p, `a ${p} scenario run`),
+      log,
+    });
 
     const logFindingsAll: BenchReport['logs'] = {};
     for (const c of children) logFindingsAll[c.name] = { ...logFindings(c.logFile), exitedEarly: c.exited !== undefined };
 
-    report = buildReport(settings, startedAt, (Date.now() - t0) / 1000, paths, logFindingsAll);
+    report = buildReport(settings, startedAt, (Date.now() - t0) / 1000, paths, scenarios, logFindingsAll);
   } finally {
     await stopAll();
     if (report) {
@@ -547,6 +586,7 @@ function buildReport(
   startedAt: Date,
   wallS: number,
   paths: Partial<Record<PathName, PathReport>>,
+  scenarios: ScenarioReport[],
   logs: BenchReport['logs'],
 ): BenchReport {
   const wp = paths.waypoint;
@@ -568,6 +608,7 @@ function buildReport(
     const idle = pr.idle;
     if (idle && (idle.failed > 0 || idle.closedEarly > 0)) warnings.push(`${name} idle: ${idle.failed} tunnels failed to open, ${idle.closedEarly} closed before the measurement: ${idle.errorSamples.join('; ')}`);
   }
+  warnings.push(...scenarioWarnings(scenarios));
   for (const [name, l] of Object.entries(logs)) {
     if (l.errors + l.warnings + l.other > 0 || l.exitedEarly) warnings.push(`${name} logged ${l.errors} errors, ${l.warnings} warnings, ${l.other} other lines${l.exitedEarly ? ' and exited early' : ''}`);
   }
@@ -599,6 +640,7 @@ function buildReport(
       addedP50UsL4VsDirect: diff(l4?.rate?.latencyUs.p50, direct?.rate?.latencyUs.p50),
       addedP50UsWaypointVsL4: diff(wp?.rate?.latencyUs.p50, l4?.rate?.latencyUs.p50),
     },
+    scenarios,
     logs,
   };
 }
