@@ -2,13 +2,16 @@
  * The HTTP servers that run inside HBONE tunnels: one `http.Server` for HTTP/1.x and one
  * `http2.Http2Server` (h2c with prior knowledge) for HTTP/2, neither listening; each is fed the
  * CONNECT streams the listener hands it through its `connection` event. Every request becomes a
- * {@link StreamContext} and runs the filter chain the tunnel captured, then the router.
+ * {@link StreamContext} and runs the filter chain the tunnel captured, then the router; so do
+ * HTTP/1.1 WebSocket upgrades (`upgrade` event) and `Expect: 100-continue` requests
+ * (`checkContinue`, so that Node does not answer 100 itself: the router relays the upstream's).
  *
  * Node corrupts corked string writes onto an Http2Stream (hbone/writev-fix.ts), so every stream
  * handed to the HTTP/1 server gets the `_writev` fix first.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import http2, { type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
+import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { http2Settings, type Http2Params } from '../hbone/settings.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
@@ -73,9 +76,16 @@ export class InnerHttpServer {
         // Uploads may take as long as they take; Envoy's waypoint has no request timeout by default.
         requestTimeout: 0,
         keepAliveTimeout: opts.idleTimeoutMs,
+        // Only WebSocket upgrades leave the HTTP parser (pitfall D1); any other `Upgrade`
+        // (h2c, as Envoy ignores it) is an ordinary request whose hop-by-hop headers are stripped.
+        shouldUpgradeCallback: isWebSocketUpgrade,
       },
       (req, res) => onRequest(req, res, (req.socket as TaggedSocket)[kTunnel]!),
     );
+    // `Expect: 100-continue` is relayed, not answered by Node (pitfall C3): the router sends the
+    // upstream's 100 (or answers it itself when the upstream cannot relay it).
+    this.server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => onRequest(req, res, (req.socket as TaggedSocket)[kTunnel]!));
+    this.server.on('upgrade', onUpgrade);
     this.rejectHttp10 = opts.rejectHttp10;
     this.streamIdleTimeoutMs = opts.streamIdleTimeoutMs;
     // A client that half-closes right after its request still gets the whole response
@@ -208,6 +218,41 @@ function onRequest(req: IncomingMessage | Http2ServerRequest, res: ServerRespons
     (err) => filterFailed(stream, err),
   );
   return stream;
+}
+
+/** `Upgrade: websocket` (a token of the header, any case) on a request with `Connection: upgrade`. */
+function isWebSocketUpgrade(req: IncomingMessage): boolean {
+  const u = req.headers.upgrade;
+  return u !== undefined && /(?:^|,)\s*websocket\s*(?:,|$)/i.test(u);
+}
+
+/**
+ * A WebSocket upgrade request (pitfall D1). Node's parser has let go of the tunnel, so the
+ * exchange gets a ServerResponse on it as Node builds one for ordinary requests, then runs like
+ * any request (filters may answer locally, e.g. an authz 403; the router forwards it:
+ * router/dedicated-upstream.ts). An answer other than 101 ends the tunnel once written; after a
+ * 101 the tunnel carries the upgraded protocol until both sides close, and stays subject to the
+ * stream idle timeout (flag `SI`).
+ */
+function onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+  const ref = (socket as TaggedSocket)[kTunnel];
+  if (!ref) return void socket.destroy();
+  // Bytes the client sent after the request head belong to the upgraded protocol.
+  if (head.length > 0) socket.unshift(head);
+  const res = new http.ServerResponse(req);
+  res.shouldKeepAlive = false;
+  res.assignSocket(socket as Socket);
+  res.once('finish', () => {
+    if (res.statusCode !== 101) socket.end();
+  });
+  const stream = onRequest(req, res, ref);
+  // Node took its own timeout listener off the tunnel; the timer it armed still runs.
+  socket.on('timeout', () => {
+    if (stream.responseCode !== 101) return onTunnelTimeout(socket);
+    if (stream.responseFlags === ResponseFlag.None) stream.addFlag(ResponseFlag.StreamIdleTimeout);
+    stream.responseCodeDetails = 'stream_idle_timeout';
+    socket.destroy();
+  });
 }
 
 /**

@@ -29,6 +29,7 @@ import type { ClusterManager } from '../upstream/cluster-manager.ts';
 import { clusterName } from '../upstream/cluster-name.ts';
 import { UpstreamResetError, type UpstreamHandler } from '../upstream/h2-upstream.ts';
 import { pickEndpoint } from '../upstream/pick-endpoint.ts';
+import { dedicatedKind, expectsContinue, forwardDedicated, restoreUpgradeHeaders } from './dedicated-upstream.ts';
 import { forwardedFor } from './forwarded.ts';
 
 /** The router's filter name, as Envoy's. */
@@ -167,32 +168,82 @@ class Router implements TerminalFilter {
       const xff = headers.get('x-forwarded-for');
       headers.set('x-forwarded-for', xff ? `${xff}, ${client}` : client);
     }
-    // Node's servers answer `Expect: 100-continue` themselves; undici refuses to send the header.
-    if (req.headers.expect !== undefined) headers.remove('expect');
-    stream.chain.runUpstreamRequest(stream, headers);
     const h2 = upstreamIsH2(target, stream.http2);
+    // WebSocket upgrades and HTTP/1.1 `Expect: 100-continue` toward an HTTP/1.1 upstream take a
+    // dedicated upstream tunnel with Node's HTTP client (pitfalls D1, C3: dedicated-upstream.ts).
+    const dedicated = dedicatedKind(stream, h2);
+    if (dedicated === 'upgrade') restoreUpgradeHeaders(req.rawHeaders, headers);
+    else if (dedicated === undefined && req.headers.expect !== undefined) {
+      // undici and the h2c upstream cannot relay `Expect`: answer 100 here (Node's h2 layer
+      // already answered HTTP/2 clients; HTTP/1.0 clients get none, as from Node).
+      headers.remove('expect');
+      if (expectsContinue(stream)) (stream.res as ServerResponse).writeContinue();
+    }
+    stream.chain.runUpstreamRequest(stream, headers);
+    if (dedicated) {
+      const r = { kind: dedicated, target, headers, path, requestTimeoutMs: this.route.requestTimeoutMs, maxResponseHeadersBytes: this.clusters.maxResponseHeadersBytes };
+      return forwardDedicated(stream, this.clusters, r);
+    }
     if (h2) {
       // Connection-specific headers never reach an HTTP/2 upstream (pitfall D3); TE only as `trailers`.
       headers.remove('host');
       if (/\btrailers\b/i.test(String(req.headers.te ?? ''))) headers.set('te', 'trailers');
     } else if (stream.http2) {
+      // Host is the :authority; a `host` field an HTTP/2 client sent beside it is dropped (RFC 9113
+      // §8.3.1), never sent upstream as a second Host.
+      headers.remove('host');
       headers.raw.unshift('host', stream.authority);
     }
     const length = bodyLength(req, stream.http2);
     const attempt = new UpstreamAttempt(stream, this.clusters, this.route, target, headers, path, h2);
     if (length === 0) return attempt.send(null);
     if (length > 0 && length <= SMALL_BODY_BYTES) return collectBody(req, length, attempt);
-    // Streamed bodies are counted as they pass (pulled by the upstream, so back-pressure holds);
-    // they cannot be replayed, so they are not retried.
-    attempt.send(Readable.from(counted(req, stream), { objectMode: false }));
+    // Streamed bodies are counted as they pass (pulled by the upstream, so back-pressure holds).
+    // They are also kept while within SMALL_BODY_BYTES, as Envoy buffers bodies for retries: a
+    // request whose body ended within that (a gRPC unary call, which has no content-length) can
+    // be retried, and so can one whose body was never pulled (connect failure); a larger body,
+    // once sending started, cannot be replayed and is not retried.
+    const replay = new ReplayBuffer();
+    attempt.send(Readable.from(counted(req, stream, replay), { objectMode: false }), replay);
   }
 }
 
-/** Yield the request body's chunks, counting them into `stream.bytesReceived`. */
-async function* counted(req: AsyncIterable<Buffer>, stream: StreamContext): AsyncGenerator<Buffer> {
+/** Yield the request body's chunks, counting them into `stream.bytesReceived` and keeping them in `replay`. */
+async function* counted(req: AsyncIterable<Buffer>, stream: StreamContext, replay: ReplayBuffer): AsyncGenerator<Buffer> {
   for await (const chunk of req) {
     stream.bytesReceived += chunk.length;
+    replay.add(chunk);
     yield chunk;
+  }
+  replay.complete = true;
+}
+
+/** The first SMALL_BODY_BYTES of a streamed request body, kept so that a retry can resend it. */
+class ReplayBuffer {
+  private chunks: Buffer[] | null = [];
+  private size = 0;
+  /** The whole body went through (and fit). */
+  complete = false;
+  /** Some of the body left the request stream (it may have reached a failed upstream). */
+  started = false;
+
+  add(chunk: Buffer): void {
+    this.started = true;
+    if (!this.chunks) return;
+    this.size += chunk.length;
+    if (this.size > SMALL_BODY_BYTES) this.chunks = null;
+    else this.chunks.push(chunk);
+  }
+
+  /** The body ended within the limit: {@link take} has all of it. */
+  get whole(): boolean {
+    return this.complete && this.chunks !== null;
+  }
+
+  take(): Buffer {
+    const body = Buffer.concat(this.chunks ?? []);
+    this.chunks = [body];
+    return body;
   }
 }
 
@@ -252,6 +303,8 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
   private readonly path: string;
   private readonly h2: boolean;
   private body: Buffer | Readable | null;
+  /** A streamed body's copy for retries (see ReplayBuffer). */
+  private replay: ReplayBuffer | undefined;
   private ep: Endpoint | undefined;
   /** Authorities tried so far (a retry prefers another host). */
   private tried: string[] | undefined;
@@ -277,6 +330,7 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     this.path = path;
     this.h2 = h2;
     this.body = null;
+    this.replay = undefined;
     this.ep = undefined;
     this.tried = undefined;
     this.abort = undefined;
@@ -287,13 +341,23 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     this.resume = noop;
     this.pendingTrailers = null;
     stream.abortUpstream = this;
-    if (route.requestTimeoutMs > 0) this.timer = setTimeout(onRequestTimeout, route.requestTimeoutMs, this);
   }
 
-  /** Send the first attempt with `body` (null, a gathered Buffer, or the request stream). */
-  send(body: Buffer | Readable | null): void {
+  /** Send the first attempt with `body` (null, a gathered Buffer, or the request stream and its replay copy). */
+  send(body: Buffer | Readable | null, replay?: ReplayBuffer): void {
     this.body = body;
+    this.replay = replay;
+    // Envoy's route timeout runs from the end of the downstream request to the end of the
+    // response: a slow upload does not count against it.
+    const req = this.stream.req;
+    if (!isStream(body) || req.readableEnded) this.armTimeout();
+    else req.once('end', () => this.armTimeout());
     this.attempt();
+  }
+
+  private armTimeout(): void {
+    const ms = this.route.requestTimeoutMs;
+    if (ms > 0 && !this.over && !this.timer) this.timer = setTimeout(onRequestTimeout, ms, this);
   }
 
   private attempt(): void {
@@ -431,14 +495,23 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     if (retriable && s.attempts > this.route.attempts) s.addFlag(ResponseFlag.UpstreamRetryLimitExceeded);
   }
 
-  /** Whether another attempt is allowed at all (budget, body replayable, downstream still there). */
+  /** Whether another attempt is allowed at all (budget, downstream still there; the body is checked by the retry conditions). */
   private canRetry(): boolean {
-    return this.stream.attempts <= this.route.attempts && !isStream(this.body) && !this.over;
+    return this.stream.attempts <= this.route.attempts && !this.over;
+  }
+
+  /**
+   * Whether the request body can be sent again: none, gathered, a streamed one kept whole, or
+   * (`unsent`: the attempt failed before the upstream could take any of it) one never pulled.
+   */
+  private replayable(unsent: boolean): boolean {
+    const r = this.replay;
+    return !isStream(this.body) || (r !== undefined && (r.whole || (unsent && !r.started)));
   }
 
   /** Whether the retry policy covers this failure (budget aside). */
   private retriableError(err: Error & { code?: string }): boolean {
-    if (isStream(this.body)) return false;
+    if (!this.replayable(isConnectFailure(err))) return false;
     if (isConnectFailure(err)) return this.route.onConnectFailure;
     if (err instanceof UpstreamResetError && !err.responseStarted) {
       if (err.rstCode === 7 /* REFUSED_STREAM */) return this.route.onRefusedStream;
@@ -449,7 +522,7 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
 
   /** Whether the retry policy covers this response (budget aside). */
   private retriableResponse(status: number, raw: readonly string[]): boolean {
-    if (isStream(this.body)) return false;
+    if (!this.replayable(false)) return false;
     const r = this.route;
     if (r.retriableStatus.has(status) || (r.on5xx && status >= 500) || (r.onGatewayError && (status === 502 || status === 503 || status === 504))) return true;
     if (r.onUnavailable || r.onCancelled) {
@@ -467,6 +540,9 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
   /** Next attempt after Envoy's default back-off (25 ms base, full jitter, doubling). */
   private retry(): void {
     if (this.ep) (this.tried ??= []).push(this.ep.authority);
+    // A streamed body that ended within the replay limit is resent from its copy (one never
+    // pulled is still whole in its stream and goes as it is).
+    if (isStream(this.body) && this.replay?.whole) this.body = this.replay.take();
     const base = 25 * 2 ** (this.stream.attempts - 1);
     setTimeout(retryLater, Math.random() * Math.min(base, 250), this);
   }
@@ -551,8 +627,8 @@ function isConnectFailure(err: Error & { code?: string }): boolean {
   return err instanceof HboneConnectError || err.code === 'ECONNREFUSED' || err.code === 'UND_ERR_CONNECT_TIMEOUT' || err.code === 'EHOSTUNREACH' || err.code === 'ENETUNREACH';
 }
 
-/** Map an upstream failure to Envoy's response flag and details. */
-function classify(err: Error & { code?: string }, started: boolean): [string, string] {
+/** Map an upstream failure to Envoy's response flag and details (`started`: response headers already sent downstream). */
+export function classify(err: Error & { code?: string }, started: boolean): [string, string] {
   if (isConnectFailure(err)) {
     return [ResponseFlag.UpstreamConnectionFailure, 'upstream_reset_before_response_started{connection_failure}'];
   }

@@ -43,6 +43,11 @@ export class ClusterManager {
     this.lb = new LoadBalancer(opts.loadBalancer);
   }
 
+  /** Largest response header block (bytes) accepted from an endpoint, for every upstream client. */
+  get maxResponseHeadersBytes(): number {
+    return this.opts.maxResponseHeadersBytes;
+  }
+
   /** The undici dispatcher that sends HTTP/1.1 requests to `ep`. Created on first use. */
   dispatcherFor(ep: Endpoint): Dispatcher {
     const key = poolKey(ep);
@@ -87,10 +92,24 @@ export class ClusterManager {
   /** Close pools of endpoints that are gone from `snapshot` (after a mesh update). */
   prune(snapshot: MeshSnapshot): void {
     const liveEndpoints = new Set<string>();
-    for (const svc of snapshot.services) for (const eps of svc.endpoints.values()) for (const ep of eps) liveEndpoints.add(poolKey(ep));
+    const liveHosts = new Set<string>();
+    for (const svc of snapshot.services) {
+      for (const eps of svc.endpoints.values()) {
+        for (const ep of eps) {
+          liveEndpoints.add(poolKey(ep));
+          liveHosts.add(workloadKey(ep.tunnel, ep.address, ep.workload.identity));
+        }
+      }
+    }
     // Workload-addressed traffic may use any port of a served workload.
     const servedWorkloads = new Set<string>();
     for (const w of snapshot.workloads) if (w.servedByThisWaypoint) for (const a of w.addresses) servedWorkloads.add(workloadKey(w.tunnelProtocol, a, w.identity));
+    // HBONE connections to hosts that left the mesh are drained now, not at the idle timeout: a
+    // reused pod IP must not inherit them (pitfall F1).
+    this.opts.sessions.drainWhere((dst) => {
+      const host = workloadKey('HBONE', dst.ip, dst.identity ?? '');
+      return !liveHosts.has(host) && !servedWorkloads.has(host);
+    });
     for (const map of [this.pools, this.h2] as Map<string, { pool: { close(): Promise<unknown> }; workload: string }>[]) {
       for (const [key, entry] of map) {
         if (liveEndpoints.has(key) || servedWorkloads.has(entry.workload)) continue;
@@ -157,7 +176,8 @@ function workloadKey(tunnel: string, ip: string, identity: string): string {
 /** Plain TCP connect with a timeout (ms); rejects with the socket error. */
 export function connectTcp(host: string, port: number, timeoutMs: number): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
-    const socket = net.connect({ host, port, noDelay: true });
+    // Half-open: a peer that FINs after its last bytes may still be sent to (pitfall B1, TCP relay).
+    const socket = net.connect({ host, port, noDelay: true, allowHalfOpen: true });
     const timer = setTimeout(() => {
       socket.destroy();
       reject(new HboneConnectError('TIMEOUT', `TCP connect to ${host}:${port} timed out after ${timeoutMs} ms`));

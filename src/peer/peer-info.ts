@@ -1,0 +1,61 @@
+/**
+ * What the waypoint knows about a peer (the workload on the other end of a request): the fields
+ * of istio/proxy's `WorkloadMetadataObject` (PX:extensions/common/metadata_object.h), filled from
+ * mesh state (WDS-equivalent lookup by IP), `x-envoy-peer-metadata` headers, or `baggage`.
+ *
+ * Filters share peers through the slots below: `peer-metadata` writes them, `stats`, `authz` and
+ * the access log read them. Empty string = unknown (the stats filter prints `unknown` for it,
+ * exactly where Istio does).
+ */
+import { defineSlot } from '../pipeline/slots.ts';
+import type { Workload } from '../state/types.ts';
+
+/** A peer workload; strings are '' when unknown. */
+export interface PeerInfo {
+  /** Pod / WorkloadEntry name (`k8s.pod.name`, `NAME`). */
+  readonly name: string;
+  readonly namespace: string;
+  /** Cluster id (`CLUSTER_ID`, `k8s.cluster.name`). */
+  readonly cluster: string;
+  /** Workload (owner) name, e.g. the Deployment. */
+  readonly workload: string;
+  /** Workload type, lower-case: `deployment`, `pod`, `job`, `cronjob`. */
+  readonly type: string;
+  /** Canonical service and revision (`service.istio.io/canonical-name` / `-revision`). */
+  readonly service: string;
+  readonly revision: string;
+  /** `app` / `version` labels as Istio's stats read them. */
+  readonly app: string;
+  readonly version: string;
+  /** SPIFFE identity (`spiffe://td/ns/ns/sa/sa`), when known. */
+  readonly identity: string;
+  readonly region: string;
+  readonly availabilityZone: string;
+  readonly labels: Readonly<Record<string, string>>;
+}
+
+/** The peer of a workload from mesh state (PX:workload_discovery/api.cc field mapping). */
+export function peerFromWorkload(w: Workload): PeerInfo {
+  return Object.freeze({
+    name: w.name,
+    namespace: w.namespace,
+    cluster: w.clusterId,
+    workload: w.workloadName,
+    type: w.workloadType,
+    service: w.canonicalName,
+    revision: w.canonicalRevision,
+    app: w.canonicalName,
+    version: w.canonicalRevision,
+    identity: w.identity,
+    region: w.region,
+    availabilityZone: w.zone,
+    labels: w.labels,
+  });
+}
+
+/** The downstream peer of a tunnel (set once per tunnel by `peer-metadata`). */
+export const DOWNSTREAM_PEER = defineSlot<PeerInfo>('downstream_peer', 'connection');
+/** The upstream peer of a request (the endpoint that answered). */
+export const UPSTREAM_PEER = defineSlot<PeerInfo>('upstream_peer', 'stream');
+/** The upstream peer of a TCP tunnel. */
+export const TCP_UPSTREAM_PEER = defineSlot<PeerInfo>('upstream_peer', 'connection');
