@@ -79,8 +79,9 @@ const schema = z.strictObject({
       /** Close a tunnel whose request in flight moved no bytes for this long (Envoy's stream_idle_timeout; 0: never). */
       streamIdleTimeoutMs: ms.default(300_000),
       /**
-       * Per-request timeout (Envoy's route timeout: from the request's start to the end of the
-       * response headers' arrival); 504 `UT` on expiry. 0 = none, Istio's default for waypoint routes.
+       * Per-request timeout (Envoy's route timeout: from the end of the downstream request to the
+       * end of the response); 504 `UT` on expiry before the response started, a reset after.
+       * 0 = none, Istio's default for waypoint routes.
        */
       requestTimeoutMs: ms.default(0),
       /**
