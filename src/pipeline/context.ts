@@ -124,6 +124,8 @@ export class StreamContext {
   upstreamCluster: string;
   /** Monotonic time (ms) the first upstream response byte arrived, 0 until then. */
   upstreamResponseMonotonic: number;
+  /** grpc-status of a gRPC local reply ('' otherwise; upstream statuses are in the trailers). */
+  grpcStatus: string;
   /** Final status sent downstream (0 until headers are written). */
   responseCode: number;
   /** Envoy response flags, comma-joined; `-` when none. */
@@ -159,6 +161,7 @@ export class StreamContext {
     this.attempts = 0;
     this.upstreamCluster = '';
     this.upstreamResponseMonotonic = 0;
+    this.grpcStatus = '';
     this.responseCode = 0;
     this.responseFlags = ResponseFlag.None;
     this.responseCodeDetails = '';
@@ -223,10 +226,48 @@ export class StreamContext {
       this.resetDownstream();
       return;
     }
+    if (this.isGrpc) {
+      // Envoy answers a gRPC request with HTTP 200 and the status mapped to grpc-status
+      // (ENV:source/common/grpc/status.cc `httpToGrpcStatus`), the text as grpc-message.
+      const grpcStatus = String(httpToGrpcStatus(code));
+      if (!this.respond(200, undefined, new HeaderList(['content-type', 'application/grpc']))) return;
+      this.grpcStatus = grpcStatus;
+      this.res.addTrailers({ 'grpc-status': grpcStatus, 'grpc-message': encodeURIComponent(text) });
+      this.res.end();
+      return;
+    }
     const headers = new HeaderList(['content-length', String(Buffer.byteLength(text)), 'content-type', 'text/plain']);
     if (this.respond(code, undefined, headers)) {
       this.bytesSent += Buffer.byteLength(text);
       this.res.end(text);
     }
+  }
+
+  /** True for gRPC requests (`content-type: application/grpc…`, not gRPC-Web) over HTTP/2. */
+  get isGrpc(): boolean {
+    if (!this.http2) return false;
+    const ct = this.req.headers['content-type'];
+    return typeof ct === 'string' && ct.startsWith('application/grpc') && !ct.startsWith('application/grpc-web');
+  }
+}
+
+/** Envoy's HTTP status → gRPC status mapping for local replies. */
+export function httpToGrpcStatus(http: number): number {
+  switch (http) {
+    case 400:
+      return 13; // INTERNAL
+    case 401:
+      return 16; // UNAUTHENTICATED
+    case 403:
+      return 7; // PERMISSION_DENIED
+    case 404:
+      return 12; // UNIMPLEMENTED
+    case 429:
+    case 502:
+    case 503:
+    case 504:
+      return 14; // UNAVAILABLE
+    default:
+      return 2; // UNKNOWN
   }
 }

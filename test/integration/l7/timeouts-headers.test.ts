@@ -153,13 +153,14 @@ describe('requestTimeoutMs 300, appendForwardedFor, rejectHttp10', () => {
     expect((await rec.find('/headers?slow-upload')).flags).toBe('-');
   });
 
-  test('a gRPC call over HTTP/2 both ways that is never answered: UNAVAILABLE from the 504 UT, the upstream call cancelled', async () => {
+  test('a gRPC call over HTTP/2 both ways that is never answered: the timeout is a gRPC UNAVAILABLE (HTTP 200, as Envoy), flag UT, the upstream call cancelled', async () => {
     const client = new QuietClient(`${grpcEntry.host}:${grpcEntry.port}`, grpc.credentials.createInsecure()) as unknown as Quiet;
     try {
       const err = await new Promise<grpc.ServiceError | null>((resolve) => client.hang(Buffer.from('x'), (e) => resolve(e)));
       expect(err?.code).toBe(grpc.status.UNAVAILABLE);
+      expect(err?.details).toBe('upstream request timeout');
       const s = await rec.find('/test.Quiet/Hang');
-      expect(s).toMatchObject({ code: 504, flags: 'UT', protocol: 'HTTP/2' });
+      expect(s).toMatchObject({ code: 200, flags: 'UT', protocol: 'HTTP/2' });
       expect(grpcHung.started).toBe(1);
       await expect.poll(() => grpcHung.closed, { timeout: 5000 }).toBe(1);
     } finally {
