@@ -162,6 +162,7 @@ export class Waypoint {
       });
       cleanup.push(() => clusters.destroy());
 
+      const metrics = createMetricsRegistry();
       const registry = registerBuiltinFilters(new FilterRegistry()).register(
         routerFactory(clusters, {
           requestTimeoutMs: cfg.http.requestTimeoutMs,
@@ -174,7 +175,7 @@ export class Waypoint {
       const accessLog = new AccessLogSinks(log);
       cleanup.push(() => accessLog.close());
       const core = [new AccessLogFilter({ override: cfg.accessLog, mesh, sinks: accessLog, log })];
-      const chain: { current: FilterChain } = { current: buildChain(registry, cfg, { mesh, log }, opts.configFile, core) };
+      const chain: { current: FilterChain } = { current: buildChain(registry, cfg, { mesh, log, metrics }, opts.configFile, core) };
       const inner = new InnerHttpServer({
         maxHeaderSize: cfg.http.maxRequestHeadersBytes,
         idleTimeoutMs: cfg.http.idleTimeoutMs,
@@ -196,7 +197,6 @@ export class Waypoint {
       });
       mesh.subscribe((next) => clusters.prune(next));
 
-      const metrics = createMetricsRegistry();
       let self: Waypoint | undefined;
       const ready = () => self !== undefined && !self.draining;
       const admin = new AdminServer({ ready, metrics, configDump: () => self?.configDump() });
@@ -230,6 +230,19 @@ export class Waypoint {
       for (const c of cleanup.reverse()) await Promise.resolve(c()).catch(() => {});
       throw err;
     }
+  }
+
+  /**
+   * Live per-connection bookkeeping, read-only (tests and leak checks): downstream HBONE sessions
+   * and accepted sockets, HTTP tunnels being served, pooled upstream HBONE connections.
+   */
+  get liveCounts(): { hboneSessions: number; hboneSockets: number; httpTunnels: number; upstreamConnections: number } {
+    return {
+      hboneSessions: this.hbone.sessionCount,
+      hboneSockets: this.hbone.socketCount,
+      httpTunnels: this.inner.tunnels.size,
+      upstreamConnections: this.sessions.connectionCount,
+    };
   }
 
   /** The current state as JSON (`/config_dump`). */

@@ -9,6 +9,7 @@
  * No I/O: the figure is the chain's CPU cost per request, to set against the waypoint's
  * ≈70–110 µs per request end to end.
  */
+import { Registry } from 'prom-client';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { log } from '../../src/util/log.ts';
 import { FilterChain } from '../../src/pipeline/chain.ts';
@@ -71,7 +72,7 @@ function buildChain(n: number, asyncIndex: number): FilterChain {
   }
   registry.register({ name: 'bench.terminal', parseConfig: () => undefined, create: () => new NullRouter() });
   entries.push({ name: 'bench.terminal' });
-  return registry.build(entries, { mesh: { current: undefined as unknown as MeshSnapshot }, log });
+  return registry.build(entries, { mesh: { current: undefined as unknown as MeshSnapshot }, log, metrics: new Registry() });
 }
 
 const info: ConnectInfo = {

@@ -19,16 +19,27 @@ export interface RelayResult {
   readonly error: Error | undefined;
 }
 
-/** Relay until both sides are closed; never rejects (errors are reported in the result). */
-export function relay(downstream: Duplex, upstream: Duplex): Promise<RelayResult> {
+/** Live byte counters a relay adds to as bytes move (bytes). */
+export interface RelayMeter {
+  bytesReceived: number;
+  bytesSent: number;
+}
+
+/**
+ * Relay until both sides are closed; never rejects (errors are reported in the result).
+ * `meter`, when given, is updated as bytes move (periodic TCP stats read it mid-connection).
+ */
+export function relay(downstream: Duplex, upstream: Duplex, meter?: RelayMeter): Promise<RelayResult> {
   let bytesReceived = 0;
   let bytesSent = 0;
   let error: Error | undefined;
   downstream.on('data', (c: Buffer) => {
     bytesReceived += c.length;
+    if (meter) meter.bytesReceived += c.length;
   });
   upstream.on('data', (c: Buffer) => {
     bytesSent += c.length;
+    if (meter) meter.bytesSent += c.length;
   });
   downstream.pipe(upstream);
   upstream.pipe(downstream);

@@ -91,7 +91,7 @@ function admitted(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: C
     stream.respond({ ':status': 200 });
     void detect(deps, stream, conn, chain, deps.protocolDetectionTimeoutMs);
   } else {
-    void relayTcp(deps.clusters, stream, conn, false, undefined);
+    void relayTcp(deps.clusters, stream, conn, chain, false, undefined);
   }
 }
 
@@ -107,7 +107,7 @@ async function detect(deps: WaypointListenerDeps, stream: ServerHttp2Stream, con
     stream.end();
     return;
   }
-  await relayTcp(deps.clusters, stream, conn, true, head);
+  await relayTcp(deps.clusters, stream, conn, chain, true, head);
 }
 
 /**
@@ -115,7 +115,7 @@ async function detect(deps: WaypointListenerDeps, stream: ServerHttp2Stream, con
  * upstream failure resets the stream instead of answering 503. `head`: bytes the client sent
  * (and ended after) while being sniffed, forwarded first.
  */
-async function relayTcp(clusters: ClusterManager, stream: ServerHttp2Stream, conn: ConnectionContext, answered: boolean, head: Buffer | undefined): Promise<void> {
+async function relayTcp(clusters: ClusterManager, stream: ServerHttp2Stream, conn: ConnectionContext, chain: FilterChain, answered: boolean, head: Buffer | undefined): Promise<void> {
   conn.innerProtocol = 'TCP';
   conn.upstreamCluster = clusterName(conn.target, 'tcp');
   const ep = pickEndpoint(clusters.lb, conn.target, conn.info.targetIp);
@@ -123,6 +123,7 @@ async function relayTcp(clusters: ClusterManager, stream: ServerHttp2Stream, con
     conn.responseFlags = ResponseFlag.NoHealthyUpstream;
     return failTcp(stream, answered, 'no healthy upstream');
   }
+  conn.endpoint = ep;
   conn.upstreamHost = ep.authority;
   clusters.lb.start(ep);
   try {
@@ -139,13 +140,12 @@ async function relayTcp(clusters: ClusterManager, stream: ServerHttp2Stream, con
       return;
     }
     if (!answered) stream.respond({ ':status': 200 });
+    chain.runUpstreamConnected(conn);
     if (head) {
       conn.bytesReceived += head.length;
       upstream.write(head);
     }
-    const result = await relay(stream, upstream);
-    conn.bytesReceived += result.bytesReceived;
-    conn.bytesSent = result.bytesSent;
+    await relay(stream, upstream, conn);
   } finally {
     clusters.lb.finish(ep);
   }

@@ -17,6 +17,7 @@ export class FilterChain {
   private readonly connectionPhase: readonly Filter[];
   private readonly requestPhase: readonly Filter[];
   private readonly upstreamRequestPhase: readonly Filter[];
+  private readonly upstreamConnectedPhase: readonly Filter[];
   /** Reverse configuration order. */
   private readonly responsePhase: readonly Filter[];
   private readonly streamCompletePhase: readonly Filter[];
@@ -35,6 +36,7 @@ export class FilterChain {
     this.connectionPhase = having('onConnection');
     this.requestPhase = having('onRequestHeaders');
     this.upstreamRequestPhase = having('onUpstreamRequest');
+    this.upstreamConnectedPhase = having('onUpstreamConnected');
     this.responsePhase = Object.freeze([...having('onResponseHeaders')].reverse());
     this.streamCompletePhase = Object.freeze([...having('onStreamComplete')].reverse());
     this.connectionCompletePhase = Object.freeze([...having('onConnectionComplete')].reverse());
@@ -48,6 +50,18 @@ export class FilterChain {
   /** Run `onRequestHeaders` in order. Sync when every filter is. A throw becomes a rejected/500 by the caller. */
   runRequestHeaders(stream: StreamContext): PhaseResult {
     return runPhase(this.requestPhase, 'onRequestHeaders', stream, 0);
+  }
+
+  /** Runs `onUpstreamConnected` in order (TCP tunnels); a throwing filter is logged and skipped. */
+  runUpstreamConnected(conn: ConnectionContext): void {
+    const fs = this.upstreamConnectedPhase;
+    for (let i = 0; i < fs.length; i++) {
+      try {
+        fs[i].onUpstreamConnected!(conn);
+      } catch (err) {
+        log.error({ err, filter: fs[i].name }, 'onUpstreamConnected failed');
+      }
+    }
   }
 
   runUpstreamRequest(stream: StreamContext, headers: HeaderList): void {

@@ -44,14 +44,15 @@ export class ConnectionContext {
   /** Status the CONNECT was refused with by a filter (0 = not refused). */
   rejectStatus: number;
   rejectDetails: string;
-  /** Bytes relayed on TCP tunnels. */
+  /** Bytes relayed on TCP tunnels, counted as they move. */
   bytesReceived: number;
   bytesSent: number;
   /** Inner requests served on this tunnel so far. */
   requestCount: number;
   /** How the tunnel's payload was handled: 'TCP' (relayed as bytes), 'HTTP/1.1' or 'HTTP/2' inside, '' before known. */
   innerProtocol: string;
-  /** TCP tunnels: upstream `ip:port`, Envoy cluster name, response flags (`-` when none). */
+  /** TCP tunnels: the endpoint relayed to, its `ip:port`, Envoy cluster name, response flags (`-` when none). */
+  endpoint: Endpoint | undefined;
   upstreamHost: string;
   upstreamCluster: string;
   responseFlags: string;
@@ -71,6 +72,7 @@ export class ConnectionContext {
     this.bytesSent = 0;
     this.requestCount = 0;
     this.innerProtocol = '';
+    this.endpoint = undefined;
     this.upstreamHost = '';
     this.upstreamCluster = '';
     this.responseFlags = ResponseFlag.None;

@@ -9,6 +9,7 @@
  * thenables).
  */
 import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
 import type { MeshSnapshot } from '../state/types.ts';
 import type { ConnectionContext, StreamContext } from './context.ts';
 import type { HeaderList } from './headers.ts';
@@ -34,6 +35,11 @@ export interface Filter {
    * Return StopAndReply after `conn.reject(status)` to refuse the tunnel (e.g. an L4 deny).
    */
   onConnection?(conn: ConnectionContext): PhaseResult;
+  /**
+   * TCP tunnels only: the upstream connection to `conn.endpoint` is open and bytes are about to be
+   * relayed (Envoy's tcp_proxy upstream connected); configuration order. Must not throw.
+   */
+  onUpstreamConnected?(conn: ConnectionContext): void;
   /** Request headers of one inner HTTP request arrived; configuration order. */
   onRequestHeaders?(stream: StreamContext): PhaseResult;
   /** The upstream request is about to be sent: `headers` are what goes out (mutable). */
@@ -62,6 +68,8 @@ export interface FilterEnv {
   /** The current mesh snapshot; read `.current` once per phase. */
   readonly mesh: { readonly current: MeshSnapshot };
   readonly log: Logger;
+  /** The waypoint's Prometheus registry (`/stats/prometheus`); create instruments in `create`, once. */
+  readonly metrics: Registry;
 }
 
 /**

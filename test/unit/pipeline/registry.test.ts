@@ -2,12 +2,13 @@
 import { describe, expect, test } from 'vitest';
 import { ConfigError } from '../../../src/errors.ts';
 import type { Filter, FilterEnv, FilterFactory, TerminalFilter } from '../../../src/pipeline/filter.ts';
+import { Registry } from 'prom-client';
 import { FilterRegistry } from '../../../src/pipeline/registry.ts';
 import { log } from '../../../src/util/log.ts';
 import { caught } from '../../helpers/config-error.ts';
 
 const ROUTER = 'envoy.filters.http.router';
-const env: FilterEnv = { mesh: { current: {} as never }, log };
+const env: FilterEnv = { mesh: { current: {} as never }, log, metrics: new Registry() };
 
 interface Made {
   factory: string;
