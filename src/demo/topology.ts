@@ -11,6 +11,7 @@ import { Waypoint } from '../app.ts';
 import { defaultBootstrap, overrideBootstrap, type BootstrapConfig } from '../config/bootstrap.ts';
 import { LocalCa } from '../identity/ca.ts';
 import { WorkloadCertificate } from '../identity/workload-certificate.ts';
+import type { Http2Params } from '../hbone/settings.ts';
 import type { FilterFactory } from '../pipeline/filter.ts';
 import { InboundRole } from '../roles/inbound.ts';
 import { formatHostPort } from '../state/ip.ts';
@@ -49,6 +50,8 @@ export interface TopologyOptions {
   readonly portName?: string;
   /** Extra filter factories for the in-process waypoint (tests). */
   readonly extraFilters?: readonly FilterFactory<unknown>[];
+  /** HTTP/2 settings of the tunnel and inbound roles (default ztunnel's); the waypoint's come from `bootstrap.http2`. */
+  readonly roleHttp2?: Http2Params;
 }
 
 /** Handles of a started topology; `close()` stops everything it started, in reverse order. */
@@ -163,7 +166,7 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
     closers.push(() => echoCert.close());
     const inbounds: InboundRole[] = [];
     for (const ip of o.podIps) {
-      const r = await InboundRole.start({ listen: formatHostPort(ip, hbonePort), certificate: echoCert });
+      const r = await InboundRole.start({ listen: formatHostPort(ip, hbonePort), certificate: echoCert, http2: o.roleHttp2 });
       inbounds.push(r);
       closers.push(() => r.close(100));
     }
@@ -193,6 +196,7 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
       expectSan: `spiffe://${td}/ns/demo/sa/waypoint`,
       bind: o.clientIp,
       mesh,
+      http2: o.roleHttp2,
     });
     closers.push(() => tunnel.close());
     return { waypoint, inbounds, backends, tunnel, meshFile, caDir, close };

@@ -31,7 +31,8 @@ export interface HboneDestination {
 /**
  * A CONNECT that did not yield a tunnel. `status` is the non-200 answer (0 when the connection
  * or stream failed before any answer); `reason` is ztunnel-style (`CONNECT`, `TLS_FAILURE`,
- * `IDENTITY_ERROR`, `HTTP_STATUS`, `TIMEOUT`).
+ * `IDENTITY_ERROR`, `HTTP_STATUS`, `TIMEOUT`), or `REFUSED_STREAM` / `STALE_CONNECTION` when the
+ * one retry {@link HboneSessionPool.connect} makes for those failed too.
  */
 export class HboneConnectError extends WaypointError {
   readonly status: number;
@@ -60,8 +61,11 @@ export interface HboneSessionPoolOptions {
 
 interface PooledSession {
   readonly key: string;
+  readonly dst: HboneDestination;
   readonly session: ClientHttp2Session;
   readonly ready: Promise<void>;
+  /** The HTTP/2 handshake completed (a stream opened later reuses a live connection). */
+  established: boolean;
   active: number;
   usable: boolean;
   idleTimer: NodeJS.Timeout | undefined;
@@ -80,8 +84,10 @@ export class HboneSessionPool {
   /**
    * Open a CONNECT stream to `authority` through `dst`. Resolves once the server answered 200, with
    * the stream and the response headers (ztunnel's response `baggage` lives there). Rejects with
-   * {@link HboneConnectError}. A stream refused because a pooled connection was going away is
-   * retried once on a fresh connection.
+   * {@link HboneConnectError}. A stream refused because a pooled connection was going away, or
+   * lost because a pooled connection died under it before any answer (a stale connection: the peer
+   * vanished or its IP now belongs to someone who answers RST, pitfall F1), is retried once on a
+   * fresh connection. Nothing was sent inside the tunnel yet, so the retry is always safe.
    */
   async connect(
     dst: HboneDestination,
@@ -91,7 +97,7 @@ export class HboneSessionPool {
     try {
       return await this.tryConnect(dst, authority, headers);
     } catch (err) {
-      if (err instanceof HboneConnectError && err.reason === 'REFUSED_STREAM') return this.tryConnect(dst, authority, headers);
+      if (err instanceof HboneConnectError && (err.reason === 'REFUSED_STREAM' || err.reason === STALE)) return this.tryConnect(dst, authority, headers);
       throw err;
     }
   }
@@ -100,6 +106,24 @@ export class HboneSessionPool {
   get connectionCount(): number {
     let n = 0;
     for (const list of this.pools.values()) n += list.length;
+    return n;
+  }
+
+  /**
+   * Drain the connections whose destination `stale` selects (its endpoint left the mesh state):
+   * no new stream goes to them, GOAWAY is sent, streams in flight finish, then they close.
+   * Returns how many were drained.
+   */
+  drainWhere(stale: (dst: HboneDestination) => boolean): number {
+    let n = 0;
+    for (const list of [...this.pools.values()]) {
+      for (const p of [...list]) {
+        if (!stale(p.dst)) continue;
+        this.retire(p);
+        p.session.close();
+        n++;
+      }
+    }
     return n;
   }
 
@@ -126,6 +150,7 @@ export class HboneSessionPool {
       pooled.idleTimer = undefined;
     }
     let stream: ClientHttp2Stream | undefined;
+    const reused = pooled.established;
     try {
       await pooled.ready;
       stream = pooled.session.request({ ...headers, ':method': 'CONNECT', ':authority': authority }, { endStream: false });
@@ -135,7 +160,17 @@ export class HboneSessionPool {
       throw new HboneConnectError('CONNECT', `HBONE request to ${formatHostPort(dst.ip, dst.port)} failed: ${(err as Error).message}`, 0, { cause: err });
     }
     stream.once('close', () => this.release(pooled));
-    return awaitResponse(stream, `${formatHostPort(dst.ip, dst.port)} (${authority})`, this.opts.connectTimeoutMs);
+    try {
+      return await awaitResponse(stream, `${formatHostPort(dst.ip, dst.port)} (${authority})`, this.opts.connectTimeoutMs);
+    } catch (err) {
+      // The pooled connection died under a stream that got no answer: it was stale.
+      const s = pooled.session;
+      if (reused && err instanceof HboneConnectError && err.reason === 'CONNECT' && (s.destroyed || s.closed || !pooled.usable)) {
+        this.retire(pooled);
+        throw new HboneConnectError(STALE, err.message, 0, { cause: err });
+      }
+      throw err;
+    }
   }
 
   private acquire(dst: HboneDestination): PooledSession {
@@ -192,7 +227,7 @@ export class HboneSessionPool {
       settings: http2Settings(this.opts.http2, false),
       maxSessionMemory: this.opts.http2.maxSessionMemoryMb,
     });
-    const pooled: PooledSession = { key, session, ready: undefined as unknown as Promise<void>, active: 0, usable: true, idleTimer: undefined };
+    const pooled: PooledSession = { key, dst, session, ready: undefined as unknown as Promise<void>, established: false, active: 0, usable: true, idleTimer: undefined };
     (pooled as { ready: Promise<void> }).ready = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {
         session.destroy();
@@ -211,6 +246,7 @@ export class HboneSessionPool {
       });
       session.once('connect', () => {
         clearTimeout(timer);
+        pooled.established = true;
         try {
           session.setLocalWindowSize(this.opts.http2.initialConnectionWindowSize);
         } catch {
@@ -237,6 +273,9 @@ export class HboneSessionPool {
     return pooled;
   }
 }
+
+/** Reason of a CONNECT lost with its pooled connection before any answer (retried once). */
+const STALE = 'STALE_CONNECTION';
 
 function isTlsError(err: Error & { code?: string }): boolean {
   return typeof err.code === 'string' && (err.code.startsWith('ERR_SSL') || err.code.includes('CERT') || err.code === 'ERR_TLS_CERT_ALTNAME_INVALID');

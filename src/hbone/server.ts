@@ -88,8 +88,14 @@ export class HboneServer {
     this.server.setSecureContext(hboneTlsOptions(m));
   }
 
+  /** Live HTTP/2 sessions (authenticated connections). */
   get sessionCount(): number {
     return this.sessions.size;
+  }
+
+  /** Accepted TCP sockets still open, including ones in the TLS handshake (leak checks). */
+  get socketCount(): number {
+    return this.sockets.size;
   }
 
   /**
