@@ -3,6 +3,7 @@
  * the upstream, and the admin/readiness servers, wired together. {@link Waypoint.start} returns a
  * handle with the bound addresses and a graceful {@link Waypoint.shutdown}.
  */
+import os from 'node:os';
 import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
@@ -24,6 +25,8 @@ import { MeshStore } from './state/store.ts';
 import { AccessLogFilter, AccessLogSinks } from './telemetry/access-log.ts';
 import { createMetricsRegistry } from './telemetry/metrics.ts';
 import { ClusterManager } from './upstream/cluster-manager.ts';
+import { SidecarTransport } from './upstream/sidecar-transport.ts';
+import { waypointSelf } from './peer/self-peer.ts';
 import { log } from './util/log.ts';
 import { registerBuiltinFilters } from '../filters/index.ts';
 
@@ -151,8 +154,16 @@ export class Waypoint {
         maxStreamsPerConnection: cfg.upstream.maxStreamsPerConnection,
       });
       cleanup.push(() => sessions.destroy());
+      // Toward sidecar workloads: the same certificate, and the waypoint's own peer for istio-peer-exchange.
+      const podName = os.hostname();
+      const sidecar = new SidecarTransport({
+        material: () => certificate.current,
+        local: (ip) => waypointSelf(mesh.current, { pod: podName, ip: ip || '127.0.0.1' }),
+        connectTimeoutMs: cfg.upstream.connectTimeoutMs,
+      });
       const clusters = new ClusterManager({
         sessions,
+        sidecar,
         hbonePort: cfg.upstream.hbonePort,
         loadBalancer: cfg.upstream.loadBalancer,
         connectTimeoutMs: cfg.upstream.connectTimeoutMs,

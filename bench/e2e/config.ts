@@ -4,9 +4,20 @@
  */
 import type { TopologyOptions } from '../../src/demo/topology.ts';
 
-/** The paths the bench compares, in run order. */
-export const PATHS = ['direct', 'l4-relay', 'waypoint'] as const;
+/**
+ * The paths the bench compares, in run order. `waypoint-stats` is the waypoint path with the
+ * `istio.stats` filter in its chain (its own topology and waypoint process); it runs only when
+ * asked for (`--stats`, BENCH_STATS=1, or named in BENCH_PATHS).
+ */
+export const PATHS = ['direct', 'l4-relay', 'waypoint', 'waypoint-stats'] as const;
 export type PathName = (typeof PATHS)[number];
+/** The paths run by default. */
+export const DEFAULT_PATHS: readonly PathName[] = ['direct', 'l4-relay', 'waypoint'];
+
+/** The waypoint paths (L7 filter chain), for the columns and ratios that concern them. */
+export function isWaypointPath(p: PathName): boolean {
+  return p === 'waypoint' || p === 'waypoint-stats';
+}
 
 /**
  * The bench-only backends of the scenarios (bench/e2e/backends.ts), on every pod IP next to the
@@ -30,14 +41,22 @@ export interface BenchService {
   readonly tunnelListen: string;
 }
 
-/** The two meshed topologies: one HTTP service port (full filter chain), one TCP port (L4 relay). */
+/**
+ * The meshed topologies: one HTTP service port (full filter chain), one TCP port (L4 relay), and
+ * the HTTP one again for a waypoint whose chain also has `istio.stats` (only started when the
+ * `waypoint-stats` path runs).
+ */
 export interface TopologySpec {
-  readonly key: 'http' | 'tcp';
+  readonly key: TopologyKey;
   /** Topology options without `dir` (the orchestrator picks a temporary directory). */
   readonly options: Omit<TopologyOptions, 'dir'>;
   /** The scenarios' extra Services (port 80 → the bench backend's port), appended to the mesh. */
   readonly bench: Readonly<Record<BackendKind, BenchService>>;
+  /** Filters before the router in the waypoint's chain (default: the bootstrap default, router only). */
+  readonly filters?: readonly string[];
 }
+
+export type TopologyKey = 'http' | 'tcp' | 'http-stats';
 
 const HBONE_PORT = 15008;
 
@@ -86,12 +105,44 @@ export const TOPOLOGIES: readonly TopologySpec[] = [
       grpc: { name: 'bench-grpc', vip: '127.0.200.114', portName: 'tcp-grpc', tunnelListen: '127.0.200.51:18083' },
     },
   },
+  {
+    key: 'http-stats',
+    options: {
+      waypointIp: '127.0.200.3',
+      hbonePort: HBONE_PORT,
+      vip: '127.0.200.120',
+      servicePort: 80,
+      podIps: ['127.0.200.31'],
+      targetPort: 8080,
+      clientIp: '127.0.200.52',
+      tunnelListen: '127.0.200.52:18080',
+      admin: '127.0.200.3:15920',
+      readiness: '',
+      startWaypoint: false,
+      portName: 'http',
+    },
+    bench: {
+      h1: { name: 'bench-h1', vip: '127.0.200.122', portName: 'http', tunnelListen: '127.0.200.52:18081' },
+      h2: { name: 'bench-h2', vip: '127.0.200.123', portName: 'http2', tunnelListen: '127.0.200.52:18082' },
+      grpc: { name: 'bench-grpc', vip: '127.0.200.124', portName: 'grpc', tunnelListen: '127.0.200.52:18083' },
+    },
+    filters: ['istio.stats'],
+  },
 ];
 
+/** The topology (and so the waypoint process) a path goes through; undefined for `direct`. */
+export function topologyOf(path: PathName): TopologyKey | undefined {
+  return path === 'direct' ? undefined : path === 'l4-relay' ? 'tcp' : path === 'waypoint' ? 'http' : 'http-stats';
+}
+
+function spec(key: TopologyKey): TopologySpec {
+  return TOPOLOGIES.find((t) => t.key === key)!;
+}
+
+
 /** Where each path's load goes, and which waypoint (if any) serves it. */
-export function pathTarget(path: PathName): { url: string; host: string; port: number; topology: 'http' | 'tcp' | undefined } {
+export function pathTarget(path: PathName): { url: string; host: string; port: number; topology: TopologyKey | undefined } {
   const http = TOPOLOGIES[0].options;
-  const tcp = TOPOLOGIES[1].options;
   const split = (hp: string) => {
     const i = hp.lastIndexOf(':');
     return { host: hp.slice(0, i), port: Number(hp.slice(i + 1)) };
@@ -101,17 +152,18 @@ export function pathTarget(path: PathName): { url: string; host: string; port: n
     const port = http.targetPort ?? 8080;
     return { url: `http://${host}:${port}`, host, port, topology: undefined };
   }
-  const t = split(path === 'waypoint' ? http.tunnelListen : tcp.tunnelListen);
-  return { url: `http://${t.host}:${t.port}`, ...t, topology: path === 'waypoint' ? 'http' : 'tcp' };
+  const topology = topologyOf(path)!;
+  const t = split(spec(topology).options.tunnelListen);
+  return { url: `http://${t.host}:${t.port}`, ...t, topology };
 }
 
 /** Where a scenario's load goes for one path and backend kind (host, port of a plain-TCP entry). */
-export function scenarioTarget(path: PathName, kind: BackendKind): { host: string; port: number; topology: 'http' | 'tcp' | undefined } {
+export function scenarioTarget(path: PathName, kind: BackendKind): { host: string; port: number; topology: TopologyKey | undefined } {
   if (path === 'direct') return { host: TOPOLOGIES[0].options.podIps[0], port: BACKEND_PORTS[kind], topology: undefined };
-  const spec = TOPOLOGIES[path === 'waypoint' ? 0 : 1];
-  const hp = spec.bench[kind].tunnelListen;
+  const s = spec(topologyOf(path)!);
+  const hp = s.bench[kind].tunnelListen;
   const i = hp.lastIndexOf(':');
-  return { host: hp.slice(0, i), port: Number(hp.slice(i + 1)), topology: spec.key };
+  return { host: hp.slice(0, i), port: Number(hp.slice(i + 1)), topology: s.key };
 }
 
 /**
@@ -176,8 +228,9 @@ function onlyScenarios(argv: readonly string[]): ScenarioName[] {
     const a = argv[i];
     if (a === '--only') raw = argv[++i] ?? '';
     else if (a.startsWith('--only=')) raw = a.slice('--only='.length);
+    else if (a === '--stats') continue;
     else if (a === '--help' || a === '-h') {
-      process.stdout.write(`usage: npm run bench [-- --only ${SCENARIOS.join(',')}]   (knobs: bench/README.md)\n`);
+      process.stdout.write(`usage: npm run bench [-- --only ${SCENARIOS.join(',')}] [--stats]   (knobs: bench/README.md)\n`);
       process.exit(0);
     } else throw new Error(`unknown argument "${a}" (usage: npm run bench -- --only ${SCENARIOS.join(',')})`);
   }
@@ -187,10 +240,12 @@ function onlyScenarios(argv: readonly string[]): ScenarioName[] {
 }
 
 export function loadSettings(argv: readonly string[] = process.argv.slice(2)): BenchSettings {
-  const paths = (process.env.BENCH_PATHS ?? PATHS.join(','))
+  const paths = (process.env.BENCH_PATHS ?? DEFAULT_PATHS.join(','))
     .split(',')
     .map((s) => s.trim())
     .filter(Boolean);
+  // `--stats` / BENCH_STATS=1: the waypoint path once more with istio.stats, for the with/without figures.
+  if ((argv.includes('--stats') || process.env.BENCH_STATS === '1') && paths.includes('waypoint') && !paths.includes('waypoint-stats')) paths.push('waypoint-stats');
   for (const p of paths) if (!(PATHS as readonly string[]).includes(p)) throw new Error(`BENCH_PATHS: unknown path "${p}" (known: ${PATHS.join(', ')})`);
   return {
     durationS: num('BENCH_DURATION_S', 8),

@@ -6,7 +6,7 @@
  * extra Service per backend in its mesh (port name `http`/`http2`/`grpc`, or `tcp…` in the L4
  * topology) and one more `tunnel` role per Service.
  *
- * argv: <work dir>. Sends `{ type: 'ready', topologies: { http: { meshFile, caDir }, tcp: ... } }`
+ * argv: <work dir> [<topology keys, comma-separated; default all>]. Sends `{ type: 'ready', topologies: { http: { meshFile, caDir }, tcp: ... } }`
  * once listening; stops on `{ type: 'stop' }`, SIGTERM/SIGINT or when the parent goes away.
  */
 import fs from 'node:fs';
@@ -21,6 +21,7 @@ import { BACKEND_KINDS, BACKEND_PORTS, TOPOLOGIES, type TopologySpec } from './c
 import { startBenchBackends } from './backends.ts';
 
 const dir = process.argv[2];
+const only = process.argv[3] ? new Set(process.argv[3].split(',')) : undefined;
 if (!dir || !process.send) {
   process.stderr.write('usage: forked by bench/e2e/run.ts with a work directory\n');
   process.exit(2);
@@ -90,6 +91,7 @@ async function startScenarioParts(spec: TopologySpec, meshFile: string, caDir: s
 try {
   const info: Record<string, { meshFile: string; caDir: string }> = {};
   for (const spec of TOPOLOGIES) {
+    if (only && !only.has(spec.key)) continue;
     const topo = await startTopology({ ...spec.options, dir: path.join(dir, spec.key) });
     closers.push(() => topo.close());
     await startScenarioParts(spec, topo.meshFile, topo.caDir);

@@ -1,7 +1,7 @@
 /**
  * The bench report: JSON shape and the printed table.
  */
-import type { AIMS, BenchSettings, PathName } from './config.ts';
+import { isWaypointPath, type AIMS, type BenchSettings, type PathName } from './config.ts';
 import type { RemoteMemory } from './inspector.ts';
 import type { RateResult, SaturateResult, WarmResult } from './protocol.ts';
 import type { ScenarioReport } from './scenarios.ts';
@@ -87,7 +87,8 @@ function verdict(ok: boolean | null): string {
 }
 
 export function printReport(r: BenchReport): void {
-  const cols: PathName[] = ['direct', 'l4-relay', 'waypoint'];
+  // `waypoint-stats` (the waypoint with istio.stats) gets a column only when it ran.
+  const cols: PathName[] = ['direct', 'l4-relay', 'waypoint', ...(r.paths['waypoint-stats'] ? (['waypoint-stats'] as const) : [])];
   const P = (p: PathName) => r.paths[p];
   const s = r.settings;
   const rows: [string, (p: PathName) => string][] = [
@@ -192,6 +193,10 @@ function coreTable(
   out.push(`  req/s waypoint ÷ l4-relay                         ${f(q.waypointReqPerSecVsL4, 2)}`);
   out.push(`  req/s waypoint ÷ direct, l4-relay ÷ direct        ${f(q.waypointReqPerSecVsDirect, 2)}, ${f(q.l4ReqPerSecVsDirect, 2)}`);
   out.push(`  added p50 µs: l4-relay vs direct, waypoint vs l4  ${f(q.addedP50UsL4VsDirect)}, ${f(q.addedP50UsWaypointVsL4)}`);
+  if (r.paths['waypoint-stats']) {
+    out.push(`  istio.stats: waypoint-stats ÷ waypoint CPU/req      ${f(q.statsCpuPerReqVsWaypointSaturation, 3)}× saturation (${f(q.statsAddedUsPerReqSaturation, 1)} µs/req), ${f(q.statsCpuPerReqVsWaypointAtRate, 3)}× at ${f(s.rate)}/s (${f(q.statsAddedUsPerReqAtRate, 1)} µs/req)`);
+    out.push(`  istio.stats: req/s waypoint-stats ÷ waypoint       ${f(q.statsReqPerSecVsWaypoint, 3)}`);
+  }
   return out;
 }
 
@@ -201,6 +206,16 @@ function http2Cell(mode: string | null): string {
   if (mode === 'terminated') return 'proxy h2 (L7)';
   if (mode === 'unknown') return 'unknown';
   return '';
+}
+
+/** `get(a) ÷ get(b)` for two paths' runs of one case when both are ok. */
+function vsOk(sc: ScenarioReport, a: PathName, b: PathName, get: (run: NonNullable<ScenarioReport['runs'][PathName]>) => number | null | undefined): number | null {
+  const x = sc.runs[a];
+  const y = sc.runs[b];
+  if (x?.status !== 'ok' || y?.status !== 'ok') return null;
+  const va = get(x);
+  const vb = get(y);
+  return va != null && vb != null && vb > 0 ? va / vb : null;
 }
 
 /** The closed-loop scenarios: one block per case, one row per path, then many-vs-one summaries. */
@@ -221,7 +236,7 @@ function scenarioTable(r: BenchReport): string[] {
     out.push(sc.case.label);
     const q = sc.ratios;
     const notes: string[] = [];
-    for (const p of ['direct', 'l4-relay', 'waypoint'] as const) {
+    for (const p of ['direct', 'l4-relay', 'waypoint', 'waypoint-stats'] as const) {
       const run = sc.runs[p];
       if (!run) continue;
       if (run.status === 'skipped') {
@@ -237,13 +252,13 @@ function scenarioTable(r: BenchReport): string[] {
           f(res.latencyUs.p99),
           f(run.waypointUsPerReq, 1),
           f(run.fixtureUsPerReq, 1),
-          p === 'waypoint' ? f(q.reqPerSecWaypointVsL4, 2) : '',
-          p === 'waypoint' ? f(q.reqPerSecWaypointVsDirect, 2) : p === 'l4-relay' ? f(q.reqPerSecL4VsDirect, 2) : '',
-          p === 'waypoint' ? f(q.waypointCpuPerReqVsL4, 2) : '',
+          p === 'waypoint' ? f(q.reqPerSecWaypointVsL4, 2) : p === 'waypoint-stats' ? f(vsOk(sc, p, 'l4-relay', (x) => x.result?.reqPerSec), 2) : '',
+          p === 'waypoint' ? f(q.reqPerSecWaypointVsDirect, 2) : p === 'l4-relay' ? f(q.reqPerSecL4VsDirect, 2) : p === 'waypoint-stats' ? f(vsOk(sc, p, 'direct', (x) => x.result?.reqPerSec), 2) : '',
+          p === 'waypoint' ? f(q.waypointCpuPerReqVsL4, 2) : p === 'waypoint-stats' ? f(vsOk(sc, p, 'l4-relay', (x) => x.waypointUsPerReq), 2) : '',
           http2Cell(run.http2),
         ]) + (errs > 0 ? `  (${errs} errors)` : ''),
       );
-      if (p === 'waypoint' && run.http2 === 'relayed') notes.push('the waypoint relayed these HTTP/2 bytes without terminating them: L4 figures, not L7');
+      if (isWaypointPath(p) && run.http2 === 'relayed') notes.push('the waypoint relayed these HTTP/2 bytes without terminating them: L4 figures, not L7');
     }
     for (const n of notes) out.push(`  note: ${n}`);
   }

@@ -302,9 +302,11 @@ async function main(): Promise<void> {
   log(`scenario groups: ${settings.only.join(', ')}${cases.length > 0 ? ` (${cases.length} closed-loop cases × ${settings.paths.length} paths, ${settings.scenarioWarmupS}+${settings.scenarioDurationS} s each; ${scenarioPortsNote()})` : ''}`);
   log(`work dir ${work}; paths: ${settings.paths.join(', ')}; saturation ${settings.warmupS}+${settings.durationS} s c=${settings.connections}; rate ${settings.rate}/s ${settings.rateWarmupS}+${settings.rateDurationS} s, ${settings.bodyBytes} B bodies, ${settings.rateConnections} connections; ${settings.idleTunnels} idle tunnels`);
   try {
-    // Fixture: tunnel + inbound + backends for both topologies.
+    // Fixture: tunnel + inbound + backends for the http and tcp topologies (and http-stats when its path runs).
+    const needed = new Set(settings.paths.map((p) => pathTarget(p).topology).filter((t) => t !== undefined));
+    const fixtureTopologies = ['http', 'tcp', ...(needed.has('http-stats') ? ['http-stats'] : [])];
     const fx = openLog(logs, 'fixture');
-    const fixtureProc = fork(path.join(ROOT, 'bench/e2e/fixture.ts'), [work], {
+    const fixtureProc = fork(path.join(ROOT, 'bench/e2e/fixture.ts'), [work, fixtureTopologies.join(',')], {
       cwd: ROOT,
       stdio: ['ignore', fx.fd, fx.fd, 'ipc'],
       env: { ...process.env, WAYPOINT_LOG_LEVEL: process.env.WAYPOINT_LOG_LEVEL ?? 'warn' },
@@ -321,13 +323,14 @@ async function main(): Promise<void> {
       30_000,
     );
 
-    // One waypoint process per topology a selected path needs.
-    const needed = new Set(settings.paths.map((p) => pathTarget(p).topology).filter((t) => t !== undefined));
     const waypoints: Record<string, WaypointProc> = {};
     for (const spec of TOPOLOGIES) {
+      // One waypoint process per topology a selected path needs.
       if (!needed.has(spec.key)) continue;
       const t = ready[spec.key];
-      const bootstrap = topologyBootstrap({ ...spec.options, dir: path.dirname(t.meshFile), bootstrap: { drain: { timeoutMs: 1_000 } } });
+      // A spec's extra filters go before the router (the chain's default is the router alone).
+      const filters = spec.filters ? { filters: [...spec.filters.map((name) => ({ name })), { name: 'envoy.filters.http.router' }] } : {};
+      const bootstrap = topologyBootstrap({ ...spec.options, dir: path.dirname(t.meshFile), bootstrap: { drain: { timeoutMs: 1_000 }, ...filters } });
       const cfgFile = path.join(work, `waypoint-${spec.key}.yaml`);
       fs.writeFileSync(cfgFile, `# bench: waypoint bootstrap for the ${spec.key} topology\n${stringify(bootstrap)}`);
       const wl = openLog(logs, `waypoint-${spec.key}`);
@@ -590,6 +593,7 @@ function buildReport(
   logs: BenchReport['logs'],
 ): BenchReport {
   const wp = paths.waypoint;
+  const wpStats = paths['waypoint-stats'];
   const l4 = paths['l4-relay'];
   const direct = paths.direct;
   const ratio = (a: number | null | undefined, b: number | null | undefined) => (a != null && b != null && b > 0 ? round(a / b, 3) : null);
@@ -639,6 +643,12 @@ function buildReport(
       addedP50UsWaypointVsDirect: diff(wp?.rate?.latencyUs.p50, direct?.rate?.latencyUs.p50),
       addedP50UsL4VsDirect: diff(l4?.rate?.latencyUs.p50, direct?.rate?.latencyUs.p50),
       addedP50UsWaypointVsL4: diff(wp?.rate?.latencyUs.p50, l4?.rate?.latencyUs.p50),
+      // With vs without istio.stats (only when the waypoint-stats path ran).
+      statsCpuPerReqVsWaypointSaturation: ratio(wpStats?.saturation?.waypointUsPerReq, wp?.saturation?.waypointUsPerReq),
+      statsCpuPerReqVsWaypointAtRate: ratio(wpStats?.rate?.waypointUsPerReq, wp?.rate?.waypointUsPerReq),
+      statsAddedUsPerReqSaturation: diff(wpStats?.saturation?.waypointUsPerReq, wp?.saturation?.waypointUsPerReq),
+      statsAddedUsPerReqAtRate: diff(wpStats?.rate?.waypointUsPerReq, wp?.rate?.waypointUsPerReq),
+      statsReqPerSecVsWaypoint: ratio(wpStats?.saturation?.reqPerSec, wp?.saturation?.reqPerSec),
     },
     scenarios,
     logs,

@@ -120,8 +120,8 @@ export interface ScenarioDeps {
 }
 
 function skipReason(c: ScenarioCase, path: PathName, err: string): string {
-  if (path === 'waypoint' && c.proto === 'h2') return `skipped: h2c inside tunnels not available (${err})`;
-  if (path === 'waypoint' && c.proto === 'grpc') return `skipped: gRPC through the waypoint not available (${err})`;
+  if ((path === 'waypoint' || path === 'waypoint-stats') && c.proto === 'h2') return `skipped: h2c inside tunnels not available (${err})`;
+  if ((path === 'waypoint' || path === 'waypoint-stats') && c.proto === 'grpc') return `skipped: gRPC through the waypoint not available (${err})`;
   return `skipped: ${err}`;
 }
 

@@ -42,11 +42,11 @@ export function inboundCommand(): Command {
     .requiredOption('--identity <prefix>', 'workload certificate prefix (PREFIX-cert.pem, PREFIX-key.pem)')
     .requiredOption('--ca <file>', 'mesh root certificate (root-cert.pem)')
     .option('--forward <host>', 'host to dial for the application (default: the listen IP)')
-    .option('--mesh <file>', 'mesh YAML (later: PeerAuthentication, response baggage)')
+    .option('--mesh <file>', "mesh YAML: describe the workload owning the listen IP in the CONNECT response's baggage header")
     .action(async (o: { listen: string; identity: string; ca: string; forward?: string; mesh?: string }) => {
       const certificate = await WorkloadCertificate.fromPrefix(o.identity, o.ca);
       const mesh = o.mesh ? await MeshStore.open({ meshFile: o.mesh, watch: true }) : undefined;
-      const role = await InboundRole.start({ listen: o.listen, certificate, forward: o.forward });
+      const role = await InboundRole.start({ listen: o.listen, certificate, forward: o.forward, mesh });
       process.on('SIGHUP', () => void mesh?.reload());
       process.stdout.write(`inbound: HBONE ${addr(role.address)} -> ${o.forward ?? role.address.address}:<authority port>\n`);
       onTerminate(async () => {

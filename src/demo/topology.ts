@@ -16,6 +16,7 @@ import type { FilterFactory } from '../pipeline/filter.ts';
 import { InboundRole } from '../roles/inbound.ts';
 import { formatHostPort } from '../state/ip.ts';
 import { MeshStore } from '../state/store.ts';
+import type { MeshSnapshot } from '../state/types.ts';
 import { TunnelRole } from '../roles/tunnel.ts';
 
 /** Addresses and knobs of one loopback topology. Ports default to 15008 (HBONE), 80 (service) and 8080 (pods). */
@@ -165,8 +166,12 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
     const echoCert = await WorkloadCertificate.start(ca, `spiffe://${td}/ns/demo/sa/echo`, 24 * 3600_000);
     closers.push(() => echoCert.close());
     const inbounds: InboundRole[] = [];
+    // The inbound roles answer with the pod's `baggage` from the mesh state, known once the
+    // waypoint (or our own store) has read the mesh file below.
+    let mesh: { readonly current: MeshSnapshot } | undefined;
+    const meshView = { get current() { return mesh?.current; } };
     for (const ip of o.podIps) {
-      const r = await InboundRole.start({ listen: formatHostPort(ip, hbonePort), certificate: echoCert, http2: o.roleHttp2 });
+      const r = await InboundRole.start({ listen: formatHostPort(ip, hbonePort), certificate: echoCert, http2: o.roleHttp2, mesh: meshView });
       inbounds.push(r);
       closers.push(() => r.close(100));
     }
@@ -180,7 +185,7 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
       waypoint = wp;
     }
     // The tunnel describes the client workload in `baggage` from the mesh state.
-    let mesh = waypoint?.mesh;
+    mesh = waypoint?.mesh;
     if (!mesh) {
       const own = await MeshStore.open({ meshFile, watch: false });
       closers.push(() => own.close());

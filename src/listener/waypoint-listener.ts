@@ -22,7 +22,7 @@ import { ConnectionContext, type ConnectInfo } from '../pipeline/context.ts';
 import { FilterStatus } from '../pipeline/filter.ts';
 import { isHttpProtocol } from '../state/protocol.ts';
 import type { MeshSnapshot, PortProtocol, Target } from '../state/types.ts';
-import type { ClusterManager } from '../upstream/cluster-manager.ts';
+import { connectResponseHeaders, exchangePeer, type ClusterManager } from '../upstream/cluster-manager.ts';
 import { clusterName } from '../upstream/cluster-name.ts';
 import { pickEndpoint } from '../upstream/pick-endpoint.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
@@ -140,6 +140,8 @@ async function relayTcp(clusters: ClusterManager, stream: ServerHttp2Stream, con
       return;
     }
     if (!answered) stream.respond({ ':status': 200 });
+    conn.upstreamConnectHeaders = connectResponseHeaders(upstream);
+    conn.upstreamExchangePeer = exchangePeer(upstream);
     chain.runUpstreamConnected(conn);
     if (head) {
       conn.bytesReceived += head.length;

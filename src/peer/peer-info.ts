@@ -7,6 +7,7 @@
  * the access log read them. Empty string = unknown (the stats filter prints `unknown` for it,
  * exactly where Istio does).
  */
+import type { StreamContext } from '../pipeline/context.ts';
 import { defineSlot } from '../pipeline/slots.ts';
 import type { Workload } from '../state/types.ts';
 
@@ -53,9 +54,21 @@ export function peerFromWorkload(w: Workload): PeerInfo {
   });
 }
 
-/** The downstream peer of a tunnel (set once per tunnel by `peer-metadata`). */
+/** The downstream peer of a tunnel (set once per tunnel by `peer-metadata`; per request see {@link downstreamPeerOf}). */
 export const DOWNSTREAM_PEER = defineSlot<PeerInfo>('downstream_peer', 'connection');
 /** The upstream peer of a request (the endpoint that answered). */
 export const UPSTREAM_PEER = defineSlot<PeerInfo>('upstream_peer', 'stream');
 /** The upstream peer of a TCP tunnel. */
 export const TCP_UPSTREAM_PEER = defineSlot<PeerInfo>('upstream_peer', 'connection');
+
+/**
+ * A request's own downstream peer, set by `peer-metadata` only when `istio_headers` discovery is
+ * configured and the request's `x-envoy-peer-metadata` overrode the tunnel's peer. Read the
+ * effective downstream peer of a request with {@link downstreamPeerOf}.
+ */
+export const REQUEST_DOWNSTREAM_PEER = defineSlot<PeerInfo>('downstream_peer', 'stream');
+
+/** The downstream peer of one request: its own (from its headers) when set, else its tunnel's. */
+export function downstreamPeerOf(stream: StreamContext): PeerInfo | undefined {
+  return stream.get(REQUEST_DOWNSTREAM_PEER) ?? stream.conn.get(DOWNSTREAM_PEER);
+}

@@ -3,8 +3,9 @@
  * one object shape (fastify's stable-shape rule); filter data lives in slots (see slots.ts).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2';
+import type { Http2ServerRequest, Http2ServerResponse, IncomingHttpHeaders } from 'node:http2';
 import type { SpiffeId } from '../identity/spiffe.ts';
+import type { PeerInfo } from '../peer/peer-info.ts';
 import type { Endpoint, MeshSnapshot, PortProtocol, Target } from '../state/types.ts';
 import { LOCAL_REPLY_BODY, LOCAL_REPLY_STATUS, ResponseFlag } from '../telemetry/response-flags.ts';
 import type { FilterChain } from './chain.ts';
@@ -56,6 +57,17 @@ export class ConnectionContext {
   upstreamHost: string;
   upstreamCluster: string;
   responseFlags: string;
+  /**
+   * TCP tunnels: response headers of the upstream HBONE CONNECT (a destination ztunnel answers
+   * with the workload's `baggage` there); undefined for plain-TCP endpoints and until connected.
+   */
+  upstreamConnectHeaders: IncomingHttpHeaders | undefined;
+  /**
+   * TCP tunnels to a sidecar workload: the upstream peer as it described itself over
+   * `istio-peer-exchange` (Envoy's `upstream_peer` from the TCP metadata exchange); undefined for
+   * HBONE and plain-TCP endpoints, when the sidecar sent no exchange, and until connected.
+   */
+  upstreamExchangePeer: PeerInfo | undefined;
   private readonly slots: unknown[];
 
   constructor(info: ConnectInfo, mesh: MeshSnapshot, target: Target, protocol: PortProtocol) {
@@ -76,6 +88,8 @@ export class ConnectionContext {
     this.upstreamHost = '';
     this.upstreamCluster = '';
     this.responseFlags = ResponseFlag.None;
+    this.upstreamConnectHeaders = undefined;
+    this.upstreamExchangePeer = undefined;
     this.slots = new Array(slotCount('connection')).fill(undefined);
   }
 
@@ -126,8 +140,11 @@ export class StreamContext {
   upstreamCluster: string;
   /** Monotonic time (ms) the first upstream response byte arrived, 0 until then. */
   upstreamResponseMonotonic: number;
-  /** grpc-status of a gRPC local reply ('' otherwise; upstream statuses are in the trailers). */
+  /** grpc-status of the answer: a gRPC local reply's, or the upstream's (trailers, or a trailers-only answer); '' when none. */
   grpcStatus: string;
+  /** gRPC requests: messages (length-prefixed frames) that started in the request / response body so far, counted by the router. */
+  requestMessages: number;
+  responseMessages: number;
   /** Final status sent downstream (0 until headers are written). */
   responseCode: number;
   /** Envoy response flags, comma-joined; `-` when none. */
@@ -138,6 +155,12 @@ export class StreamContext {
   endpoint: Endpoint | undefined;
   /** `ip:port` of the upstream host actually used, or '' . */
   upstreamHost: string;
+  /**
+   * Response headers of an HBONE CONNECT to the endpoint that answered (ztunnel's `baggage`
+   * describing the destination workload lives there), set with the upstream response headers;
+   * undefined for plain-TCP endpoints and local replies before any upstream answer.
+   */
+  upstreamConnectHeaders: IncomingHttpHeaders | undefined;
   /** Set once `onStreamComplete` has run. */
   completed: boolean;
   /** The router's handle to cancel the upstream request when the downstream goes away. */
@@ -164,11 +187,14 @@ export class StreamContext {
     this.upstreamCluster = '';
     this.upstreamResponseMonotonic = 0;
     this.grpcStatus = '';
+    this.requestMessages = 0;
+    this.responseMessages = 0;
     this.responseCode = 0;
     this.responseFlags = ResponseFlag.None;
     this.responseCodeDetails = '';
     this.endpoint = undefined;
     this.upstreamHost = '';
+    this.upstreamConnectHeaders = undefined;
     this.completed = false;
     this.abortUpstream = undefined;
     this.slots = new Array(slotCount('stream')).fill(undefined);

@@ -3,15 +3,19 @@
  * Terminates HBONE on `--listen IP:PORT`, requires the `:authority` IP to be its own listen IP
  * (400 otherwise, as ztunnel: ZT:src/proxy/inbound.rs), refuses ztunnel's illegal target ports
  * (15001, 15006, 15008 ⇒ 503), dials `<forward host>:<authority port>`, answers 200 only once that
- * connect succeeded (503 otherwise) and relays bytes with half-close.
+ * connect succeeded (503 otherwise) and relays bytes with half-close. With mesh state (`--mesh`) its
+ * 200 carries the destination workload's `baggage` (the workload owning the listen IP), as
+ * ztunnel's inbound answers (ZT:src/proxy/inbound.rs, src/baggage.rs).
  */
 import type { AddressInfo } from 'node:net';
 import { HboneServer, respondAndClose } from '../hbone/server.ts';
 import { relay } from '../hbone/relay.ts';
 import { DEFAULT_HTTP2, type Http2Params } from '../hbone/settings.ts';
 import { trustDomainAllowed } from '../identity/spiffe.ts';
+import { formatBaggage } from '../peer/baggage.ts';
 import type { WorkloadCertificate } from '../identity/workload-certificate.ts';
 import { normalizeIp } from '../state/ip.ts';
+import type { MeshSnapshot } from '../state/types.ts';
 import { connectTcp } from '../upstream/cluster-manager.ts';
 import { log } from '../util/log.ts';
 
@@ -27,6 +31,8 @@ export interface InboundOptions {
   readonly forward?: string;
   readonly http2?: Http2Params;
   readonly connectTimeoutMs?: number;
+  /** Mesh state, to describe the destination workload in the response `baggage` (none when absent or unknown). */
+  readonly mesh?: { readonly current: MeshSnapshot | undefined };
 }
 
 /** A running inbound role; `start()` rejects on a bad listen address or bind error. */
@@ -44,6 +50,18 @@ export class InboundRole {
     const own = opts.certificate.spiffeId;
     const http2 = opts.http2 ?? DEFAULT_HTTP2;
     let listenIp = '';
+    // The response baggage, computed once per mesh snapshot.
+    let baggageOf: MeshSnapshot | undefined;
+    let baggage = '';
+    const responseHeaders = (): Record<string, string | number> => {
+      const mesh = opts.mesh?.current;
+      if (mesh && mesh !== baggageOf) {
+        const w = mesh.workloadByIp(listenIp);
+        baggage = w ? formatBaggage(w) : '';
+        baggageOf = mesh;
+      }
+      return baggage && mesh ? { ':status': 200, baggage } : { ':status': 200 };
+    };
     const server = new HboneServer({
       name: 'inbound',
       material: opts.certificate.current,
@@ -57,7 +75,7 @@ export class InboundRole {
         connectTcp(host, req.port, opts.connectTimeoutMs ?? 10_000).then(
           (socket) => {
             if (stream.destroyed) return socket.destroy();
-            stream.respond({ ':status': 200 });
+            stream.respond(responseHeaders());
             void relay(stream, socket);
           },
           (err: Error) => {

@@ -36,7 +36,7 @@ import type { StreamContext } from '../pipeline/context.ts';
 import { HeaderList, stripHopByHop } from '../pipeline/headers.ts';
 import type { Endpoint, Target } from '../state/types.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
-import type { ClusterManager } from '../upstream/cluster-manager.ts';
+import { connectResponseHeaders, type ClusterManager } from '../upstream/cluster-manager.ts';
 import { pickEndpoint } from '../upstream/pick-endpoint.ts';
 import { log } from '../util/log.ts';
 import { classify } from './router.ts';
@@ -155,7 +155,7 @@ class DedicatedExchange {
     this.clusters.lb.start(ep);
     s.abortUpstream = this;
     if (this.r.requestTimeoutMs > 0) this.timer = setTimeout(onTimeout, this.r.requestTimeoutMs, this);
-    this.clusters.openTcp(ep).then(
+    this.clusters.openTcp(ep, 'http/1.1').then(
       (t) => this.onTunnel(t),
       (err: Error) => this.fail(err),
     );
@@ -169,6 +169,7 @@ class DedicatedExchange {
     }
     const tunnel = joinWritev(t);
     this.tunnel = tunnel;
+    this.stream.upstreamConnectHeaders = connectResponseHeaders(t);
     // Errors surface through the client request (and the relay); a late one must not throw.
     tunnel.on('error', onTunnelError);
     const s = this.stream;

@@ -31,6 +31,7 @@ import { UpstreamResetError, type UpstreamHandler } from '../upstream/h2-upstrea
 import { pickEndpoint } from '../upstream/pick-endpoint.ts';
 import { dedicatedKind, expectsContinue, forwardDedicated, restoreUpgradeHeaders } from './dedicated-upstream.ts';
 import { forwardedFor } from './forwarded.ts';
+import { GrpcFrameCounter } from './grpc-frames.ts';
 
 /** The router's filter name, as Envoy's. */
 export const ROUTER_FILTER_NAME = 'envoy.filters.http.router';
@@ -204,14 +205,15 @@ class Router implements TerminalFilter {
     // be retried, and so can one whose body was never pulled (connect failure); a larger body,
     // once sending started, cannot be replayed and is not retried.
     const replay = new ReplayBuffer();
-    attempt.send(Readable.from(counted(req, stream, replay), { objectMode: false }), replay);
+    attempt.send(Readable.from(counted(req, stream, replay, attempt.requestFrames), { objectMode: false }), replay);
   }
 }
 
 /** Yield the request body's chunks, counting them into `stream.bytesReceived` and keeping them in `replay`. */
-async function* counted(req: AsyncIterable<Buffer>, stream: StreamContext, replay: ReplayBuffer): AsyncGenerator<Buffer> {
+async function* counted(req: AsyncIterable<Buffer>, stream: StreamContext, replay: ReplayBuffer, frames: GrpcFrameCounter | null): AsyncGenerator<Buffer> {
   for await (const chunk of req) {
     stream.bytesReceived += chunk.length;
+    if (frames) stream.requestMessages += frames.inspect(chunk);
     replay.add(chunk);
     yield chunk;
   }
@@ -275,6 +277,7 @@ function collectBody(req: IncomingMessage | Http2ServerRequest, length: number, 
   req.once('end', () => {
     const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
     attempt.stream.bytesReceived = body.length;
+    if (attempt.requestFrames) attempt.stream.requestMessages += attempt.requestFrames.inspect(body);
     attempt.send(body);
   });
   // An aborted upload never ends: the downstream close handler cancels the stream.
@@ -320,6 +323,9 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
   private resume: () => void;
   /** Trailers split off a gRPC trailers-only answer, sent when the response ends. */
   private pendingTrailers: string[] | null;
+  /** gRPC only: message counters of the request body (read once, whatever the retries) and of the answer sent downstream. */
+  readonly requestFrames: GrpcFrameCounter | null;
+  private readonly responseFrames: GrpcFrameCounter | null;
 
   constructor(stream: StreamContext, clusters: ClusterManager, route: CompiledRoute, target: Target, headers: HeaderList, path: string, h2: boolean) {
     this.stream = stream;
@@ -340,6 +346,9 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     this.timer = undefined;
     this.resume = noop;
     this.pendingTrailers = null;
+    const grpc = stream.isGrpc;
+    this.requestFrames = grpc ? new GrpcFrameCounter() : null;
+    this.responseFrames = grpc ? new GrpcFrameCounter() : null;
     stream.abortUpstream = this;
   }
 
@@ -430,6 +439,7 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     const s = this.stream;
     s.upstreamResponseMonotonic = performance.now();
     s.responseCodeDetails = 'via_upstream';
+    if (this.ep) s.upstreamConnectHeaders = this.clusters.connectHeadersFor(this.ep);
     let headers = stripHopByHop(raw, connection);
     if (s.http2) {
       // gRPC trailers-only (grpc-status among the headers, which the gRPC protocol allows only
@@ -450,6 +460,7 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     if (this.discarding || this.over) return true;
     const s = this.stream;
     s.bytesSent += chunk.length;
+    if (this.responseFrames) s.responseMessages += this.responseFrames.inspect(chunk);
     if ((s.res as ServerResponse).write(chunk)) return true;
     s.res.once('drain', this.resume);
     return false;
@@ -465,6 +476,8 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     if (trailers && trailers.length > 0) {
       const t: Record<string, string> = {};
       for (let i = 0; i < trailers.length; i += 2) t[String(trailers[i])] = String(trailers[i + 1]);
+      // The upstream's gRPC status, for the stats (`grpc_response_status`).
+      if (this.responseFrames) this.stream.grpcStatus = t['grpc-status'] ?? this.stream.grpcStatus;
       try {
         res.addTrailers(t);
       } catch {

@@ -45,11 +45,17 @@ export function servesWorkloads(waypoint: WaypointIdentity): boolean {
   return waypoint.waypointFor === 'workload' || waypoint.waypointFor === 'all';
 }
 
+/** On a Pod: set by Istio's sidecar injector; its presence means the Pod runs an Istio sidecar. */
+export const ANNOTATION_SIDECAR_STATUS = 'sidecar.istio.io/status';
+
 /**
- * HBONE unless `istio.io/dataplane-mode: none` opts the workload out: the workload's own label
- * decides when present (any other value keeps it enrolled), else its namespace's.
+ * `SIDECAR` when the workload carries the {@link ANNOTATION_SIDECAR_STATUS} annotation, whatever its
+ * labels say (its sidecar terminates Istio mTLS on the target port). Otherwise HBONE unless
+ * `istio.io/dataplane-mode: none` opts the workload out: the workload's own label decides when
+ * present (any other value keeps it enrolled), else its namespace's.
  */
-export function tunnelProtocol(labels: Labels, namespaceLabels: Labels): TunnelProtocol {
+export function tunnelProtocol(labels: Labels, namespaceLabels: Labels, annotations: Labels = {}): TunnelProtocol {
+  if (annotations[ANNOTATION_SIDECAR_STATUS] !== undefined) return 'SIDECAR';
   const mode = labels[LABEL_DATAPLANE_MODE] ?? namespaceLabels[LABEL_DATAPLANE_MODE];
   return mode === 'none' ? 'NONE' : 'HBONE';
 }

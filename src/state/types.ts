@@ -22,8 +22,16 @@ export type PortProtocol =
   | 'UDP'
   | 'UNKNOWN';
 
-/** How the waypoint reaches an endpoint: HBONE to `ip:15008`, or plain TCP to `ip:targetPort`. */
-export type TunnelProtocol = 'HBONE' | 'NONE';
+/**
+ * How the waypoint reaches an endpoint:
+ * - `HBONE`: an HBONE CONNECT to `ip:15008` (ambient workloads; ztunnel's `TunnelProtocol::HBONE`);
+ * - `NONE`: plain TCP to `ip:targetPort` (`istio.io/dataplane-mode: none`; ztunnel's `NONE`);
+ * - `SIDECAR`: mutual TLS to `ip:targetPort` with Istio's ALPN, and the `istio-peer-exchange`
+ *   metadata exchange on TCP ports: the workload runs an Istio sidecar (Pod annotated
+ *   `sidecar.istio.io/status`). ztunnel's proto has no value for this; it is what an Envoy cluster
+ *   does for endpoints matched by its `tlsMode-istio` transport socket (ISTIO_MUTUAL).
+ */
+export type TunnelProtocol = 'HBONE' | 'NONE' | 'SIDECAR';
 
 /** WDS WorkloadType, lower-case as ztunnel writes it into baggage keys (`k8s.<type>.name`). */
 export type WorkloadType = 'deployment' | 'cronjob' | 'pod' | 'job';

@@ -43,7 +43,7 @@ function finish(f: Fields, ctx: WorkloadContext): Workload {
     canonicalName: canonical.name,
     canonicalRevision: canonical.revision,
     clusterId: ctx.clusterId,
-    tunnelProtocol: tunnelProtocol(f.labels, nsLabels),
+    tunnelProtocol: tunnelProtocol(f.labels, nsLabels, f.annotations),
     servedByThisWaypoint: servesWorkloads(ctx.waypoint) && usesWaypoint(f.labels, f.namespace, nsLabels, ctx.waypoint),
   };
 }

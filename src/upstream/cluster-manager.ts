@@ -3,8 +3,11 @@
  * waypoint needs). For HTTP it keeps one undici Pool per endpoint whose "sockets" are HBONE
  * CONNECT streams to `podIP:15008` with `:authority podIP:targetPort` (IS:cluster_waypoint.go
  * `connect_originate`), or plain TCP to `podIP:targetPort` for endpoints outside the mesh
- * (`istio.io/dataplane-mode: none`). For TCP it opens one tunnel per downstream connection.
+ * (`istio.io/dataplane-mode: none`), or mutual TLS with Istio's ALPN to `podIP:targetPort` for
+ * workloads that run an Istio sidecar (`sidecar-transport.ts`). For TCP it opens one tunnel per
+ * downstream connection.
  */
+import type { IncomingHttpHeaders } from 'node:http2';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
@@ -15,9 +18,39 @@ import { joinWritev } from '../hbone/writev-fix.ts';
 import { log } from '../util/log.ts';
 import { H2Upstream } from './h2-upstream.ts';
 import { LoadBalancer, type LoadBalancerPolicy } from './load-balancer.ts';
+import type { PeerInfo } from '../peer/peer-info.ts';
+import type { SidecarProtocol, SidecarTransport } from './sidecar-transport.ts';
+
+/**
+ * Key under which {@link ClusterManager.openTcp} tags an HBONE tunnel stream with the response
+ * headers of its CONNECT (read them with {@link connectResponseHeaders}).
+ */
+export const CONNECT_RESPONSE_HEADERS: unique symbol = Symbol('hbone.connectResponseHeaders');
+
+/** The CONNECT response headers an HBONE tunnel from {@link ClusterManager.openTcp} got; undefined for plain TCP. */
+export function connectResponseHeaders(tunnel: Duplex): IncomingHttpHeaders | undefined {
+  return (tunnel as { [CONNECT_RESPONSE_HEADERS]?: IncomingHttpHeaders })[CONNECT_RESPONSE_HEADERS];
+}
+
+/**
+ * Key under which {@link ClusterManager.openTcp} tags a sidecar connection with the peer it learned
+ * over `istio-peer-exchange` (read it with {@link exchangePeer}).
+ */
+export const EXCHANGE_PEER: unique symbol = Symbol('sidecar.exchangePeer');
+
+/**
+ * The upstream workload as it described itself over `istio-peer-exchange`, for a tunnel from
+ * {@link ClusterManager.openTcp} to a sidecar endpoint; undefined otherwise (HBONE, plain TCP, no
+ * exchange, or the sidecar did not send one).
+ */
+export function exchangePeer(tunnel: Duplex): PeerInfo | undefined {
+  return (tunnel as { [EXCHANGE_PEER]?: PeerInfo })[EXCHANGE_PEER];
+}
 
 export interface ClusterManagerOptions {
   readonly sessions: HboneSessionPool;
+  /** mTLS toward endpoints of sidecar workloads (tunnel protocol `SIDECAR`). */
+  readonly sidecar: SidecarTransport;
   /** Port of the endpoints' HBONE server (15008). */
   readonly hbonePort: number;
   readonly loadBalancer: LoadBalancerPolicy;
@@ -37,6 +70,12 @@ export class ClusterManager {
   private readonly pools = new Map<string, { readonly pool: Pool; readonly workload: string }>();
   /** h2c upstreams by endpoint key, pruned like the HTTP/1.1 pools. */
   private readonly h2 = new Map<string, { readonly pool: H2Upstream; readonly workload: string }>();
+  /**
+   * Response headers of the latest HBONE CONNECT of each endpoint's HTTP pool (same key), for
+   * {@link connectHeadersFor}: every CONNECT to one endpoint reaches the same destination
+   * workload, so any of them describes it.
+   */
+  private readonly connectHeaders = new Map<string, IncomingHttpHeaders>();
 
   constructor(opts: ClusterManagerOptions) {
     this.opts = opts;
@@ -66,7 +105,7 @@ export class ClusterManager {
     if (!entry) {
       const pool = new H2Upstream({
         authority: ep.authority,
-        open: () => this.openTcp(ep),
+        open: () => this.openTcp(ep, 'h2').then((t) => this.remember(key, t)),
         http2: this.opts.http2,
         idleTimeoutMs: this.opts.httpKeepAliveMs,
         maxStreamsPerSession: this.opts.http2.maxConcurrentStreams,
@@ -78,13 +117,30 @@ export class ClusterManager {
   }
 
   /**
-   * Open a byte tunnel to `ep` for a TCP service port: an HBONE CONNECT stream, or a plain TCP
-   * socket. Rejects with {@link HboneConnectError} (or a socket error) when unreachable.
+   * Response headers of the latest HBONE CONNECT that carried HTTP to `ep` (ztunnel's `baggage`
+   * describing the destination workload), or undefined (plain TCP endpoint, nothing opened yet).
    */
-  async openTcp(ep: Endpoint): Promise<Duplex> {
+  connectHeadersFor(ep: Endpoint): IncomingHttpHeaders | undefined {
+    return this.connectHeaders.get(poolKey(ep));
+  }
+
+  /**
+   * Open a byte tunnel to `ep` for a TCP service port: an HBONE CONNECT stream (tagged with its
+   * CONNECT response headers, see {@link connectResponseHeaders}), a plain TCP socket, or an mTLS
+   * socket to a sidecar offering the ALPN for `use` (`tcp` by default; `http/1.1` or `h2` when
+   * HTTP goes over it), tagged with the peer learned from `istio-peer-exchange` (see
+   * {@link exchangePeer}). Rejects with {@link HboneConnectError} (or a socket error) when unreachable.
+   */
+  async openTcp(ep: Endpoint, use: SidecarProtocol = 'tcp'): Promise<Duplex> {
     if (ep.tunnel === 'HBONE') {
-      const { stream } = await this.opts.sessions.connect(this.hboneDestination(ep), ep.authority);
+      const { stream, headers } = await this.opts.sessions.connect(this.hboneDestination(ep), ep.authority);
+      (stream as { [CONNECT_RESPONSE_HEADERS]?: IncomingHttpHeaders })[CONNECT_RESPONSE_HEADERS] = headers;
       return stream;
+    }
+    if (ep.tunnel === 'SIDECAR') {
+      const { socket, peer } = await this.opts.sidecar.connect(this.sidecarDestination(ep), use);
+      if (peer) (socket as { [EXCHANGE_PEER]?: PeerInfo })[EXCHANGE_PEER] = peer;
+      return socket;
     }
     return connectTcp(ep.address, ep.targetPort, this.opts.connectTimeoutMs);
   }
@@ -117,6 +173,7 @@ export class ClusterManager {
         entry.pool.close().catch(() => {});
       }
     }
+    for (const key of this.connectHeaders.keys()) if (!this.pools.has(key) && !this.h2.has(key)) this.connectHeaders.delete(key);
   }
 
   /** Close every pool gracefully (in-flight requests finish). */
@@ -124,6 +181,7 @@ export class ClusterManager {
     const all = [...this.pools.values(), ...this.h2.values()];
     this.pools.clear();
     this.h2.clear();
+    this.connectHeaders.clear();
     await Promise.allSettled(all.map((e) => e.pool.close()));
   }
 
@@ -132,11 +190,23 @@ export class ClusterManager {
     const all = [...this.pools.values(), ...this.h2.values()];
     this.pools.clear();
     this.h2.clear();
+    this.connectHeaders.clear();
     await Promise.allSettled(all.map((e) => e.pool.destroy()));
+  }
+
+  /** Keep the CONNECT response headers of an HTTP pool's new tunnel (see {@link connectHeadersFor}). */
+  private remember(key: string, tunnel: Duplex): Duplex {
+    const headers = connectResponseHeaders(tunnel);
+    if (headers) this.connectHeaders.set(key, headers);
+    return tunnel;
   }
 
   private hboneDestination(ep: Endpoint) {
     return { ip: ep.address, port: this.opts.hbonePort, identity: ep.workload.identity };
+  }
+
+  private sidecarDestination(ep: Endpoint) {
+    return { ip: ep.address, port: ep.targetPort, identity: ep.workload.identity };
   }
 
   private createPool(ep: Endpoint): Pool {
@@ -149,15 +219,33 @@ export class ClusterManager {
       pipelining: 1,
     };
     const origin = `http://${ep.authority}`;
+    if (ep.tunnel === 'SIDECAR') {
+      const dst = this.sidecarDestination(ep);
+      const sidecar = this.opts.sidecar;
+      return new Pool(origin, {
+        ...common,
+        // HTTP/1.1 over mTLS to the sidecar, which picks its HTTP chain by ALPN `istio-http/1.1`.
+        connect: (_opts, callback) => {
+          sidecar.connect(dst, 'http/1.1').then(
+            ({ socket }) => callback(null, socket),
+            (err: Error) => callback(err, null),
+          );
+        },
+      });
+    }
     if (ep.tunnel !== 'HBONE') return new Pool(origin, { ...common, connectTimeout: this.opts.connectTimeoutMs });
     const dst = this.hboneDestination(ep);
     const sessions = this.opts.sessions;
+    const key = poolKey(ep);
     return new Pool(origin, {
       ...common,
       // Each undici "socket" is one CONNECT stream on a pooled HBONE connection.
       connect: (_opts, callback) => {
         sessions.connect(dst, ep.authority).then(
-          ({ stream }) => callback(null, joinWritev(stream) as unknown as net.Socket),
+          ({ stream, headers }) => {
+            this.connectHeaders.set(key, headers);
+            callback(null, joinWritev(stream) as unknown as net.Socket);
+          },
           (err: Error) => callback(err, null),
         );
       },

@@ -91,7 +91,7 @@ export class H2Upstream {
     this.opts = opts;
   }
 
-  /** Requests in flight (for tests and the load balancer's view). */
+  /** Open (or opening) h2c sessions to this endpoint. */
   get sessionCount(): number {
     return this.sessions.length;
   }

@@ -1,0 +1,359 @@
+/**
+ * `istio.peer_metadata`: who is on each side of a request, as Istio's `peer_metadata` HTTP filter
+ * (PX:source/extensions/filters/http/peer_metadata/filter.cc) configured the way Istio configures
+ * its waypoint (`waypoint_downstream_peer_metadata` + `waypoint_upstream_peer_metadata`). Writes
+ * the slots of src/peer/peer-info.ts for the stats, authz and access-log filters:
+ *
+ * - DOWNSTREAM_PEER (per tunnel, `onConnection`): the first configured method that finds the
+ *   peer: `workload_discovery` (the tunnel's source IP looked up in the current mesh snapshot,
+ *   IPv4-mapped IPv6 unwrapped), `baggage` (the CONNECT's `baggage` header, ztunnel's). When
+ *   `istio_headers` is configured, each request's `x-envoy-peer-metadata` may stand in for the
+ *   tunnel's peer (if it comes before the method that found it), in REQUEST_DOWNSTREAM_PEER: read
+ *   a request's peer with `downstreamPeerOf(stream)`. A peer without identity gets the client
+ *   certificate's SPIFFE id; when nothing is found the peer is that identity alone.
+ * - UPSTREAM_PEER (per request, `onResponseHeaders`, also for local replies once an endpoint was
+ *   picked): `workload_discovery` (the chosen endpoint's workload), `istio_headers` (the upstream
+ *   response's headers), `baggage` (the `baggage` a destination ztunnel answered the upstream
+ *   CONNECT with). A peer without identity gets the endpoint's expected SPIFFE id.
+ * - TCP_UPSTREAM_PEER (TCP tunnels, `onUpstreamConnected`): same; `istio_headers` there means the
+ *   peer a sidecar endpoint sent over `istio-peer-exchange` (`conn.upstreamExchangePeer`), the
+ *   TCP form of the same metadata.
+ *
+ * Propagation (off by default, as in Istio's waypoint) adds headers describing the waypoint
+ * itself (see self.ts): toward the upstream on every request, toward the downstream on every
+ * response for `baggage` and, for `istio_headers`, only when the request carried them (Envoy's
+ * rule). Incoming `x-envoy-peer-metadata*` headers are read only when `istio_headers` discovery is
+ * configured for that direction, and then removed (Envoy removes what its discovery methods
+ * read); otherwise they pass through untouched unless `stripIncomingPeerMetadata` is set.
+ *
+ * Unknown fields stay '' (no invented defaults), so the stats filter prints `unknown` where
+ * Istio does; Istio's WDS defaults (namespace `default`, service account `default`) are already
+ * applied by the mesh compiler. Malformed headers or baggage never throw: the method just finds
+ * nothing and the next one is tried (pitfall H5).
+ */
+import type { IncomingHttpHeaders } from 'node:http2';
+import type { ConnectionContext, StreamContext } from '../../src/pipeline/context.ts';
+import { FilterStatus, type Filter, type FilterEnv, type FilterFactory } from '../../src/pipeline/filter.ts';
+import type { HeaderList } from '../../src/pipeline/headers.ts';
+import { defineSlot } from '../../src/pipeline/slots.ts';
+import { parseBaggage } from '../../src/peer/baggage-parse.ts';
+import { DOWNSTREAM_PEER, REQUEST_DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, peerFromWorkload, type PeerInfo } from '../../src/peer/peer-info.ts';
+import { PEER_METADATA_HEADER, PEER_METADATA_ID_HEADER, decodePeerMetadata } from '../../src/peer/peer-metadata-header.ts';
+import { normalizeIp } from '../../src/state/ip.ts';
+import type { Endpoint, MeshSnapshot, Workload } from '../../src/state/types.ts';
+import { parsePeerMetadataConfig, type DiscoveryMethod, type PeerMetadataConfig } from './config.ts';
+import { selfMetadata, type SelfMetadata } from './self.ts';
+
+export { parsePeerMetadataConfig, type PeerMetadataConfig } from './config.ts';
+
+export const PEER_METADATA_FILTER_NAME = 'istio.peer_metadata';
+
+/** Method codes (the data path compares small integers, not strings). */
+const WDS = 0;
+const HEADERS = 1;
+const BAGGAGE = 2;
+type Method = typeof WDS | typeof HEADERS | typeof BAGGAGE;
+
+function code(m: DiscoveryMethod): Method {
+  return m === 'workload_discovery' ? WDS : m === 'istio_headers' ? HEADERS : BAGGAGE;
+}
+
+/** Per tunnel: a request's `x-envoy-peer-metadata` is consulted (istio_headers comes before the method that found the tunnel's peer, or none did). */
+const CONSULT_HEADERS = defineSlot<boolean>('istio.peer_metadata.consult_headers', 'connection');
+/** Per request: which metadata headers the request carried (bit 1: `-id`, bit 2: metadata), for downstream propagation. */
+const REQUEST_MX = defineSlot<number>('istio.peer_metadata.request_mx', 'stream');
+const SAW_ID = 1;
+const SAW_METADATA = 2;
+
+/** Decoded header values kept (Envoy keeps an MX cache too); values longer than this are decoded each time. */
+const CACHE_ENTRIES = 1024;
+const CACHE_VALUE_CHARS = 4096;
+
+export const peerMetadataFactory: FilterFactory<PeerMetadataConfig> = {
+  name: PEER_METADATA_FILTER_NAME,
+  parseConfig: parsePeerMetadataConfig,
+  create: (config, env) => createPeerMetadataFilter(config, env),
+};
+
+/** Build the filter; only the phases the configuration needs are implemented (unused phases cost nothing). */
+export function createPeerMetadataFilter(config: PeerMetadataConfig, env: FilterEnv): Filter {
+  const impl = new PeerMetadata(config, env);
+  const f: {
+    name: string;
+    onConnection?: Filter['onConnection'];
+    onRequestHeaders?: Filter['onRequestHeaders'];
+    onUpstreamRequest?: Filter['onUpstreamRequest'];
+    onResponseHeaders?: Filter['onResponseHeaders'];
+    onUpstreamConnected?: Filter['onUpstreamConnected'];
+  } = { name: PEER_METADATA_FILTER_NAME };
+  if (config.downstreamDiscovery.length > 0) f.onConnection = (c) => impl.onConnection(c);
+  if (impl.downHeaders) f.onRequestHeaders = (s) => impl.onRequestHeaders(s);
+  if (impl.downHeaders || impl.strip || impl.upMx || impl.upBaggage) f.onUpstreamRequest = (s, h) => impl.onUpstreamRequest(s, h);
+  if (config.upstreamDiscovery.length > 0 || impl.strip || impl.downMx || impl.downBaggage) f.onResponseHeaders = (s, h) => impl.onResponseHeaders(s, h);
+  if (config.upstreamDiscovery.length > 0) f.onUpstreamConnected = (c) => impl.onUpstreamConnected(c);
+  return Object.freeze(f);
+}
+
+class PeerMetadata {
+  private readonly env: FilterEnv;
+  private readonly down: readonly Method[];
+  private readonly up: readonly Method[];
+  readonly downHeaders: boolean;
+  private readonly upHeaders: boolean;
+  readonly strip: boolean;
+  readonly upMx: boolean;
+  readonly upBaggage: boolean;
+  readonly downMx: boolean;
+  readonly downBaggage: boolean;
+  /** Client certificate identity → the peer known only by it. */
+  private readonly certPeers = new WeakMap<object, PeerInfo>();
+  /** Workload → its PeerInfo (workloads are immutable per snapshot). */
+  private readonly workloadPeers = new WeakMap<Workload, PeerInfo>();
+  /** Upstream CONNECT response headers → the peer their `baggage` names (null: none). */
+  private readonly connectPeers = new WeakMap<IncomingHttpHeaders, PeerInfo | null>();
+  /** `x-envoy-peer-metadata` value → decoded peer (null: undecodable), bounded. */
+  private readonly decoded = new Map<string, PeerInfo | null>();
+  private selfOf: MeshSnapshot | undefined;
+  private self: SelfMetadata | undefined;
+
+  constructor(config: PeerMetadataConfig, env: FilterEnv) {
+    this.env = env;
+    this.down = Object.freeze(config.downstreamDiscovery.map(code));
+    this.up = Object.freeze(config.upstreamDiscovery.map(code));
+    this.downHeaders = this.down.includes(HEADERS);
+    this.upHeaders = this.up.includes(HEADERS);
+    this.strip = config.stripIncomingPeerMetadata;
+    this.upMx = config.upstreamPropagation.includes('istio_headers');
+    this.upBaggage = config.upstreamPropagation.includes('baggage');
+    this.downMx = config.downstreamPropagation.includes('istio_headers');
+    this.downBaggage = config.downstreamPropagation.includes('baggage');
+  }
+
+  // ---- downstream -------------------------------------------------------------------------
+
+  onConnection(conn: ConnectionContext): FilterStatus {
+    let peer: PeerInfo | undefined;
+    let headersFirst = false;
+    for (const m of this.down) {
+      if (m === HEADERS) {
+        headersFirst = true;
+        continue;
+      }
+      peer = m === WDS ? this.downstreamWorkload(conn) : this.baggagePeer(conn.info.baggage);
+      if (peer !== undefined) break;
+    }
+    if (headersFirst) conn.set(CONSULT_HEADERS, true);
+    const cert = conn.info.peer;
+    if (peer !== undefined) peer = withIdentity(peer, cert.uri);
+    else {
+      // Known only by its certificate; one object per client identity (HBONE session).
+      peer = this.certPeers.get(cert);
+      if (peer === undefined) this.certPeers.set(cert, (peer = identityOnly(cert.uri)));
+    }
+    conn.set(DOWNSTREAM_PEER, peer);
+    return FilterStatus.Continue;
+  }
+
+  /** Only when `istio_headers` is a downstream method. */
+  onRequestHeaders(stream: StreamContext): FilterStatus {
+    const h = stream.req.headers;
+    const metadata = h[PEER_METADATA_HEADER];
+    const seen = (h[PEER_METADATA_ID_HEADER] !== undefined ? SAW_ID : 0) | (metadata !== undefined ? SAW_METADATA : 0);
+    if (seen !== 0) stream.set(REQUEST_MX, seen);
+    if (metadata !== undefined && stream.conn.get(CONSULT_HEADERS) === true) {
+      const peer = this.headerPeer(firstValue(metadata));
+      if (peer !== undefined) stream.set(REQUEST_DOWNSTREAM_PEER, withIdentity(peer, stream.conn.info.peer.uri));
+    }
+    return FilterStatus.Continue;
+  }
+
+  onUpstreamRequest(_stream: StreamContext, headers: HeaderList): void {
+    if (this.downHeaders || this.strip) removeMx(headers);
+    if (this.upMx || this.upBaggage) {
+      const self = this.selfMetadata();
+      if (this.upMx) {
+        headers.set(PEER_METADATA_HEADER, self.metadata);
+        if (self.id !== '') headers.set(PEER_METADATA_ID_HEADER, self.id);
+      }
+      if (this.upBaggage) headers.set('baggage', self.baggage);
+    }
+  }
+
+  // ---- upstream ---------------------------------------------------------------------------
+
+  onResponseHeaders(stream: StreamContext, headers: HeaderList): void {
+    const up = this.up;
+    if (up.length > 0 && stream.get(UPSTREAM_PEER) === undefined) {
+      const ep = stream.endpoint;
+      let peer: PeerInfo | undefined;
+      for (let i = 0; i < up.length && peer === undefined; i++) {
+        const m = up[i];
+        if (m === WDS) peer = ep && this.workloadPeer(ep.workload);
+        else if (m === HEADERS) {
+          const v = headers.get(PEER_METADATA_HEADER);
+          peer = v === undefined ? undefined : this.headerPeer(v);
+          if (peer !== undefined && ep) peer = withIdentity(peer, ep.workload.identity);
+        } else peer = this.connectBaggagePeer(stream.upstreamConnectHeaders, ep);
+      }
+      if (peer !== undefined) stream.set(UPSTREAM_PEER, peer);
+    }
+    if (this.upHeaders || this.strip) removeMx(headers);
+    if (this.downBaggage || this.downMx) {
+      const self = this.selfMetadata();
+      if (this.downMx) {
+        const seen = stream.get(REQUEST_MX) ?? 0;
+        if ((seen & SAW_METADATA) !== 0) headers.set(PEER_METADATA_HEADER, self.metadata);
+        if ((seen & SAW_ID) !== 0 && self.id !== '') headers.set(PEER_METADATA_ID_HEADER, self.id);
+      }
+      if (this.downBaggage) headers.set('baggage', self.baggage);
+    }
+  }
+
+  onUpstreamConnected(conn: ConnectionContext): void {
+    const ep = conn.endpoint;
+    let peer: PeerInfo | undefined;
+    for (let i = 0; i < this.up.length && peer === undefined; i++) {
+      const m = this.up[i];
+      if (m === WDS) peer = ep && this.workloadPeer(ep.workload);
+      else if (m === HEADERS) {
+        // TCP has no headers: the same Struct arrives in the sidecar's `istio-peer-exchange` frame.
+        peer = conn.upstreamExchangePeer;
+        if (peer !== undefined && ep) peer = withIdentity(peer, ep.workload.identity);
+      } else peer = this.connectBaggagePeer(conn.upstreamConnectHeaders, ep);
+    }
+    if (peer !== undefined) conn.set(TCP_UPSTREAM_PEER, peer);
+  }
+
+  // ---- methods ----------------------------------------------------------------------------
+
+  /** The workload owning the tunnel's source address in the current snapshot. */
+  private downstreamWorkload(conn: ConnectionContext): PeerInfo | undefined {
+    const w = workloadAt(this.env.mesh.current, conn.info.downstreamAddress);
+    return w && this.workloadPeer(w);
+  }
+
+  private workloadPeer(w: Workload): PeerInfo {
+    let p = this.workloadPeers.get(w);
+    if (p === undefined) {
+      p = peerFromWorkload(w);
+      this.workloadPeers.set(w, p);
+    }
+    return p;
+  }
+
+  /** A `baggage` value's peer; undefined when absent or when it names nothing we know. */
+  private baggagePeer(value: string | string[] | undefined): PeerInfo | undefined {
+    if (value === undefined || value === '') return undefined;
+    const p = parseBaggage(value);
+    return p === undefined || describesNothing(p) ? undefined : p;
+  }
+
+  /** The peer named by the `baggage` of an upstream CONNECT answer (parsed once per CONNECT). */
+  private connectBaggagePeer(h: IncomingHttpHeaders | undefined, ep: Endpoint | undefined): PeerInfo | undefined {
+    if (h === undefined) return undefined;
+    let p = this.connectPeers.get(h);
+    if (p === undefined) {
+      const found = this.baggagePeer(h.baggage);
+      p = found === undefined ? null : ep ? withIdentity(found, ep.workload.identity) : found;
+      this.connectPeers.set(h, p);
+    }
+    return p ?? undefined;
+  }
+
+  /** An `x-envoy-peer-metadata` value's peer, or undefined when it does not decode. Cached, bounded. */
+  private headerPeer(value: string): PeerInfo | undefined {
+    const hit = this.decoded.get(value);
+    if (hit !== undefined) return hit ?? undefined;
+    const r = decodePeerMetadata(value);
+    const peer = r.ok ? r.peer : null;
+    if (value.length <= CACHE_VALUE_CHARS) {
+      if (this.decoded.size >= CACHE_ENTRIES) {
+        // Drop the oldest quarter, as Envoy's MX cache does when full.
+        let n = CACHE_ENTRIES / 4;
+        for (const k of this.decoded.keys()) {
+          this.decoded.delete(k);
+          if (--n === 0) break;
+        }
+      }
+      this.decoded.set(value, peer);
+    }
+    return peer ?? undefined;
+  }
+
+  private selfMetadata(): SelfMetadata {
+    const mesh = this.env.mesh.current;
+    if (mesh !== this.selfOf || this.self === undefined) {
+      this.self = selfMetadata(mesh);
+      this.selfOf = mesh;
+    }
+    return this.self;
+  }
+}
+
+/**
+ * The workload at `address` (as the listener reports it) in `mesh`. The listener normalises
+ * addresses already; an IPv4-mapped IPv6 form (`::ffff:10.0.0.1`, what a `::` listener sees) or
+ * an uncompressed IPv6 is normalised here before a second lookup.
+ */
+export function workloadAt(mesh: MeshSnapshot, address: string): Workload | undefined {
+  const w = mesh.workloadByIp(address);
+  if (w !== undefined || !address.includes(':')) return w;
+  const n = normalizeIp(address);
+  return n === undefined || n === address ? undefined : mesh.workloadByIp(n);
+}
+
+/** `peer` with `identity` filled in when it has none. */
+function withIdentity(peer: PeerInfo, identity: string): PeerInfo {
+  if (peer.identity !== '' || identity === '') return peer;
+  return Object.freeze({ ...peer, identity });
+}
+
+const NO_LABELS: Readonly<Record<string, string>> = Object.freeze({});
+
+/** A peer known only by its certificate. */
+function identityOnly(identity: string): PeerInfo {
+  return Object.freeze({
+    name: '',
+    namespace: '',
+    cluster: '',
+    workload: '',
+    type: '',
+    service: '',
+    revision: '',
+    app: '',
+    version: '',
+    identity,
+    region: '',
+    availabilityZone: '',
+    labels: NO_LABELS,
+  });
+}
+
+/** True when a parsed peer has no field at all (e.g. baggage with only unknown keys). */
+function describesNothing(p: PeerInfo): boolean {
+  return (
+    p.name === '' &&
+    p.namespace === '' &&
+    p.cluster === '' &&
+    p.workload === '' &&
+    p.service === '' &&
+    p.revision === '' &&
+    p.app === '' &&
+    p.version === '' &&
+    p.identity === '' &&
+    p.region === '' &&
+    p.availabilityZone === ''
+  );
+}
+
+/** The first of a header's values (Node joins repeated unknown headers with `, `; base64 has no comma). */
+function firstValue(v: string | string[]): string {
+  const s = typeof v === 'string' ? v : (v[0] ?? '');
+  const comma = s.indexOf(',');
+  return comma === -1 ? s : s.slice(0, comma);
+}
+
+function removeMx(headers: HeaderList): void {
+  headers.remove(PEER_METADATA_HEADER);
+  headers.remove(PEER_METADATA_ID_HEADER);
+}

@@ -1,0 +1,556 @@
+/**
+ * `istio.stats`: Istio's standard metrics as Envoy's waypoint reports them (the `istio_stats` HTTP
+ * and network filter, PX:source/extensions/filters/http/istio_stats/istio_stats.cc, reporter
+ * `SERVER_GATEWAY`), served at `/stats/prometheus` on the admin port:
+ *
+ * - per inner HTTP/gRPC request, at its end: `istio_requests_total`,
+ *   `istio_request_duration_milliseconds`, `istio_request_bytes`, `istio_response_bytes`
+ *   (histograms with Envoy's default buckets);
+ * - gRPC requests: `istio_request_messages_total` / `istio_response_messages_total` (messages the
+ *   router counted in the bodies), reported every `tcpReportingDurationMs` while the stream is
+ *   open and at its end, with the peer and service labels only (as Envoy);
+ * - TCP tunnels: `istio_tcp_connections_opened_total` once the upstream is connected,
+ *   `istio_tcp_sent_bytes_total` / `istio_tcp_received_bytes_total` every
+ *   `tcpReportingDurationMs` (Istio's `tcp_reporting_duration`, 5 s) and at close from the live
+ *   counters, `istio_tcp_connections_closed_total` when the tunnel is over (both directions
+ *   ended). A TCP tunnel that never connected (no endpoint `UH`, connect failure `UF`) is counted
+ *   opened and closed at its end, with its flag, as Envoy does at close;
+ * - `istio_build{component="proxy",tag=…}` = 1.
+ *
+ * Labels: labels.ts. Peers come from the slots `istio.peer_metadata` writes (without it, Istio's
+ * labels without peer info: `unknown`, `latest` for the source revision, namespace and principal
+ * from the client certificate).
+ *
+ * Recording is cheap: the source labels are built once per tunnel, the destination labels once
+ * per (upstream peer, service) pair, and the instruments' series for a whole label tuple are
+ * looked up in a bounded map by a short key of small integers and the per-request values
+ * (protocol, status code, gRPC status, flags); a request then costs a few additions
+ * (bench/micro/stats.ts).
+ */
+import { Gauge, type Registry } from 'prom-client';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import type { ConnectionContext, StreamContext } from '../../src/pipeline/context.ts';
+import { FilterStatus, type Filter, type FilterFactory } from '../../src/pipeline/filter.ts';
+import { defineSlot } from '../../src/pipeline/slots.ts';
+import { TCP_UPSTREAM_PEER, UPSTREAM_PEER, DOWNSTREAM_PEER, downstreamPeerOf, type PeerInfo } from '../../src/peer/peer-info.ts';
+import type { Target } from '../../src/state/types.ts';
+import { IstioCounter, IstioHistogram, labelSet, register, type CounterSeries, type HistogramSeries } from './instruments.ts';
+import {
+  HTTP_LABEL_NAMES,
+  NO_FLAGS,
+  NO_GRPC_STATUS,
+  PEER_LABEL_NAMES,
+  TCP_LABEL_NAMES,
+  destinationLabels,
+  grpcStatusCode,
+  grpcStatusText,
+  isGrpcContentType,
+  securityPolicy,
+  sourceLabels,
+} from './labels.ts';
+
+export { ENVOY_DEFAULT_BUCKETS } from './instruments.ts';
+
+export const STATS_FILTER_NAME = 'istio.stats';
+
+/** The filter's configuration (bootstrap `filters: [{ name: istio.stats, config: {...} }]`). */
+export interface StatsConfig {
+  /**
+   * How often (ms) open TCP tunnels report their byte counts and open gRPC streams their message
+   * counts (Istio's `tcp_reporting_duration`, default 5 s); 0 = only at the end.
+   */
+  readonly tcpReportingDurationMs: number;
+  /** Series per metric at most (memory bound against label explosions; Envoy has none). */
+  readonly maxSeries: number;
+  /** `tag` of `istio_build` (Istio: the proxy's ISTIO_VERSION; `unknown` when unset, as Envoy). */
+  readonly istioVersion: string;
+}
+
+export const DEFAULT_STATS_CONFIG: StatsConfig = Object.freeze({ tcpReportingDurationMs: 5000, maxSeries: 10_000, istioVersion: 'unknown' });
+
+const schema = z.strictObject({
+  tcpReportingDurationMs: z.number().int().min(0).optional(),
+  maxSeries: z.number().int().min(1).optional(),
+  istioVersion: z.string().min(1).optional(),
+});
+
+/** Validate the filter's `config:` (absent = defaults). @throws Error naming the field. */
+export function parseStatsConfig(raw: unknown): StatsConfig {
+  if (raw === undefined || raw === null) return DEFAULT_STATS_CONFIG;
+  const r = schema.safeParse(raw);
+  if (!r.success) {
+    const issue = r.error.issues[0];
+    const at = issue.path.map(String).join('.');
+    throw new Error(at ? `${at}: ${issue.message}` : issue.message);
+  }
+  return Object.freeze({ ...DEFAULT_STATS_CONFIG, ...r.data });
+}
+
+export const statsFactory: FilterFactory<StatsConfig> = {
+  name: STATS_FILTER_NAME,
+  parseConfig: parseStatsConfig,
+  create: (config, env) => new StatsFilter(config, instrumentsFor(env.metrics, config, env.log)),
+};
+
+// ---- instruments ----------------------------------------------------------------------------
+
+/** The `istio_*` instruments of one registry. */
+export interface IstioInstruments {
+  readonly requestsTotal: IstioCounter;
+  readonly requestDuration: IstioHistogram;
+  readonly requestBytes: IstioHistogram;
+  readonly responseBytes: IstioHistogram;
+  readonly requestMessages: IstioCounter;
+  readonly responseMessages: IstioCounter;
+  readonly tcpOpened: IstioCounter;
+  readonly tcpClosed: IstioCounter;
+  readonly tcpSent: IstioCounter;
+  readonly tcpReceived: IstioCounter;
+}
+
+// One set per registry: a rebuilt chain (or a second chain) keeps counting into the same series.
+const byRegistry = new WeakMap<Registry, IstioInstruments>();
+
+/** The registry's `istio_*` instruments, created and registered on first use. */
+export function instrumentsFor(registry: Registry, config: StatsConfig, log?: Logger): IstioInstruments {
+  let m = byRegistry.get(registry);
+  if (m) return m;
+  const max = config.maxSeries;
+  const counter = (name: string, help: string, labels: readonly string[]) => new IstioCounter(name, help, labels, max, log);
+  const histogram = (name: string, help: string) => new IstioHistogram(name, help, HTTP_LABEL_NAMES, max, log);
+  m = Object.freeze({
+    requestsTotal: counter('istio_requests_total', 'Requests handled by the waypoint.', HTTP_LABEL_NAMES),
+    requestDuration: histogram('istio_request_duration_milliseconds', 'Request duration (ms).'),
+    requestBytes: histogram('istio_request_bytes', 'Request body size (bytes).'),
+    responseBytes: histogram('istio_response_bytes', 'Response body size (bytes).'),
+    requestMessages: counter('istio_request_messages_total', 'gRPC messages sent by clients.', PEER_LABEL_NAMES),
+    responseMessages: counter('istio_response_messages_total', 'gRPC messages sent by servers.', PEER_LABEL_NAMES),
+    tcpOpened: counter('istio_tcp_connections_opened_total', 'TCP connections opened.', TCP_LABEL_NAMES),
+    tcpClosed: counter('istio_tcp_connections_closed_total', 'TCP connections closed.', TCP_LABEL_NAMES),
+    tcpSent: counter('istio_tcp_sent_bytes_total', 'Bytes sent to the client on TCP connections.', TCP_LABEL_NAMES),
+    tcpReceived: counter('istio_tcp_received_bytes_total', 'Bytes received from the client on TCP connections.', TCP_LABEL_NAMES),
+  });
+  for (const metric of Object.values(m)) register(registry, metric);
+  const build = new Gauge({ name: 'istio_build', help: 'Istio component build info.', labelNames: ['component', 'tag'], registers: [registry] });
+  build.labels('proxy', config.istioVersion).set(1);
+  byRegistry.set(registry, m);
+  return m;
+}
+
+// ---- label tuples and the series cache ----------------------------------------------------------
+
+/**
+ * A Map with at most `max` entries: when full, the oldest quarter (by insertion) is dropped.
+ * Reads are a plain `Map.get`; an evicted tuple is only rebuilt (its series stay in the instruments).
+ */
+class BoundedMap<K, V> {
+  private readonly map = new Map<K, V>();
+  private readonly max: number;
+  constructor(max: number) {
+    this.max = max;
+  }
+  get(k: K): V | undefined {
+    return this.map.get(k);
+  }
+  set(k: K, v: V): void {
+    if (this.map.size >= this.max) {
+      let n = Math.max(1, this.max >> 2);
+      for (const key of this.map.keys()) {
+        this.map.delete(key);
+        if (--n === 0) break;
+      }
+    }
+    this.map.set(k, v);
+  }
+}
+
+let nextTupleId = 1;
+
+/**
+ * A source or destination part of a label tuple, interned: equal values, one object (while
+ * cached). A source tuple also holds the series cache of its pairs, by destination id.
+ */
+class Tuple {
+  readonly id: number;
+  readonly values: readonly string[];
+  /** Source tuples: destination id → pair (valid for cache generation `gen`). */
+  readonly pairs: Map<number, Pair>;
+  gen: number;
+  constructor(values: readonly string[], gen: number) {
+    this.id = nextTupleId++;
+    this.values = values;
+    this.pairs = new Map();
+    this.gen = gen;
+  }
+}
+
+/** The series one HTTP/gRPC label tuple records into. */
+interface HttpSeries {
+  readonly requests: CounterSeries;
+  readonly duration: HistogramSeries;
+  readonly requestBytes: HistogramSeries;
+  readonly responseBytes: HistogramSeries;
+}
+interface TcpSeries {
+  readonly opened: CounterSeries;
+  readonly closed: CounterSeries;
+  readonly sent: CounterSeries;
+  readonly received: CounterSeries;
+}
+interface MessageSeries {
+  readonly request: CounterSeries;
+  readonly response: CounterSeries;
+}
+
+/**
+ * The series of one (source, destination) pair, by the per-request rest of the tuple. The common
+ * case (no response flag, a 3-digit status) is keyed by one small integer; the rest by a string.
+ */
+class Pair {
+  readonly src: Tuple;
+  readonly dst: Tuple;
+  readonly http = new Map<number, HttpSeries>();
+  readonly other = new Map<string, HttpSeries>();
+  readonly tcp = new Map<string, TcpSeries>();
+  messages: MessageSeries | undefined = undefined;
+  constructor(src: Tuple, dst: Tuple) {
+    this.src = src;
+    this.dst = dst;
+  }
+}
+
+/** Cached pairs and series, all generations together; past it the caches start over. */
+const CACHE_ENTRIES = 8192;
+
+/** Per tunnel: its source tuple (for the downstream peer it was built from) and its TCP reporting state. */
+class ConnStats {
+  peer: PeerInfo | undefined;
+  src: Tuple;
+  tcp: TcpLive | undefined;
+  constructor(peer: PeerInfo | undefined, src: Tuple) {
+    this.peer = peer;
+    this.src = src;
+    this.tcp = undefined;
+  }
+}
+
+/** An open TCP tunnel: what it has reported so far. */
+class TcpLive {
+  readonly conn: ConnectionContext;
+  readonly series: TcpSeries;
+  sent = 0;
+  received = 0;
+  constructor(conn: ConnectionContext, series: TcpSeries) {
+    this.conn = conn;
+    this.series = series;
+  }
+  /** Add the bytes moved since the last report. */
+  report(): void {
+    const c = this.conn;
+    if (c.bytesSent !== this.sent) {
+      this.series.sent.add(c.bytesSent - this.sent);
+      this.sent = c.bytesSent;
+    }
+    if (c.bytesReceived !== this.received) {
+      this.series.received.add(c.bytesReceived - this.received);
+      this.received = c.bytesReceived;
+    }
+  }
+}
+
+/** An open gRPC stream: its message series (fixed at its first report, as Envoy's) and what it has reported. */
+class GrpcLive {
+  readonly stream: StreamContext;
+  series: MessageSeries | undefined;
+  request = 0;
+  response = 0;
+  constructor(stream: StreamContext) {
+    this.stream = stream;
+    this.series = undefined;
+  }
+}
+
+const CONN_STATS = defineSlot<ConnStats>('istio.stats', 'connection');
+const GRPC_LIVE = defineSlot<GrpcLive>('istio.stats', 'stream');
+
+/** Stand-ins for "no upstream peer" / "no service" as WeakMap keys. */
+const NO_PEER = Object.freeze({});
+const NO_SERVICE = Object.freeze({});
+
+// ---- the filter -------------------------------------------------------------------------------
+
+export class StatsFilter implements Filter {
+  readonly name = STATS_FILTER_NAME;
+  private readonly m: IstioInstruments;
+  private readonly reportMs: number;
+  /** Interned source / destination tuples by their joined values. */
+  private sources = new BoundedMap<string, Tuple>(2048);
+  private destinations = new BoundedMap<string, Tuple>(2048);
+  /** (downstream peer | NO_PEER) → principal → source tuple. */
+  private srcMemo = new WeakMap<object, Map<string, Tuple>>();
+  /** (upstream peer | NO_PEER) → (service | NO_SERVICE) → destination tuple. */
+  private dstMemo = new WeakMap<object, WeakMap<object, Tuple>>();
+  /** Cache generation and the entries cached in it (pairs and series), bounded by CACHE_ENTRIES. */
+  private gen = 0;
+  private cached = 0;
+  /** Open TCP tunnels and gRPC streams, reported every `reportMs`. */
+  private readonly live = new Set<TcpLive | GrpcLive>();
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(config: StatsConfig, instruments: IstioInstruments) {
+    this.m = instruments;
+    this.reportMs = config.tcpReportingDurationMs;
+  }
+
+  // -- HTTP / gRPC --------------------------------------------------------------------------
+
+  /** gRPC streams are tracked for the periodic message report. */
+  onRequestHeaders(stream: StreamContext): FilterStatus {
+    if (this.reportMs > 0 && isGrpcContentType(contentType(stream))) {
+      const live = new GrpcLive(stream);
+      stream.set(GRPC_LIVE, live);
+      this.track(live);
+    }
+    return FilterStatus.Continue;
+  }
+
+  onStreamComplete(stream: StreamContext): void {
+    const conn = stream.conn;
+    const pair = this.pair(this.sourceOf(conn, downstreamPeerOf(stream)), this.destinationOf(stream.get(UPSTREAM_PEER), conn.target));
+    const grpc = isGrpcContentType(contentType(stream));
+    const code = stream.responseCode;
+    const flags = stream.responseFlags;
+    const status = grpc ? grpcStatusCode(stream.grpcStatus, code) : NO_GRPC_STATUS;
+    let s: HttpSeries | undefined;
+    if (flags === NO_FLAGS && code >= 0 && code <= 999 && Number.isInteger(code)) {
+      // (code, status + 2 ∈ 0..18, protocol) in one integer.
+      const key = ((code * 19 + status + 2) << 1) | (grpc ? 1 : 0);
+      s = pair.http.get(key);
+      if (s === undefined) {
+        s = this.httpSeries(pair, grpc, code, status, flags, conn.info.peer.uri);
+        pair.http.set(key, s);
+      }
+    } else {
+      const key = `${grpc ? 'g' : 'h'}|${code}|${status}|${flags}`;
+      s = pair.other.get(key);
+      if (s === undefined) {
+        s = this.httpSeries(pair, grpc, code, status, flags, conn.info.peer.uri);
+        pair.other.set(key, s);
+      }
+    }
+    s.requests.value++;
+    s.duration.observe(Math.floor(performance.now() - stream.startMonotonic));
+    s.requestBytes.observe(stream.bytesReceived);
+    s.responseBytes.observe(stream.bytesSent);
+    if (grpc) {
+      const live = stream.get(GRPC_LIVE);
+      if (live !== undefined) {
+        this.live.delete(live);
+        this.reportMessages(live);
+      } else {
+        const ms = this.messageSeries(pair);
+        ms.request.add(stream.requestMessages);
+        ms.response.add(stream.responseMessages);
+      }
+    }
+  }
+
+  // -- TCP ----------------------------------------------------------------------------------
+
+  onUpstreamConnected(conn: ConnectionContext): void {
+    const cs = this.connStats(conn, conn.get(DOWNSTREAM_PEER));
+    const series = this.tcpSeries(this.pair(cs.src, this.destinationOf(conn.get(TCP_UPSTREAM_PEER), conn.target)), conn.responseFlags, conn.info.peer.uri);
+    series.opened.add(1);
+    const live = new TcpLive(conn, series);
+    cs.tcp = live;
+    this.track(live);
+  }
+
+  onConnectionComplete(conn: ConnectionContext): void {
+    const live = conn.get(CONN_STATS)?.tcp;
+    if (live !== undefined) {
+      this.live.delete(live);
+      live.report();
+      live.series.closed.add(1);
+      return;
+    }
+    if (conn.innerProtocol !== 'TCP') return;
+    // A TCP tunnel that never reached its upstream (UH, UF): Envoy reports it at close, flag included.
+    const cs = this.connStats(conn, conn.get(DOWNSTREAM_PEER));
+    const series = this.tcpSeries(this.pair(cs.src, this.destinationOf(conn.get(TCP_UPSTREAM_PEER), conn.target)), conn.responseFlags, conn.info.peer.uri);
+    series.opened.add(1);
+    series.sent.add(conn.bytesSent);
+    series.received.add(conn.bytesReceived);
+    series.closed.add(1);
+  }
+
+  // -- periodic reports ---------------------------------------------------------------------
+
+  private track(live: TcpLive | GrpcLive): void {
+    if (this.reportMs <= 0) return;
+    this.live.add(live);
+    if (this.timer === undefined) {
+      this.timer = setInterval(() => this.reportLive(), this.reportMs);
+      this.timer.unref();
+    }
+  }
+
+  /** The periodic report (open TCP tunnels' bytes, open gRPC streams' messages); the timer stops once nothing is open. */
+  reportLive(): void {
+    if (this.live.size === 0) {
+      clearInterval(this.timer);
+      this.timer = undefined;
+      return;
+    }
+    for (const live of this.live) {
+      if (live instanceof TcpLive) live.report();
+      else this.reportMessages(live);
+    }
+  }
+
+  private reportMessages(live: GrpcLive): void {
+    const s = live.stream;
+    let ms = live.series;
+    if (ms === undefined) {
+      ms = this.messageSeries(this.pair(this.sourceOf(s.conn, downstreamPeerOf(s)), this.destinationOf(s.get(UPSTREAM_PEER), s.conn.target)));
+      live.series = ms;
+    }
+    ms.request.add(s.requestMessages - live.request);
+    ms.response.add(s.responseMessages - live.response);
+    live.request = s.requestMessages;
+    live.response = s.responseMessages;
+  }
+
+  // -- label tuples and series ----------------------------------------------------------------
+
+  private connStats(conn: ConnectionContext, peer: PeerInfo | undefined): ConnStats {
+    let cs = conn.get(CONN_STATS);
+    if (cs === undefined) {
+      cs = new ConnStats(peer, this.sourceTuple(peer, conn.info.peer.uri));
+      conn.set(CONN_STATS, cs);
+    } else if (cs.peer !== peer) {
+      cs.peer = peer;
+      cs.src = this.sourceTuple(peer, conn.info.peer.uri);
+    }
+    return cs;
+  }
+
+  private sourceTuple(peer: PeerInfo | undefined, principal: string): Tuple {
+    const pk: object = peer ?? NO_PEER;
+    let inner = this.srcMemo.get(pk);
+    if (inner === undefined) {
+      inner = new Map();
+      this.srcMemo.set(pk, inner);
+    }
+    let t = inner.get(principal);
+    if (t === undefined) {
+      t = this.intern(this.sources, sourceLabels(peer, principal));
+      inner.set(principal, t);
+    }
+    return t;
+  }
+
+  private sourceOf(conn: ConnectionContext, peer: PeerInfo | undefined): Tuple {
+    return this.connStats(conn, peer).src;
+  }
+
+  private destinationOf(peer: PeerInfo | undefined, target: Target | undefined): Tuple {
+    const pk: object = peer ?? NO_PEER;
+    const sk: object = target?.kind === 'service' ? target.service : NO_SERVICE;
+    let inner = this.dstMemo.get(pk);
+    if (inner === undefined) {
+      inner = new WeakMap();
+      this.dstMemo.set(pk, inner);
+    }
+    let t = inner.get(sk);
+    if (t === undefined) {
+      t = this.intern(this.destinations, destinationLabels(peer, target));
+      inner.set(sk, t);
+    }
+    return t;
+  }
+
+  private intern(table: BoundedMap<string, Tuple>, values: string[]): Tuple {
+    const key = values.join('\u0001');
+    let t = table.get(key);
+    if (t === undefined) {
+      t = new Tuple(Object.freeze(values), this.gen);
+      table.set(key, t);
+    }
+    return t;
+  }
+
+  private pair(src: Tuple, dst: Tuple): Pair {
+    if (src.gen !== this.gen) {
+      src.pairs.clear();
+      src.gen = this.gen;
+    }
+    let p = src.pairs.get(dst.id);
+    if (p === undefined) {
+      p = new Pair(src, dst);
+      src.pairs.set(dst.id, p);
+      this.grew();
+    }
+    return p;
+  }
+
+  /**
+   * One more cache entry. Past CACHE_ENTRIES every cache starts over (a new generation): tuples
+   * still held by open tunnels drop their pairs on next use, the rest become garbage.
+   */
+  private grew(): void {
+    if (++this.cached <= CACHE_ENTRIES) return;
+    this.gen++;
+    this.cached = 0;
+    this.sources = new BoundedMap(2048);
+    this.destinations = new BoundedMap(2048);
+    this.srcMemo = new WeakMap();
+    this.dstMemo = new WeakMap();
+  }
+
+  private httpSeries(pair: Pair, grpc: boolean, code: number, status: number, flags: string, principal: string): HttpSeries {
+    this.grew();
+    const values = [...pair.src.values, ...pair.dst.values, grpc ? 'grpc' : 'http', String(code), grpcStatusText(status), flags, securityPolicy(principal)];
+    const key = values.join('\u0001');
+    const labels = labelSet(HTTP_LABEL_NAMES, values);
+    const m = this.m;
+    return Object.freeze({
+      requests: m.requestsTotal.seriesFor(key, labels),
+      duration: m.requestDuration.seriesFor(key, labels),
+      requestBytes: m.requestBytes.seriesFor(key, labels),
+      responseBytes: m.responseBytes.seriesFor(key, labels),
+    });
+  }
+
+  private tcpSeries(pair: Pair, flags: string, principal: string): TcpSeries {
+    let s = pair.tcp.get(flags);
+    if (s === undefined) {
+      this.grew();
+      const values = [...pair.src.values, ...pair.dst.values, 'tcp', flags, securityPolicy(principal)];
+      const key = values.join('\u0001');
+      const labels = labelSet(TCP_LABEL_NAMES, values);
+      const m = this.m;
+      s = Object.freeze({ opened: m.tcpOpened.seriesFor(key, labels), closed: m.tcpClosed.seriesFor(key, labels), sent: m.tcpSent.seriesFor(key, labels), received: m.tcpReceived.seriesFor(key, labels) });
+      pair.tcp.set(flags, s);
+    }
+    return s;
+  }
+
+  private messageSeries(pair: Pair): MessageSeries {
+    let s = pair.messages;
+    if (s === undefined) {
+      const values = [...pair.src.values, ...pair.dst.values];
+      const key = values.join('\u0001');
+      const labels = labelSet(PEER_LABEL_NAMES, values);
+      s = Object.freeze({ request: this.m.requestMessages.seriesFor(key, labels), response: this.m.responseMessages.seriesFor(key, labels) });
+      pair.messages = s;
+    }
+    return s;
+  }
+}
+
+function contentType(stream: StreamContext): string | undefined {
+  const ct = stream.req.headers['content-type'];
+  return typeof ct === 'string' ? ct : undefined;
+}

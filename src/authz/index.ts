@@ -1,0 +1,19 @@
+/**
+ * The AuthorizationPolicy engine (issue 5; semantics: shared/reference/authz.md). Pure, no I/O.
+ *
+ *   const authz = authzFor(snapshot);                     // compiled once per mesh snapshot
+ *   const norm = authz.normalizePath(stream.path);        // undefined → 400 path_normalization_failed
+ *   const result = authz.forTarget(target).http.evaluate({ principal, sourceIp, ..., path: norm.path });
+ *   // result.custom → ext_authz first; result.decision === 'DENY' → 403 `RBAC: access denied`,
+ *   // details rbacDeniedDetails(result); forward norm.forward upstream.
+ *
+ * `compileAuthz(snapshot)` is the same compilation but throws a ConfigError for an invalid policy:
+ * use it where a mesh update can still be refused (the store's `accept` hook, start-up).
+ */
+export { authzFor, compileAuthz, ruleId, type CompiledAuthz, type TargetAuthz } from './compile.ts';
+export { Evaluator, rbacDeniedDetails } from './evaluator.ts';
+export { headersFromRaw, headersFromRecord } from './headers.ts';
+export { normalizeRequestPath, type NormalizedPath, type PathNormalization } from './path-normalize.ts';
+export { parsePolicy, type AuthorizationPolicy } from './policy.ts';
+export type { ExtAuthzProvider } from './providers.ts';
+export type { AuthzAction, AuthzResult, CustomCheck, Decision, HeaderLookup, JwtInfo, RequestAttributes, ShadowResult } from './types.ts';
