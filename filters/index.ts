@@ -3,9 +3,10 @@
  * folder and plugs in through the filter API only (src/pipeline/filter.ts). The router
  * (`envoy.filters.http.router`) is registered by the core because it owns the upstream.
  *
- * Later work adds `istio.metadata_exchange`, `istio.authz`.
+ * Later work adds `istio.metadata_exchange`.
  */
 import type { FilterRegistry } from '../src/pipeline/registry.ts';
+import { authzFactory } from './authz/index.ts';
 import { peerMetadataFactory } from './peer-metadata/index.ts';
 import { statsFactory } from './stats/index.ts';
 
@@ -13,5 +14,6 @@ import { statsFactory } from './stats/index.ts';
 export function registerBuiltinFilters(registry: FilterRegistry): FilterRegistry {
   registry.register(peerMetadataFactory);
   registry.register(statsFactory);
+  registry.register(authzFactory);
   return registry;
 }

@@ -9,6 +9,7 @@ import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { AdminServer } from './admin/server.ts';
 import type { BootstrapConfig } from './config/bootstrap.ts';
+import { compileAuthz } from './authz/compile.ts';
 import { ConfigError } from './errors.ts';
 import { HboneSessionPool } from './hbone/pool.ts';
 import { HboneServer } from './hbone/server.ts';
@@ -22,6 +23,7 @@ import type { Filter, FilterEnv, FilterFactory } from './pipeline/filter.ts';
 import { FilterRegistry } from './pipeline/registry.ts';
 import { routerFactory } from './router/router.ts';
 import { MeshStore } from './state/store.ts';
+import type { MeshSnapshot } from './state/types.ts';
 import { AccessLogFilter, AccessLogSinks } from './telemetry/access-log.ts';
 import { createMetricsRegistry } from './telemetry/metrics.ts';
 import { ClusterManager } from './upstream/cluster-manager.ts';
@@ -126,12 +128,19 @@ export class Waypoint {
         if (next.meshConfig.trustDomain !== prev.meshConfig.trustDomain) {
           return `the trust domain would change from ${prev.meshConfig.trustDomain} to ${next.meshConfig.trustDomain}; restart with a CA of that trust domain`;
         }
-        return undefined;
+        // An invalid AuthorizationPolicy refuses the whole update (the last good policies stay
+        // enforced) rather than denying all traffic under it.
+        return authzRefusal(next);
       },
     });
     const cleanup: (() => unknown)[] = [() => mesh.close()];
     try {
       const snap = mesh.current;
+      try {
+        compileAuthz(snap); // an invalid AuthorizationPolicy stops the start, naming it
+      } catch (err) {
+        throw err instanceof ConfigError ? new ConfigError(err.message, { ...err.location, file: opts.meshFile }) : err;
+      }
       const trustDomain = snap.meshConfig.trustDomain;
       const caDir = path.resolve(opts.caDir ?? defaultCaDir());
       const { ca, created } = opts.caDir ? { ca: await LocalCa.load(caDir), created: false } : await LocalCa.ensure(caDir, trustDomain);
@@ -277,14 +286,27 @@ export class Waypoint {
       log.info({ timeoutMs: this.bootstrap.drain.timeoutMs }, 'draining');
       this.inner.drain();
       await this.hbone.drain(this.bootstrap.drain.timeoutMs);
-      await this.clusters.close();
-      this.sessions.close();
+      // Downstreams are gone: upstream requests still open have no one to answer; give graceful
+      // closing a moment, then destroy whatever remains so shutdown always finishes.
+      await settleWithin(this.clusters.close(), 1000);
+      await this.clusters.destroy();
+      this.sessions.destroy();
       this.certificate.close();
       this.mesh.close();
       await Promise.all([this.admin.close(), this.readiness?.close(), this.accessLog.close()]);
       log.info('waypoint stopped');
     })();
     return this.stopped;
+  }
+}
+
+/** Why the snapshot's AuthorizationPolicies cannot be enforced (compiling them also caches them), or undefined. */
+function authzRefusal(snapshot: MeshSnapshot): string | undefined {
+  try {
+    compileAuthz(snapshot);
+    return undefined;
+  } catch (err) {
+    return `invalid authorization policy: ${err instanceof ConfigError ? err.toString() : String(err)}`;
   }
 }
 
@@ -301,4 +323,11 @@ function buildChain(registry: FilterRegistry, cfg: BootstrapConfig, env: FilterE
 /** `ip:port` / `[v6]:port` of a bound address. */
 export function addr(a: AddressInfo): string {
   return a.family === 'IPv6' ? `[${a.address}]:${a.port}` : `${a.address}:${a.port}`;
+}
+
+/** Wait for `p` at most `ms` milliseconds; never rejects. */
+async function settleWithin(p: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([p.catch(() => undefined), new Promise((r) => (timer = setTimeout(r, ms)))]);
+  clearTimeout(timer);
 }

@@ -21,11 +21,11 @@
  * labels without peer info: `unknown`, `latest` for the source revision, namespace and principal
  * from the client certificate).
  *
- * Recording is cheap: the source labels are built once per tunnel, the destination labels once
- * per (upstream peer, service) pair, and the instruments' series for a whole label tuple are
- * looked up in a bounded map by a short key of small integers and the per-request values
- * (protocol, status code, gRPC status, flags); a request then costs a few additions
- * (bench/micro/stats.ts).
+ * Recording is cheap: the source labels are built once per tunnel (and per downstream peer), the
+ * destination labels once per (upstream peer, service); the series of a whole label tuple hang off
+ * the (source, destination) pair under one small integer made of the per-request values (status
+ * code, gRPC status, protocol; a string key only when there are response flags). Caches are
+ * bounded (CACHE_ENTRIES); a request costs a few hundred ns (bench/micro/stats.ts).
  */
 import { Gauge, type Registry } from 'prom-client';
 import type { Logger } from 'pino';
@@ -109,7 +109,8 @@ export interface IstioInstruments {
   readonly tcpReceived: IstioCounter;
 }
 
-// One set per registry: a rebuilt chain (or a second chain) keeps counting into the same series.
+// One set per registry: a rebuilt chain (or a second chain) keeps counting into the same series
+// (the first configuration's `maxSeries` and `istioVersion` stay).
 const byRegistry = new WeakMap<Registry, IstioInstruments>();
 
 /** The registry's `istio_*` instruments, created and registered on first use. */

@@ -176,7 +176,8 @@ function pair(policies: readonly CompiledPolicy[], providers: ReadonlyMap<string
 }
 
 /**
- * Compile the AuthorizationPolicies of `snapshot` for the waypoint it describes.
+ * Compile the AuthorizationPolicies of `snapshot` for the waypoint it describes. The result is
+ * also cached as {@link authzFor}'s for that snapshot, so vetting a snapshot compiles it once.
  * @throws ConfigError naming the policy and field of the first invalid policy, or MeshConfig's
  *   `pathNormalization.normalization` when it is not a known mode.
  */
@@ -216,7 +217,7 @@ export function compileAuthz(snapshot: MeshSnapshot): CompiledAuthz {
     perService.set(served.get(key)!, pair([...waypointWide, ...own.filter((p) => !waypointWide.includes(p))], providers));
   }
 
-  return Object.freeze({
+  const compiled: CompiledAuthz = Object.freeze({
     version: snapshot.version,
     pathNormalization,
     policies: Object.freeze(policies),
@@ -224,6 +225,8 @@ export function compileAuthz(snapshot: MeshSnapshot): CompiledAuthz {
     forTarget: (target: Target): TargetAuthz => (target.kind === 'service' ? (perService.get(target.service) ?? shared) : shared),
     normalizePath: (requestTarget: string) => normalizeRequestPath(requestTarget, pathNormalization),
   });
+  cache.set(snapshot, compiled);
+  return compiled;
 }
 
 const cache = new WeakMap<MeshSnapshot, CompiledAuthz>();

@@ -15,7 +15,8 @@ import { parseTtl } from '../identity/ca.ts';
 import { deepFreeze } from '../util/freeze.ts';
 
 const hostPort = z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/, 'expected ADDR:PORT or [IPv6]:PORT');
-const ms = z.number().int().nonnegative();
+/** A duration in ms; bounded by what Node timers accept (2^31-1 ms, about 24.8 days). */
+const ms = z.number().int().nonnegative().max(2_147_483_647, 'at most 2147483647 ms (Node timers cannot wait longer)');
 
 /** One entry of the ordered filter chain, as Envoy's `http_filters`. */
 const filterEntry = z.strictObject({ name: z.string().min(1), config: z.unknown().optional() });
@@ -130,7 +131,11 @@ const schema = z.strictObject({
     })
     .prefault({}),
   /** The ordered HTTP filter chain. The router must come last. */
-  filters: z.array(filterEntry).min(1).default([{ name: 'envoy.filters.http.router' }]),
+  filters: z
+    .array(filterEntry)
+    .min(1)
+    // Istio's waypoint always runs peer metadata discovery and the standard stats.
+    .default([{ name: 'istio.peer_metadata' }, { name: 'istio.stats' }, { name: 'envoy.filters.http.router' }]),
 });
 
 function validTtl(v: string): boolean {

@@ -109,7 +109,8 @@ export class InnerHttpServer {
     });
 
     this.h2server = http2.createServer({
-      settings: http2Settings(opts.http2, true),
+      // One header-size limit for both inner protocols: `http.maxRequestHeadersBytes`.
+      settings: { ...http2Settings(opts.http2, true), maxHeaderListSize: opts.maxHeaderSize },
       maxSessionMemory: opts.http2.maxSessionMemoryMb,
       // The header block limit of the h2c session is the same byte bound as HTTP/1's.
       maxHeaderListPairs: 0xffff,
@@ -274,7 +275,7 @@ function onTunnelTimeout(socket: Duplex): void {
 
 /** Stream idle timeout of one h2c request: 408 `SI` before the response started, else a reset. */
 function onStreamTimeout(s: StreamContext): void {
-  if (s.res.writableFinished) return;
+  if (s.responseComplete) return;
   s.sendLocalReply(undefined, undefined, ResponseFlag.StreamIdleTimeout, 'stream_idle_timeout');
   s.abortUpstream?.cancel();
 }
@@ -282,7 +283,7 @@ function onStreamTimeout(s: StreamContext): void {
 function onResponseClose(stream: StreamContext, ref: TunnelRef): void {
   if (ref.current === stream) ref.current = undefined;
   if (--ref.active === 0 && ref.owner.draining && !ref.session) ref.stream.end();
-  if (!stream.res.writableFinished) {
+  if (!stream.responseComplete) {
     if (stream.responseFlags === ResponseFlag.None) stream.addFlag(ResponseFlag.DownstreamConnectionTermination);
     stream.abortUpstream?.cancel();
   }

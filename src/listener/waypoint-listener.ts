@@ -15,7 +15,7 @@
 import http2, { type ServerHttp2Stream } from 'node:http2';
 import type { HboneRequest } from '../hbone/server.ts';
 import { respondAndClose } from '../hbone/server.ts';
-import { relay } from '../hbone/relay.ts';
+import { relay, teardown } from '../hbone/relay.ts';
 import type { InnerHttpServer } from '../inner-http/server.ts';
 import type { FilterChain } from '../pipeline/chain.ts';
 import { ConnectionContext, type ConnectInfo } from '../pipeline/context.ts';
@@ -61,6 +61,7 @@ export function waypointConnectHandler(deps: WaypointListenerDeps): (stream: Ser
       traceparent: headerString(req.headers.traceparent),
     };
     const conn = new ConnectionContext(info, mesh, target, protocolOf(target));
+    conn.closer = () => teardown(stream);
     const chain = deps.chain.current;
     stream.once('close', () => chain.completeConnection(conn));
     let result;
@@ -107,6 +108,14 @@ async function detect(deps: WaypointListenerDeps, stream: ServerHttp2Stream, con
     stream.end();
     return;
   }
+  if (conn.rejectIfTcp) {
+    // A filter refused this tunnel should it carry TCP (an L4 deny on a sniffed port): the CONNECT
+    // was already answered, so close it before any upstream is dialed or any byte relayed.
+    conn.innerProtocol = 'TCP';
+    conn.rejectDetails = conn.rejectIfTcp;
+    teardown(stream);
+    return;
+  }
   await relayTcp(deps.clusters, stream, conn, chain, true, head);
 }
 
@@ -135,7 +144,7 @@ async function relayTcp(clusters: ClusterManager, stream: ServerHttp2Stream, con
       conn.responseFlags = ResponseFlag.UpstreamConnectionFailure;
       return failTcp(stream, answered, 'upstream connect error');
     }
-    if (stream.destroyed) {
+    if (stream.destroyed || stream.closed) {
       upstream.destroy();
       return;
     }

@@ -65,8 +65,12 @@ export interface TerminalFilter extends Filter {
 
 /** Read-only services a factory may hand to the filter it creates. */
 export interface FilterEnv {
-  /** The current mesh snapshot; read `.current` once per phase. */
-  readonly mesh: { readonly current: MeshSnapshot };
+  /**
+   * The current mesh snapshot; read `.current` once per phase. `subscribe` (the waypoint's store
+   * has it) tells a filter about each new snapshot, after it became current (e.g. to re-check
+   * open tunnels); it returns the unsubscribe function.
+   */
+  readonly mesh: { readonly current: MeshSnapshot; subscribe?(fn: (next: MeshSnapshot, prev: MeshSnapshot) => void): () => void };
   readonly log: Logger;
   /** The waypoint's Prometheus registry (`/stats/prometheus`); create instruments in `create`, once. */
   readonly metrics: Registry;

@@ -135,7 +135,8 @@ class Router implements TerminalFilter {
     stream.upstreamCluster = clusterName(target, 'http');
     const req = stream.req;
     let headers: HeaderList;
-    let path = stream.path;
+    // A filter may have rewritten the target (the authz filter's normalized path).
+    let path = stream.forwardPath ?? stream.path;
     if (stream.http2) {
       headers = new HeaderList(withoutPseudo(req.rawHeaders));
     } else {
@@ -148,15 +149,15 @@ class Router implements TerminalFilter {
       }
       headers = new HeaderList(stripHopByHop(req.rawHeaders, req.headers.connection as string | undefined));
       // (`OPTIONS *` lands here too and gets 400: undici cannot send an asterisk-form target.)
-      if (path.charCodeAt(0) !== 0x2f) {
+      if (stream.path.charCodeAt(0) !== 0x2f) {
         // Absolute-form request target (`GET http://host/p`): send origin-form upstream with the
         // URI's authority as Host, as Envoy does with allow_absolute_url.
-        const abs = absoluteForm(path);
+        const abs = absoluteForm(stream.path);
         if (!abs) {
           stream.sendLocalReply(400, 'Bad Request: invalid request target', ResponseFlag.DownstreamProtocolError, 'invalid_request_target');
           return;
         }
-        path = abs.path;
+        path = stream.forwardPath ?? abs.path;
         headers.set('host', abs.host);
       }
     }
@@ -419,10 +420,17 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
 
   onConnect(abort: (err?: Error) => void): void {
     this.abort = abort;
+    // Cancelled (downstream gone, timeout) while the request waited for a connection: stop now,
+    // or the upstream request would stay open with no one to answer.
+    if (this.over) abort(new Error('request cancelled'));
   }
 
   onHeaders(statusCode: number, rawHeaders: (Buffer | string)[], resume: () => void, statusText: string): boolean {
-    if (statusCode < 200 || this.over) return !this.over; // 1xx: Node's server already handled Continue.
+    if (this.over) {
+      this.abort?.(new Error('request cancelled'));
+      return false;
+    }
+    if (statusCode < 200) return true; // 1xx: Node's server already handled Continue.
     const raw: string[] = new Array(rawHeaders.length);
     for (let i = 0; i < rawHeaders.length; i++) raw[i] = rawHeaders[i].toString('latin1');
     if (this.retriableResponse(statusCode, raw)) {
@@ -457,7 +465,11 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
   }
 
   onData(chunk: Buffer): boolean {
-    if (this.discarding || this.over) return true;
+    if (this.over) {
+      this.abort?.(new Error('request cancelled'));
+      return false;
+    }
+    if (this.discarding) return true;
     const s = this.stream;
     s.bytesSent += chunk.length;
     if (this.responseFrames) s.responseMessages += this.responseFrames.inspect(chunk);
@@ -645,7 +657,7 @@ export function classify(err: Error & { code?: string }, started: boolean): [str
   if (isConnectFailure(err)) {
     return [ResponseFlag.UpstreamConnectionFailure, 'upstream_reset_before_response_started{connection_failure}'];
   }
-  if (err.code === 'UND_ERR_HEADERS_OVERFLOW' || (err.code ?? '').startsWith('HPE_')) {
+  if (err.code === 'UND_ERR_HEADERS_OVERFLOW' || (err.code ?? '').startsWith('HPE_') || err.name === 'HTTPParserError') {
     return [ResponseFlag.UpstreamProtocolError, 'upstream_reset_before_response_started{protocol_error}'];
   }
   if (err.code === 'UND_ERR_ABORTED' || err.name === 'AbortError') {

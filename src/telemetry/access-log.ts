@@ -177,7 +177,7 @@ export function entryFromStream(stream: StreamContext, now: number = performance
   return {
     startTime: stream.startTime,
     method: known(stream.method),
-    path: requestPath(stream.path),
+    path: requestPath(stream.forwardPath ?? stream.path),
     protocol: known(stream.protocol),
     responseCode: stream.responseCode,
     responseFlags: flags,

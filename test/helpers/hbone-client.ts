@@ -11,8 +11,11 @@ export interface ClientIdentity {
   readonly caPem: string;
 }
 
-/** Connect an HBONE session to `host:port` presenting `id`. Rejects on TLS failure. */
-export function hboneSession(host: string, port: number, id: ClientIdentity): Promise<ClientHttp2Session> {
+/**
+ * Connect an HBONE session to `host:port` presenting `id`, from `opts.localAddress` when given (a
+ * source pod IP). Rejects on TLS failure.
+ */
+export function hboneSession(host: string, port: number, id: ClientIdentity, opts: { localAddress?: string } = {}): Promise<ClientHttp2Session> {
   return new Promise((resolve, reject) => {
     const authority = host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
     const session = http2.connect(`https://${authority}`, {
@@ -21,6 +24,7 @@ export function hboneSession(host: string, port: number, id: ClientIdentity): Pr
       ca: id.caPem,
       ALPNProtocols: ['h2'],
       checkServerIdentity: () => undefined,
+      ...(opts.localAddress ? { localAddress: opts.localAddress } : {}),
     });
     session.once('connect', () => resolve(session));
     session.once('error', reject);

@@ -169,6 +169,18 @@ test('G1: a server-first backend on an undeclared port greets a silent client, t
   s.destroy();
 }, 10_000);
 
+test('an HTTP request to an app that answers something other than HTTP gets 502 UPE, as Envoy', async () => {
+  // The server-first app greets with a non-HTTP line: the upstream HTTP/1 parser fails.
+  const s = net.connect(fooEntry.port, fooEntry.host);
+  const all = readAll(s);
+  s.write('GET /not-http-upstream HTTP/1.1\r\nhost: first-foo\r\nconnection: close\r\n\r\n');
+  const res = parseHttpResponse(await all);
+  expect(res.status).toBe(502);
+  const r = await rec.find('/not-http-upstream');
+  expect(r.flags).toBe('UPE');
+  expect(r.details).toBe('upstream_reset_before_response_started{protocol_error}');
+}, 10_000);
+
 test('G1: the same on a port declared tcp', async () => {
   const s = net.connect(tcpEntry.port, tcpEntry.host);
   const r = await serverFirstExchange(s, greeting.length);

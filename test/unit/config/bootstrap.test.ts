@@ -45,8 +45,8 @@ describe('defaults', () => {
     expect(at(defaultBootstrap(), path)).toEqual(value);
   });
 
-  test('the filter chain defaults to the router only', () => {
-    expect(defaultBootstrap().filters).toEqual([{ name: 'envoy.filters.http.router' }]);
+  test('the filter chain defaults to Istio waypoint\'s: peer metadata, stats, router', () => {
+    expect(defaultBootstrap().filters).toEqual([{ name: 'istio.peer_metadata' }, { name: 'istio.stats' }, { name: 'envoy.filters.http.router' }]);
   });
 
   test('the stream window fits in the connection window, and the session memory cap exceeds both', () => {
@@ -391,5 +391,14 @@ describe('loadBootstrap', () => {
     await writeFile(file, 'http2:\n  maxFrameSize: 100\n');
     const err = caught(() => loadBootstrap(file));
     expect(err.location).toEqual({ file, line: 2, field: 'http2.maxFrameSize' });
+  });
+});
+
+describe('durations', () => {
+  test('a duration beyond what Node timers can wait (2^31-1 ms) is refused with file, line and field', () => {
+    const err = caught(() => parseBootstrap('http:\n  requestTimeoutMs: 3000000000\n', 'w.yaml'));
+    expect(err.location).toMatchObject({ file: 'w.yaml', line: 2, field: 'http.requestTimeoutMs' });
+    expect(err.message).toContain('2147483647');
+    expect(parseBootstrap('http:\n  requestTimeoutMs: 2147483647\n', 'w.yaml').http.requestTimeoutMs).toBe(2147483647);
   });
 });

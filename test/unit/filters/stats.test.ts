@@ -434,6 +434,24 @@ describe('the filter', () => {
     expect(after.find((x) => x.name === 'istio_requests_total')?.value).toBe(21_000);
   });
 
+  test('past the cache bound the caches start over and counting stays exact', async () => {
+    const { registry, filter } = setup({ maxSeries: 100_000 });
+    const peers = Array.from({ length: 9000 }, (_, i) => Object.freeze({ ...CLIENT, workload: `w${i}` }));
+    for (let round = 0; round < 2; round++) {
+      for (const p of peers) {
+        const c = conn();
+        c.set(DOWNSTREAM_PEER, p);
+        const s = stream(c);
+        s.responseCode = 200;
+        filter.onStreamComplete(s);
+      }
+    }
+    // (Only the counter is read: formatting 27k histogram series would dominate the test.)
+    const totals = (await registry.getSingleMetric('istio_requests_total')!.get()).values;
+    expect(totals).toHaveLength(9000);
+    expect(totals.every((t) => t.value === 2)).toBe(true);
+  });
+
   test('series are capped per metric: new label sets past maxSeries are not exported', async () => {
     const { registry, filter } = setup({ maxSeries: 3 });
     for (let code = 200; code < 210; code++) {

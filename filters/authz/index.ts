@@ -1,0 +1,369 @@
+/**
+ * `istio.authz`: Istio's AuthorizationPolicy enforcement at the waypoint, on the engine of
+ * src/authz (semantics: shared/reference/authz.md). One filter plays the parts Istio's waypoint
+ * splits over Envoy's `envoy.filters.http.rbac` (HTTP ports, per request), `envoy.filters.network.rbac`
+ * (TCP ports, per connection) and the CUSTOM dispatch to `envoy.filters.http.ext_authz`, all driven
+ * by one compiled policy set per mesh snapshot; hence an Istio name rather than one Envoy filter's.
+ *
+ * - **HTTP** (`onRequestHeaders`): a method that is not upper case is answered 400; the path is
+ *   normalized per MeshConfig `pathNormalization` (malformed: 400 `path_normalization_failed`) and
+ *   the normalized path (query kept) is what the router sends upstream (`stream.forwardPath`), as
+ *   Envoy's `normalize_path` rewrites `:path` for every filter and the upstream. Then the target's
+ *   HTTP evaluator decides: CUSTOM (ext_authz hook) first, then DENY, then ALLOW. A denial is 403
+ *   `RBAC: access denied`, flag `-`, details `rbac_access_denied_matched_policy[<rule>|none]`; gRPC
+ *   requests get it as grpc-status 7 (the local reply maps it). The result (audit and dry-run
+ *   included) is kept in the `AUTHZ_RESULT` slot. Each request uses the current mesh snapshot,
+ *   so requests on a long-lived HTTP tunnel follow policy changes.
+ * - **TCP** (`onConnection`, declared non-HTTP ports): the target's TCP evaluator (HTTP-only
+ *   fields dropped from ALLOW rules, removed from DENY rules: authz.md §6.1) decides at CONNECT
+ *   time; a denial answers the CONNECT 401, as ztunnel does for L4 denials, so no upstream is
+ *   dialed and no byte is relayed. Result in `TCP_AUTHZ_RESULT`.
+ * - **Undeclared ports** (sniffed; also all workload-addressed traffic): Istio's waypoint runs the
+ *   HTTP chain (per-request RBAC) when the inspector finds HTTP and the TCP chain (network RBAC)
+ *   otherwise. The CONNECT is answered before sniffing, so the TCP decision is made here and
+ *   applied only if the payload turns out to be TCP (`conn.rejectIfTcp`): the tunnel is then
+ *   closed before dialing anything. HTTP payloads are decided per request.
+ * - **Policy changes**: open TCP tunnels (and undeclared-port tunnels not yet known to be HTTP)
+ *   are tracked and re-evaluated on every new mesh snapshot; one now denied is closed
+ *   (`conn.terminate`), as ztunnel drains connections a policy change no longer allows.
+ *
+ * Source attributes come from the tunnel, never from request headers: the principal is the HBONE
+ * client certificate's SPIFFE id (`io.istio.peer_principal`), `source.ip` the HBONE peer address,
+ * `remote.ip` the right-most `X-Forwarded-For` entry (else `source.ip`; authz.md §4.4),
+ * destination IP and port the CONNECT target.
+ */
+import { isIP } from 'node:net';
+import { authzFor } from '../../src/authz/compile.ts';
+import type { ExtAuthzDecision, ExtAuthzHook } from '../../src/authz/ext-authz-hook.ts';
+import { headersFromRaw } from '../../src/authz/headers.ts';
+import { rbacDeniedDetails } from '../../src/authz/evaluator.ts';
+import { AUTHZ_RESULT, REQUEST_JWT, TCP_AUTHZ_RESULT } from '../../src/authz/slots.ts';
+import type { AuthzResult, CustomCheck, RequestAttributes } from '../../src/authz/types.ts';
+import type { ConnectionContext, StreamContext } from '../../src/pipeline/context.ts';
+import { FilterStatus, type Filter, type FilterEnv, type FilterFactory, type PhaseResult } from '../../src/pipeline/filter.ts';
+import type { HeaderList } from '../../src/pipeline/headers.ts';
+import { defineSlot } from '../../src/pipeline/slots.ts';
+import { isHttpProtocol } from '../../src/state/protocol.ts';
+import type { MeshSnapshot, Target } from '../../src/state/types.ts';
+
+/** The filter's name in the bootstrap `filters:` list. */
+export const AUTHZ_FILTER_NAME = 'istio.authz';
+
+/** Envoy's RBAC denial body. */
+export const RBAC_DENIED_BODY = 'RBAC: access denied';
+/** The CONNECT status of an L4 denial (ztunnel's). */
+export const L4_DENIED_STATUS = 401;
+
+// Response flags (src/telemetry/response-flags.ts spellings).
+const NO_FLAG = '-';
+const DOWNSTREAM_PROTOCOL_ERROR = 'DPE';
+const UNAUTHORIZED_EXTERNAL_SERVICE = 'UAEX';
+
+/** The filter takes no configuration (policies come from mesh state). */
+export type AuthzFilterConfig = Readonly<Record<string, never>>;
+
+/** What the factory can be given by the code that builds the chain. */
+export interface AuthzFilterOptions {
+  /** The ext_authz client for CUSTOM policies; without it, matching CUSTOM rules deny (authz.md §2.3). */
+  readonly extAuthz?: ExtAuthzHook;
+}
+
+/** Headers an ext_authz decision asked for: on the local reply (deny) or the upstream request (allow). */
+const EXT_AUTHZ_HEADERS = defineSlot<Readonly<Record<string, string>>>('istio.authz.ext_authz_headers', 'stream');
+
+/** Build the factory; the registered default ({@link authzFactory}) has no ext_authz hook. */
+export function authzFilterFactory(opts: AuthzFilterOptions = {}): FilterFactory<AuthzFilterConfig> {
+  return {
+    name: AUTHZ_FILTER_NAME,
+    parseConfig(raw) {
+      if (raw !== undefined && raw !== null && (typeof raw !== 'object' || Array.isArray(raw) || Object.keys(raw).length > 0)) {
+        throw new Error('istio.authz takes no configuration (AuthorizationPolicies come from the mesh state)');
+      }
+      return Object.freeze({});
+    },
+    create: (_config, env) => new AuthzFilter(env, opts.extAuthz),
+  };
+}
+
+/** `istio.authz` without an ext_authz client (CUSTOM rules that match deny). */
+export const authzFactory: FilterFactory<AuthzFilterConfig> = authzFilterFactory();
+
+const ABSOLUTE_FORM = /^[a-z][a-z0-9+.-]*:\/\/([^/?#]*)/i;
+
+function hasLowerCase(s: string): boolean {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0x61 && c <= 0x7a) return true;
+  }
+  return false;
+}
+
+/** `remote.ip` at a waypoint: the right-most X-Forwarded-For address, else the peer (Envoy, use_remote_address false). */
+export function remoteAddress(xff: string | string[] | undefined, peer: string): string {
+  if (xff === undefined) return peer;
+  const joined = typeof xff === 'string' ? xff : xff.join(',');
+  const last = joined.slice(joined.lastIndexOf(',') + 1).trim();
+  return isIP(last) ? last : peer;
+}
+
+/** The connection attributes of a tunnel (TCP decisions, and the base of every request's). */
+function connectionAttributes(conn: ConnectionContext): RequestAttributes {
+  const info = conn.info;
+  return {
+    principal: info.peer.uri || undefined,
+    sourceIp: info.downstreamAddress,
+    destinationIp: info.targetIp,
+    destinationPort: info.targetPort,
+  };
+}
+
+/** Details of a CUSTOM rule whose provider cannot be called: Istio's generated deny rule. */
+function unavailableProviderDetails(custom: CustomCheck): string {
+  return rbacDeniedDetails({ decision: 'DENY', policy: `istio-ext-authz-${custom.policy}-deny-due-to-bad-CUSTOM-action` });
+}
+
+class AuthzFilter implements Filter {
+  readonly name = AUTHZ_FILTER_NAME;
+  private readonly env: FilterEnv;
+  private readonly extAuthz: ExtAuthzHook | undefined;
+  /** Tunnels whose TCP decision may need revisiting when policies change. */
+  private readonly tunnels = new Set<ConnectionContext>();
+  private unsubscribe: (() => void) | undefined;
+  private warnedNoHook = false;
+
+  constructor(env: FilterEnv, extAuthz: ExtAuthzHook | undefined) {
+    this.env = env;
+    this.extAuthz = extAuthz;
+  }
+
+  // --- TCP ------------------------------------------------------------------------------------
+
+  onConnection(conn: ConnectionContext): PhaseResult {
+    if (isHttpProtocol(conn.protocol)) return FilterStatus.Continue; // decided per request
+    this.track(conn);
+    const denied = this.decideTcp(conn, conn.mesh, conn.target);
+    if (denied === undefined) return FilterStatus.Continue;
+    if (typeof denied === 'string') return this.refuse(conn, denied);
+    return denied.then((d) => (d === undefined ? FilterStatus.Continue : this.refuse(conn, d)));
+  }
+
+  onConnectionComplete(conn: ConnectionContext): void {
+    this.untrack(conn);
+  }
+
+  /** Refuse a tunnel now (declared TCP port: CONNECT 401) or should it carry TCP (undeclared port). */
+  private refuse(conn: ConnectionContext, details: string): FilterStatus {
+    if (conn.protocol === 'UNKNOWN') {
+      conn.rejectIfTcp = details;
+      return FilterStatus.Continue;
+    }
+    conn.reject(L4_DENIED_STATUS, details);
+    return FilterStatus.StopAndReply;
+  }
+
+  /**
+   * The TCP decision for `conn` under `snapshot`: undefined when allowed, else the denial details
+   * (a promise when an ext_authz provider must be asked).
+   */
+  private decideTcp(conn: ConnectionContext, snapshot: MeshSnapshot, target: Target): string | undefined | Promise<string | undefined> {
+    const evaluator = authzFor(snapshot).forTarget(target).tcp;
+    if (evaluator.empty) {
+      conn.set(TCP_AUTHZ_RESULT, undefined);
+      return undefined;
+    }
+    const attrs = connectionAttributes(conn);
+    const result = evaluator.evaluate(attrs);
+    conn.set(TCP_AUTHZ_RESULT, result);
+    const custom = result.custom;
+    if (custom) {
+      const hook = this.extAuthz;
+      if (!hook?.checkConnection) {
+        this.warnNoHook(custom, 'TCP');
+        return unavailableProviderDetails(custom);
+      }
+      return hook.checkConnection(attrs, conn, custom).then(
+        (d) => {
+          if (d.allow) return result.decision === 'DENY' ? rbacDeniedDetails(result) : undefined;
+          conn.responseFlags = UNAUTHORIZED_EXTERNAL_SERVICE;
+          return 'ext_authz_denied';
+        },
+        (err: unknown) => {
+          this.env.log.warn({ err: String(err), provider: custom.provider }, 'authz: ext_authz check of a TCP tunnel failed; denying');
+          conn.responseFlags = UNAUTHORIZED_EXTERNAL_SERVICE;
+          return 'ext_authz_error';
+        },
+      );
+    }
+    return result.decision === 'DENY' ? rbacDeniedDetails(result) : undefined;
+  }
+
+  private track(conn: ConnectionContext): void {
+    this.tunnels.add(conn);
+    if (!this.unsubscribe && this.env.mesh.subscribe) this.unsubscribe = this.env.mesh.subscribe((next) => this.recheck(next));
+  }
+
+  private untrack(conn: ConnectionContext): void {
+    if (!this.tunnels.delete(conn) || this.tunnels.size > 0) return;
+    this.unsubscribe?.();
+    this.unsubscribe = undefined;
+  }
+
+  /** A new mesh snapshot: re-decide every tracked tunnel; close the TCP ones now denied. */
+  private recheck(next: MeshSnapshot): void {
+    for (const conn of this.tunnels) {
+      const inner = conn.innerProtocol;
+      if (inner !== '' && inner !== 'TCP') {
+        this.untrack(conn); // HTTP inside: each request is decided on its own
+        continue;
+      }
+      if (conn.rejectStatus !== 0) continue; // already refused
+      // A target no longer served here is not an authorization matter (the tunnel keeps its relay).
+      const target = next.resolveTarget(conn.info.targetIp, conn.info.targetPort);
+      if (!target) continue;
+      let denied: string | undefined | Promise<string | undefined>;
+      try {
+        denied = this.decideTcp(conn, next, target);
+      } catch (err) {
+        this.env.log.error({ err }, 'authz: re-check of an open tunnel failed');
+        continue;
+      }
+      if (denied instanceof Promise) void denied.then((d) => this.apply(conn, d));
+      else this.apply(conn, denied);
+    }
+  }
+
+  private apply(conn: ConnectionContext, denied: string | undefined): void {
+    if (!this.tunnels.has(conn)) return; // closed meanwhile
+    if (conn.protocol === 'UNKNOWN' && conn.innerProtocol === '') {
+      conn.rejectIfTcp = denied ?? ''; // still sniffing: applies if it turns out to be TCP
+      return;
+    }
+    if (denied === undefined) return;
+    this.env.log.info(
+      { peer: conn.info.peer.uri, target: conn.info.authority, details: denied },
+      'authz: closing an open TCP tunnel that the changed policies deny',
+    );
+    this.untrack(conn);
+    conn.terminate(denied);
+  }
+
+  // --- HTTP -----------------------------------------------------------------------------------
+
+  onRequestHeaders(stream: StreamContext): PhaseResult {
+    // Envoy rejects a method that is not upper case before any filter (authz.md §5.5).
+    if (hasLowerCase(stream.method)) {
+      stream.sendLocalReply(400, 'Bad Request', DOWNSTREAM_PROTOCOL_ERROR, 'invalid_method');
+      return FilterStatus.StopAndReply;
+    }
+    const conn = stream.conn;
+    const mesh = this.env.mesh.current;
+    const authz = authzFor(mesh);
+
+    // The request target as a path (an HTTP/1.1 absolute-form target names its own authority).
+    // Other forms (`OPTIONS *`) are matched as they are and refused by the router (400).
+    let target = stream.path;
+    let host: string | undefined = stream.authority || undefined;
+    let path = target;
+    if (target.charCodeAt(0) !== 0x2f) {
+      const abs = ABSOLUTE_FORM.exec(target);
+      if (abs) {
+        if (abs[1]) host = abs[1];
+        const rest = target.slice(abs[0].length);
+        target = rest.charCodeAt(0) === 0x2f ? rest : `/${rest}`;
+      }
+    }
+    if (target.charCodeAt(0) === 0x2f) {
+      const normalized = authz.normalizePath(target);
+      if (!normalized) {
+        stream.sendLocalReply(400, 'Bad Request', NO_FLAG, 'path_normalization_failed');
+        return FilterStatus.StopAndReply;
+      }
+      if (normalized.forward !== stream.path) stream.forwardPath = normalized.forward;
+      path = normalized.path;
+    }
+
+    // A tunnel outlives snapshots: decide with today's policies for today's view of its target
+    // (policies attached to a Service are keyed by that snapshot's Service).
+    const resolved = mesh === conn.mesh ? conn.target : mesh.resolveTarget(conn.info.targetIp, conn.info.targetPort);
+    if (!resolved) return FilterStatus.Continue; // no longer served: the router answers 404 NR
+    const evaluator = authz.forTarget(resolved).http;
+    if (evaluator.empty) return FilterStatus.Continue;
+
+    const info = conn.info;
+    const attrs: RequestAttributes = {
+      principal: info.peer.uri || undefined,
+      sourceIp: info.downstreamAddress,
+      remoteIp: remoteAddress(stream.req.headers['x-forwarded-for'], info.downstreamAddress),
+      destinationIp: info.targetIp,
+      destinationPort: info.targetPort,
+      host,
+      method: stream.method,
+      path,
+      headers: headersFromRaw(stream.req.rawHeaders),
+      jwt: stream.get(REQUEST_JWT),
+    };
+    const result = evaluator.evaluate(attrs);
+    stream.set(AUTHZ_RESULT, result);
+    if (result.custom) return this.custom(stream, attrs, result, result.custom);
+    return enforce(stream, result);
+  }
+
+  /** CUSTOM first: ask the ext_authz provider; only if it allows do DENY/ALLOW decide. */
+  private custom(stream: StreamContext, attrs: RequestAttributes, result: AuthzResult, custom: CustomCheck): PhaseResult {
+    const hook = this.extAuthz;
+    if (!hook) {
+      this.warnNoHook(custom, 'HTTP');
+      stream.sendLocalReply(403, RBAC_DENIED_BODY, NO_FLAG, unavailableProviderDetails(custom));
+      return FilterStatus.StopAndReply;
+    }
+    let pending: Promise<ExtAuthzDecision>;
+    try {
+      pending = hook.check(attrs, stream, custom);
+    } catch (err) {
+      pending = Promise.reject(err);
+    }
+    return pending.then(
+      (d) => {
+        if (d.headers && Object.keys(d.headers).length > 0) stream.set(EXT_AUTHZ_HEADERS, d.headers);
+        if (d.allow) return enforce(stream, result);
+        stream.sendLocalReply(d.status ?? 403, d.body ?? '', UNAUTHORIZED_EXTERNAL_SERVICE, 'ext_authz_denied');
+        return FilterStatus.StopAndReply;
+      },
+      (err: unknown) => {
+        this.env.log.warn({ err: String(err), provider: custom.provider }, 'authz: ext_authz check failed; denying');
+        stream.sendLocalReply(403, '', UNAUTHORIZED_EXTERNAL_SERVICE, 'ext_authz_error');
+        return FilterStatus.StopAndReply;
+      },
+    );
+  }
+
+  /** Headers an allowing ext_authz decision asked to add upstream. */
+  onUpstreamRequest(stream: StreamContext, headers: HeaderList): void {
+    const extra = stream.get(EXT_AUTHZ_HEADERS);
+    if (!extra) return;
+    for (const name in extra) headers.set(name.toLowerCase(), extra[name]);
+  }
+
+  /** Headers a denying ext_authz decision put on its local reply. */
+  onResponseHeaders(stream: StreamContext, headers: HeaderList): void {
+    const extra = stream.get(EXT_AUTHZ_HEADERS);
+    if (!extra || stream.responseFlags.split(',').indexOf(UNAUTHORIZED_EXTERNAL_SERVICE) < 0) return;
+    for (const name in extra) headers.set(name.toLowerCase(), extra[name]);
+  }
+
+  private warnNoHook(custom: CustomCheck, what: string): void {
+    if (this.warnedNoHook) return;
+    this.warnedNoHook = true;
+    this.env.log.warn(
+      { provider: custom.provider, policy: custom.policy },
+      `authz: a CUSTOM policy matched ${what} traffic but no ext_authz client is configured; its requests are denied as for an unusable provider`,
+    );
+  }
+}
+
+/** DENY → 403 `RBAC: access denied` (gRPC: status 7 via the local reply). */
+function enforce(stream: StreamContext, result: AuthzResult): FilterStatus {
+  if (result.decision !== 'DENY') return FilterStatus.Continue;
+  stream.sendLocalReply(403, RBAC_DENIED_BODY, NO_FLAG, rbacDeniedDetails(result));
+  return FilterStatus.StopAndReply;
+}

@@ -1,0 +1,36 @@
+/**
+ * The interface the authorization filter calls for CUSTOM policies (authz.md §2.3): an ext_authz
+ * client (`envoyExtAuthzGrpc` / `envoyExtAuthzHttp` providers of MeshConfig) implements it and is
+ * handed to the filter's factory (`authzFilterFactory({ extAuthz })`, filters/authz).
+ *
+ * The filter calls it only when a CUSTOM rule with a usable provider matched (`result.custom`);
+ * an unusable provider already denies in the engine. A denial answers the request with the
+ * decision's status (403 by default), body and headers, flag `UAEX`, details `ext_authz_denied`;
+ * an allow lets DENY and ALLOW policies decide next (CUSTOM can only narrow access); a rejected
+ * promise answers 403 `UAEX` `ext_authz_error` (the hook applies the provider's `failOpen` and
+ * `statusOnError` itself and should resolve instead).
+ */
+import type { ConnectionContext, StreamContext } from '../pipeline/context.ts';
+import type { CustomCheck, RequestAttributes } from './types.ts';
+
+/** The provider's answer. */
+export interface ExtAuthzDecision {
+  readonly allow: boolean;
+  /** Denials: the HTTP status to answer (default 403). */
+  readonly status?: number;
+  /** Denials: headers for the local reply. Allows: headers to set on the upstream request. */
+  readonly headers?: Readonly<Record<string, string>>;
+  /** Denials: the local reply's body (default empty). */
+  readonly body?: string;
+}
+
+/** An ext_authz client. */
+export interface ExtAuthzHook {
+  /** Check one HTTP request (`custom.provider` names the MeshConfig extension provider). */
+  check(attrs: RequestAttributes, stream: StreamContext, custom: CustomCheck): Promise<ExtAuthzDecision>;
+  /**
+   * Check a TCP tunnel (gRPC providers only; Envoy's network ext_authz). Without it, CUSTOM rules
+   * that match a TCP tunnel deny, as for an unusable provider.
+   */
+  checkConnection?(attrs: RequestAttributes, conn: ConnectionContext, custom: CustomCheck): Promise<ExtAuthzDecision>;
+}

@@ -1,0 +1,20 @@
+/**
+ * ext_authz for CUSTOM AuthorizationPolicies (issue 5 "CUSTOM action"; hbone-waypoint.md §6).
+ *
+ *   const extAuthz = new ExtAuthzClient({ dial: (ep, use) => clusterManager.openTcp(ep, use) });
+ *   const result = authz.forTarget(target).http.evaluate(attrs);
+ *   if (result.custom) {
+ *     const outcome = await extAuthz.check(snapshot, result.custom.provider, {
+ *       source: { address, port, principal }, destination: { address, port, principal },
+ *       http: { method, path, host, headers: rawHeaders, protocol, body? },
+ *     });
+ *     if (!outcome.allow) return localReply(outcome.status, outcome.headers, outcome.body); // flag UAEX
+ *     // else apply outcome.headersToUpstream / headersToRemove, then go on with result.decision
+ *   }
+ *
+ * See `client.ts` for the behaviour, `types.ts` for the shapes.
+ */
+export { ExtAuthzClient, errorOutcome, readProviders, type ExtAuthzClientOptions, type ExtAuthzProvider } from './client.ts';
+export { applyHeaderMutations } from './check-response.ts';
+export { DEFAULT_STATUS_ON_ERROR, DEFAULT_TIMEOUT_MS, type BodySettings, type ProviderSettings } from './config.ts';
+export type { CheckAllowed, CheckBody, CheckDenied, CheckHttpRequest, CheckInput, CheckOutcome, CheckPeer, Dial, HeaderMutation } from './types.ts';

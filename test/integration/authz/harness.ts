@@ -1,0 +1,295 @@
+/**
+ * A waypoint with the `istio.authz` filter on loopback for the authorization tests: a CA, a mesh
+ * file the test writes (and rewrites, applied with `reload()`), plain-TCP backends on the pod IPs
+ * (Pods labelled `istio.io/dataplane-mode: none`), a recording filter, and clients that CONNECT
+ * over HBONE with any SPIFFE identity from any local address.
+ */
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import type { ClientHttp2Session, ClientHttp2Stream } from 'node:http2';
+import { Waypoint } from '../../../src/app.ts';
+import { AUTHZ_RESULT, TCP_AUTHZ_RESULT } from '../../../src/authz/slots.ts';
+import type { AuthzResult } from '../../../src/authz/types.ts';
+import { defaultBootstrap, overrideBootstrap } from '../../../src/config/bootstrap.ts';
+import { LocalCa } from '../../../src/identity/ca.ts';
+import { FilterStatus, type FilterFactory } from '../../../src/pipeline/filter.ts';
+import { connect, hboneSession, parseHttpResponse, readAll, type ClientIdentity } from '../../helpers/hbone-client.ts';
+
+/** One finished inner request as the chain saw it. */
+export interface StreamRecord {
+  readonly path: string;
+  readonly forwardPath: string | undefined;
+  readonly code: number;
+  readonly flags: string;
+  readonly details: string;
+  readonly grpcStatus: string;
+  readonly result: AuthzResult | undefined;
+}
+
+/** One finished tunnel. */
+export interface TunnelRecord {
+  readonly authority: string;
+  readonly peer: string;
+  readonly rejectStatus: number;
+  readonly details: string;
+  readonly inner: string;
+  readonly bytesReceived: number;
+  readonly result: AuthzResult | undefined;
+}
+
+/** A filter recording what each request and tunnel ended with (listed after `istio.authz`). */
+export function recorder() {
+  const streams: StreamRecord[] = [];
+  const tunnels: TunnelRecord[] = [];
+  const factory: FilterFactory<unknown> = {
+    name: 'test.authzrec',
+    parseConfig: () => ({}),
+    create: () => ({
+      name: 'test.authzrec',
+      onConnection: () => FilterStatus.Continue,
+      onStreamComplete(s) {
+        streams.push({
+          path: s.path,
+          forwardPath: s.forwardPath,
+          code: s.responseCode,
+          flags: s.responseFlags,
+          details: s.responseCodeDetails,
+          grpcStatus: s.grpcStatus,
+          result: s.get(AUTHZ_RESULT),
+        });
+      },
+      onConnectionComplete(c) {
+        tunnels.push({
+          authority: c.info.authority,
+          peer: c.info.peer.uri,
+          rejectStatus: c.rejectStatus,
+          details: c.rejectDetails,
+          inner: c.innerProtocol,
+          bytesReceived: c.bytesReceived,
+          result: c.get(TCP_AUTHZ_RESULT),
+        });
+      },
+    }),
+  };
+  return { factory, streams, tunnels };
+}
+
+/** Wait until `pick()` returns something (bounded: a hang fails the test, timing decides nothing). */
+export async function eventually<T>(pick: () => T | undefined, what: string, timeoutMs = 5000): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = pick();
+    if (v !== undefined) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** A plain TCP echo server that counts connections and bytes (an L4 backend). */
+export interface TcpBackend {
+  readonly connections: number;
+  readonly bytes: number;
+  readonly open: number;
+  close(): Promise<void>;
+}
+
+export async function startTcpBackend(ip: string, port: number): Promise<TcpBackend> {
+  const sockets = new Set<net.Socket>();
+  const state = { connections: 0, bytes: 0 };
+  const server = net.createServer((s) => {
+    state.connections++;
+    sockets.add(s);
+    s.on('data', (c: Buffer) => {
+      state.bytes += c.length;
+      s.write(c);
+    });
+    s.on('end', () => s.end());
+    s.on('error', () => {});
+    s.once('close', () => sockets.delete(s));
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, ip, () => resolve());
+  });
+  return {
+    get connections() {
+      return state.connections;
+    },
+    get bytes() {
+      return state.bytes;
+    },
+    get open() {
+      return sockets.size;
+    },
+    close: () => {
+      for (const s of sockets) s.destroy();
+      return new Promise((r) => server.close(() => r()));
+    },
+  };
+}
+
+/** What an HTTP echo backend received. */
+export interface Received {
+  readonly method: string;
+  readonly url: string;
+  readonly headers: http.IncomingHttpHeaders;
+}
+
+/** An HTTP/1.1 backend answering 200 with a JSON description of the request; keeps every request seen. */
+export async function startHttpBackend(ip: string, port: number): Promise<{ received: Received[]; close(): Promise<void> }> {
+  const received: Received[] = [];
+  const server = http.createServer((req, res) => {
+    received.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers });
+    req.resume();
+    req.on('end', () => {
+      const text = JSON.stringify({ method: req.method, url: req.url });
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+      res.end(text);
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, ip, () => resolve());
+  });
+  return {
+    received,
+    close: () => {
+      server.closeAllConnections();
+      return new Promise((r) => server.close(() => r()));
+    },
+  };
+}
+
+/** An HTTP answer read from a tunnel. */
+export interface HttpAnswer {
+  readonly status: number;
+  readonly headers: Record<string, string>;
+  readonly body: string;
+}
+
+/** A request to send as raw HTTP/1.1 (the target goes on the wire exactly as written). */
+export interface RawRequest {
+  readonly method?: string;
+  readonly path: string;
+  readonly authority?: string;
+  /** Header lines; a name repeated = the header sent several times. */
+  readonly headers?: readonly [string, string][];
+}
+
+export interface AuthzWaypointOptions {
+  /** The waypoint's IP (HBONE on port 15008... any free port: 0). */
+  readonly ip: string;
+  /** The initial mesh YAML. */
+  readonly mesh: string;
+  /** The bootstrap `filters:` (default: istio.authz, the recorder, the router). */
+  readonly filters?: readonly { name: string; config?: unknown }[];
+  readonly extraFilters?: readonly FilterFactory<unknown>[];
+}
+
+/** A running waypoint for the authz tests. */
+export class AuthzWaypoint {
+  readonly waypoint: Waypoint;
+  readonly dir: string;
+  readonly meshFile: string;
+  readonly ca: LocalCa;
+  readonly rec: ReturnType<typeof recorder>;
+  private readonly identities = new Map<string, Promise<ClientIdentity>>();
+  private readonly sessions = new Map<string, Promise<ClientHttp2Session>>();
+
+  private constructor(parts: { waypoint: Waypoint; dir: string; meshFile: string; ca: LocalCa; rec: ReturnType<typeof recorder> }) {
+    this.waypoint = parts.waypoint;
+    this.dir = parts.dir;
+    this.meshFile = parts.meshFile;
+    this.ca = parts.ca;
+    this.rec = parts.rec;
+  }
+
+  static async start(o: AuthzWaypointOptions): Promise<AuthzWaypoint> {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wp-authz-'));
+    const caDir = path.join(dir, 'ca');
+    const { ca } = await LocalCa.ensure(caDir, 'cluster.local');
+    const meshFile = path.join(dir, 'mesh.yaml');
+    fs.writeFileSync(meshFile, o.mesh);
+    const rec = recorder();
+    const bootstrap = overrideBootstrap(defaultBootstrap(), {
+      listeners: { hbone: `${o.ip}:0`, admin: `${o.ip}:0`, readiness: '' },
+      drain: { timeoutMs: 200 },
+      filters: o.filters ?? [{ name: 'istio.authz' }, { name: 'test.authzrec' }, { name: 'envoy.filters.http.router' }],
+    });
+    try {
+      const waypoint = await Waypoint.start({ bootstrap, meshFile, caDir, watch: false, extraFilters: [rec.factory, ...(o.extraFilters ?? [])] });
+      return new AuthzWaypoint({ waypoint, dir, meshFile, ca, rec });
+    } catch (err) {
+      fs.rmSync(dir, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  /** Rewrite the mesh file and apply it now; resolves with whether a new snapshot was taken. */
+  async setMesh(text: string): Promise<boolean> {
+    const before = this.waypoint.mesh.current.version;
+    fs.writeFileSync(this.meshFile, text);
+    await this.waypoint.mesh.reload();
+    return this.waypoint.mesh.current.version !== before;
+  }
+
+  /** A client certificate for `principal` (a full `spiffe://` URI) from the mesh CA. */
+  identity(principal: string): Promise<ClientIdentity> {
+    let id = this.identities.get(principal);
+    if (!id) {
+      id = this.ca.issue(principal, 3600_000).then((leaf) => ({ certPem: leaf.certPem, keyPem: leaf.keyPem, caPem: this.ca.rootCertPem }));
+      this.identities.set(principal, id);
+    }
+    return id;
+  }
+
+  /** An HBONE session to the waypoint as `principal`, from `localAddress` (cached per pair). */
+  session(principal: string, localAddress?: string): Promise<ClientHttp2Session> {
+    const key = `${principal}|${localAddress ?? ''}`;
+    let s = this.sessions.get(key);
+    if (!s) {
+      const hbone = this.waypoint.addresses.hbone;
+      s = this.identity(principal).then((id) => hboneSession(hbone.address, hbone.port, id, { localAddress }));
+      this.sessions.set(key, s);
+    }
+    return s;
+  }
+
+  /** CONNECT to `authority` as `principal`: the status and the open stream. */
+  async connect(principal: string, authority: string, localAddress?: string): Promise<{ status: number; body: string; stream: ClientHttp2Stream }> {
+    const session = await this.session(principal, localAddress);
+    const r = await connect(session, authority);
+    let body = '';
+    if (r.status !== 200) body = (await readAll(r.stream)).toString();
+    return { status: r.status, body, stream: r.stream };
+  }
+
+  /**
+   * One HTTP/1.1 request in a tunnel of its own to `authority`, as `principal` from `localAddress`.
+   * The tunnel must be accepted (200); the answer is read until the waypoint closes the tunnel.
+   */
+  async http(principal: string, authority: string, req: RawRequest, localAddress?: string): Promise<HttpAnswer> {
+    const t = await this.connect(principal, authority, localAddress);
+    if (t.status !== 200) throw new Error(`CONNECT ${authority} answered ${t.status}: ${t.body}`);
+    const lines = [`${req.method ?? 'GET'} ${req.path} HTTP/1.1`, `host: ${req.authority ?? authority}`];
+    for (const [k, v] of req.headers ?? []) lines.push(`${k}: ${v}`);
+    lines.push('connection: close', '', '');
+    const answer = readAll(t.stream);
+    t.stream.write(lines.join('\r\n'));
+    const raw = await answer;
+    const r = parseHttpResponse(raw);
+    return { status: r.status, headers: r.headers, body: r.body.toString() };
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.sessions.values()) await s.then((x) => x.destroy(), () => {});
+    await this.waypoint.shutdown();
+    fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** `ns` / `sa` → the SPIFFE id. */
+export const spiffe = (ns: string, sa: string): string => `spiffe://cluster.local/ns/${ns}/sa/${sa}`;

@@ -1,0 +1,254 @@
+/**
+ * `istio.authz` on HTTP ports end to end (pitfall I1): an L7 ALLOW on one Service (principal X,
+ * GET only) enforced per request, not leaking to another Service; selector and namespace-wide
+ * policies ignored by the waypoint; the denial's body, flag and details (`[none]` and a DENY rule's
+ * id); AUDIT and dry-run results recorded; `remote.ip` from the right-most X-Forwarded-For; a gRPC
+ * call denied with status 7 (PERMISSION_DENIED). Addresses: 127.0.150.x.
+ */
+import * as grpc from '@grpc/grpc-js';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
+import { TunnelRole } from '../../../src/roles/tunnel.ts';
+import { AuthzWaypoint, eventually, spiffe, startHttpBackend, type Received } from './harness.ts';
+
+const NET = '127.0.150';
+const X = spiffe('a', 'x');
+const Y = spiffe('a', 'y');
+const S = `${NET}.100:80`;
+const T = `${NET}.101:80`;
+const G = `${NET}.102:9000`;
+
+const MESH = `apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: { name: waypoint, namespace: foo }
+spec:
+  gatewayClassName: istio-waypoint
+  listeners: [{ name: mesh, port: 15008, protocol: HBONE }]
+---
+apiVersion: v1
+kind: Namespace
+metadata: { name: foo, labels: { istio.io/use-waypoint: waypoint, istio.io/dataplane-mode: none } }
+---
+apiVersion: v1
+kind: Service
+metadata: { name: s, namespace: foo }
+spec: { clusterIP: "${NET}.100", selector: { app: s }, ports: [{ name: http, port: 80, targetPort: 8080 }] }
+---
+apiVersion: v1
+kind: Service
+metadata: { name: t, namespace: foo }
+spec: { clusterIP: "${NET}.101", selector: { app: t }, ports: [{ name: http, port: 80, targetPort: 8080 }] }
+---
+apiVersion: v1
+kind: Service
+metadata: { name: g, namespace: foo }
+spec: { clusterIP: "${NET}.102", selector: { app: g }, ports: [{ name: grpc, port: 9000, targetPort: 9000 }] }
+---
+apiVersion: v1
+kind: Pod
+metadata: { name: s-1, namespace: foo, labels: { app: s } }
+spec: { serviceAccountName: s }
+status: { podIP: "${NET}.11" }
+---
+apiVersion: v1
+kind: Pod
+metadata: { name: t-1, namespace: foo, labels: { app: t } }
+spec: { serviceAccountName: t }
+status: { podIP: "${NET}.12" }
+---
+apiVersion: v1
+kind: Pod
+metadata: { name: g-1, namespace: foo, labels: { app: g } }
+spec: { serviceAccountName: g }
+status: { podIP: "${NET}.13" }
+---
+# Pitfall I1: only X, only GET, on Service s.
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: { name: s-x-get, namespace: foo }
+spec:
+  targetRefs: [{ kind: Service, group: "", name: s }]
+  rules:
+  - from: [{ source: { principals: ["cluster.local/ns/a/sa/x"] } }]
+    to: [{ operation: { methods: ["GET"] } }]
+---
+# Selector policy: ztunnel's, never the waypoint's (it would deny everything on t).
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: { name: t-selector-deny-all, namespace: foo }
+spec:
+  selector: { matchLabels: { app: t } }
+  action: DENY
+  rules: [{}]
+---
+# Namespace-wide allow-nothing without targetRefs: also ztunnel's.
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: { name: ns-allow-nothing, namespace: foo }
+spec: {}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: { name: t-deny-forbidden, namespace: foo }
+spec:
+  targetRefs: [{ kind: Service, group: "", name: t }]
+  action: DENY
+  rules:
+  - to: [{ operation: { paths: ["/forbidden"] } }]
+  - to: [{ operation: { paths: ["/xff"] } }]
+    when: [{ key: remote.ip, values: ["1.2.3.4"] }]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: { name: t-audit, namespace: foo }
+spec:
+  targetRefs: [{ kind: Service, group: "", name: t }]
+  action: AUDIT
+  rules: [{ to: [{ operation: { paths: ["/audited"] } }] }]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: { name: t-shadow-deny, namespace: foo, annotations: { istio.io/dry-run: "true" } }
+spec:
+  targetRefs: [{ kind: Service, group: "", name: t }]
+  action: DENY
+  rules: [{ to: [{ operation: { paths: ["/shadow"] } }] }]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: { name: g-only-x, namespace: foo }
+spec:
+  targetRefs: [{ kind: Service, group: "", name: g }]
+  rules: [{ from: [{ source: { principals: ["cluster.local/ns/a/sa/x"] } }] }]
+`;
+
+let wp: AuthzWaypoint;
+let s: { received: Received[]; close(): Promise<void> };
+let t: { received: Received[]; close(): Promise<void> };
+
+beforeAll(async () => {
+  s = await startHttpBackend(`${NET}.11`, 8080);
+  t = await startHttpBackend(`${NET}.12`, 8080);
+  wp = await AuthzWaypoint.start({ ip: `${NET}.1`, mesh: MESH });
+});
+afterAll(async () => {
+  await wp?.close();
+  await s?.close();
+  await t?.close();
+});
+
+const record = (path: string) => eventually(() => wp.rec.streams.find((r) => r.path === path), `the record of ${path}`);
+
+describe('pitfall I1: an L7 ALLOW (principal X, GET) on Service s', () => {
+  test('X GET → 200, reaching the backend', async () => {
+    const r = await wp.http(X, S, { path: '/i1/x-get' });
+    expect(r.status).toBe(200);
+    expect(s.received.map((q) => `${q.method} ${q.url}`)).toContain('GET /i1/x-get');
+  });
+
+  test('X DELETE → 403 `RBAC: access denied`, flag -, details [none]; the backend never sees it', async () => {
+    const r = await wp.http(X, S, { method: 'DELETE', path: '/i1/x-delete' });
+    expect(r.status).toBe(403);
+    expect(r.body).toBe('RBAC: access denied');
+    const rec = await record('/i1/x-delete');
+    expect(rec).toMatchObject({ code: 403, flags: '-', details: 'rbac_access_denied_matched_policy[none]' });
+    expect(rec.result?.decision).toBe('DENY');
+    expect(s.received.some((q) => q.url === '/i1/x-delete')).toBe(false);
+  });
+
+  test('Y GET → 403', async () => {
+    const r = await wp.http(Y, S, { path: '/i1/y-get' });
+    expect(r.status).toBe(403);
+    expect(r.body).toBe('RBAC: access denied');
+    expect(s.received.some((q) => q.url === '/i1/y-get')).toBe(false);
+  });
+
+  test('the policy on s does not affect t; selector and namespace-wide policies are not the waypoint’s', async () => {
+    expect((await wp.http(Y, T, { path: '/i1/t-y-get' })).status).toBe(200);
+    expect((await wp.http(X, T, { method: 'DELETE', path: '/i1/t-x-delete' })).status).toBe(200);
+    expect(t.received.map((q) => `${q.method} ${q.url}`)).toEqual(expect.arrayContaining(['GET /i1/t-y-get', 'DELETE /i1/t-x-delete']));
+  });
+});
+
+describe('what a decision leaves for the access log and stats', () => {
+  test('a matching DENY rule is named in the details', async () => {
+    const r = await wp.http(X, T, { path: '/forbidden' });
+    expect(r.status).toBe(403);
+    expect((await record('/forbidden')).details).toBe('rbac_access_denied_matched_policy[ns[foo]-policy[t-deny-forbidden]-rule[0]]');
+  });
+
+  test('AUDIT marks the request and never changes the decision', async () => {
+    expect((await wp.http(X, T, { path: '/audited' })).status).toBe(200);
+    const rec = await record('/audited');
+    expect(rec.result).toMatchObject({ decision: 'ALLOW', audit: 'ns[foo]-policy[t-audit]-rule[0]' });
+    expect(rec.details).toBe('via_upstream');
+  });
+
+  test('a dry-run DENY is recorded as the shadow result and not enforced', async () => {
+    expect((await wp.http(X, T, { path: '/shadow' })).status).toBe(200);
+    expect((await record('/shadow')).result?.shadow).toEqual({ decision: 'DENY', policy: 'ns[foo]-policy[t-shadow-deny]-rule[0]' });
+    expect((await wp.http(X, T, { path: '/no-shadow' })).status).toBe(200);
+    expect((await record('/no-shadow')).result?.shadow).toEqual({ decision: 'ALLOW' });
+  });
+});
+
+test('remote.ip is the right-most X-Forwarded-For address (authz.md §4.4)', async () => {
+  const xff = async (path: string, values: string[]) => (await wp.http(X, T, { path, headers: values.map((v): [string, string] => ['x-forwarded-for', v]) })).status;
+  expect(await xff('/xff?1', ['9.9.9.9, 1.2.3.4'])).toBe(403);
+  expect(await xff('/xff?2', ['1.2.3.4, 9.9.9.9'])).toBe(200);
+  expect(await xff('/xff?3', ['9.9.9.9', '1.2.3.4'])).toBe(403); // two headers: the last value of the last one
+  expect(await xff('/xff?4', ['1.2.3.4', 'not-an-ip'])).toBe(200); // unparsable: the peer address
+  expect(await xff('/xff?5', [])).toBe(200);
+});
+
+describe('gRPC (pitfall I1 for gRPC: PERMISSION_DENIED, never a bare 403)', () => {
+  const id = (b: Buffer) => b;
+  const definition = { unary: { path: '/test.Echo/Unary', requestStream: false, responseStream: false, requestSerialize: id, requestDeserialize: id, responseSerialize: id, responseDeserialize: id } };
+  const EchoClient = grpc.makeGenericClientConstructor(definition as unknown as grpc.ServiceDefinition, 'Echo');
+  let server: grpc.Server;
+  const closers: (() => unknown)[] = [];
+
+  /** A source ztunnel stand-in for `principal` from `ip`, CONNECTing to g, and a gRPC client through it. */
+  async function clientAs(principal: string, ip: string): Promise<grpc.Client & { unary: (b: Buffer, cb: (e: grpc.ServiceError | null, v?: Buffer) => void) => void }> {
+    const cert = await WorkloadCertificate.start(wp.ca, principal, 3600_000);
+    const tunnel = await TunnelRole.start({
+      listen: `${ip}:0`,
+      to: `${NET}.1:${wp.waypoint.addresses.hbone.port}`,
+      authority: G,
+      certificate: cert,
+      expectSan: spiffe('foo', 'waypoint'),
+      bind: ip,
+    });
+    const client = new EchoClient(`${ip}:${tunnel.address.port}`, grpc.credentials.createInsecure());
+    closers.push(() => client.close(), () => tunnel.close(), () => cert.close());
+    return client as unknown as grpc.Client & { unary: (b: Buffer, cb: (e: grpc.ServiceError | null, v?: Buffer) => void) => void };
+  }
+  const call = (c: { unary: (b: Buffer, cb: (e: grpc.ServiceError | null, v?: Buffer) => void) => void }, text: string) =>
+    new Promise<{ err: grpc.ServiceError | null; value?: Buffer }>((resolve) => c.unary(Buffer.from(text), (err, value) => resolve({ err, value })));
+
+  beforeAll(async () => {
+    server = new grpc.Server();
+    server.addService(definition as unknown as grpc.ServiceDefinition, {
+      unary: (c: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => cb(null, Buffer.concat([Buffer.from('ok:'), c.request])),
+    });
+    await new Promise<void>((resolve, reject) => server.bindAsync(`${NET}.13:9000`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())));
+  });
+  afterAll(async () => {
+    for (const c of closers.reverse()) await c();
+    server?.forceShutdown();
+  });
+
+  test('Y is denied with status 7; X gets through', async () => {
+    const y = await clientAs(Y, `${NET}.51`);
+    const denied = await call(y, 'from-y');
+    expect(denied.err?.code).toBe(grpc.status.PERMISSION_DENIED);
+    expect(denied.err?.details).toBe('RBAC: access denied');
+    const rec = await record('/test.Echo/Unary');
+    expect(rec).toMatchObject({ code: 200, grpcStatus: '7', details: 'rbac_access_denied_matched_policy[none]' });
+
+    const x = await clientAs(X, `${NET}.50`);
+    const ok = await call(x, 'from-x');
+    expect(ok.err).toBeNull();
+    expect(ok.value?.toString()).toBe('ok:from-x');
+  });
+});
