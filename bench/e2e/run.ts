@@ -328,7 +328,8 @@ async function main(): Promise<void> {
       // One waypoint process per topology a selected path needs.
       if (!needed.has(spec.key)) continue;
       const t = ready[spec.key];
-      // A spec's extra filters go before the router (the chain's default is the router alone).
+      // A spec with its own filters runs them before the router; the others run the default chain
+      // (Istio waypoint's: istio.peer_metadata, istio.stats, router).
       const filters = spec.filters ? { filters: [...spec.filters.map((name) => ({ name })), { name: 'envoy.filters.http.router' }] } : {};
       const bootstrap = topologyBootstrap({ ...spec.options, dir: path.dirname(t.meshFile), bootstrap: { drain: { timeoutMs: 1_000 }, ...filters } });
       const cfgFile = path.join(work, `waypoint-${spec.key}.yaml`);
