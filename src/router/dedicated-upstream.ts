@@ -39,7 +39,7 @@ import { ResponseFlag } from '../telemetry/response-flags.ts';
 import { connectResponseHeaders, type ClusterManager } from '../upstream/cluster-manager.ts';
 import { pickEndpoint } from '../upstream/pick-endpoint.ts';
 import { log } from '../util/log.ts';
-import { classify } from './router.ts';
+import { classify, isConnectFailure } from './router.ts';
 
 /** Which of the two cases an exchange is. */
 export type DedicatedKind = 'upgrade' | 'continue';
@@ -56,6 +56,11 @@ export interface DedicatedRequest {
   readonly requestTimeoutMs: number;
   /** Largest upstream response header block (bytes). */
   readonly maxResponseHeadersBytes: number;
+  /**
+   * Retries when the upstream tunnel cannot be opened (the route's `connect-failure` policy), each
+   * on another endpoint when there is one. Nothing was sent yet, so this is always safe.
+   */
+  readonly connectRetries: number;
 }
 
 /** Node's own test for a 100-continue expectation (`_http_server.js` continueExpression). */
@@ -139,8 +144,14 @@ class DedicatedExchange {
   }
 
   start(target: Target): void {
+    if (this.r.requestTimeoutMs > 0) this.timer = setTimeout(onTimeout, this.r.requestTimeoutMs, this);
+    this.connect(target, undefined);
+  }
+
+  /** Pick an endpoint (avoiding `tried`) and open its tunnel. */
+  private connect(target: Target, tried: string[] | undefined): void {
     const s = this.stream;
-    const ep = pickEndpoint(this.clusters.lb, target, s.conn.info.targetIp);
+    const ep = pickEndpoint(this.clusters.lb, target, s.conn.info.targetIp, tried);
     if (!ep) {
       this.over = true;
       this.closeDownstreamAfterReply();
@@ -154,10 +165,18 @@ class DedicatedExchange {
     this.released = false;
     this.clusters.lb.start(ep);
     s.abortUpstream = this;
-    if (this.r.requestTimeoutMs > 0) this.timer = setTimeout(onTimeout, this.r.requestTimeoutMs, this);
     this.clusters.openTcp(ep, 'http/1.1').then(
       (t) => this.onTunnel(t),
-      (err: Error) => this.fail(err),
+      (err: Error) => {
+        if (this.over || !isConnectFailure(err)) return this.fail(err);
+        if (s.attempts <= this.r.connectRetries) {
+          this.release();
+          return this.connect(target, [...(tried ?? []), ep.authority]);
+        }
+        this.fail(err);
+        // Envoy's `UF,URX`: the retry policy wanted another attempt but the budget was spent.
+        if (this.r.connectRetries > 0) s.addFlag(ResponseFlag.UpstreamRetryLimitExceeded);
+      },
     );
   }
 

@@ -183,7 +183,15 @@ class Router implements TerminalFilter {
     }
     stream.chain.runUpstreamRequest(stream, headers);
     if (dedicated) {
-      const r = { kind: dedicated, target, headers, path, requestTimeoutMs: this.route.requestTimeoutMs, maxResponseHeadersBytes: this.clusters.maxResponseHeadersBytes };
+      const r = {
+        kind: dedicated,
+        target,
+        headers,
+        path,
+        requestTimeoutMs: this.route.requestTimeoutMs,
+        maxResponseHeadersBytes: this.clusters.maxResponseHeadersBytes,
+        connectRetries: this.route.onConnectFailure ? this.route.attempts : 0,
+      };
       return forwardDedicated(stream, this.clusters, r);
     }
     if (h2) {
@@ -648,7 +656,7 @@ function withoutPseudo(raw: readonly string[]): string[] {
   return out;
 }
 
-function isConnectFailure(err: Error & { code?: string }): boolean {
+export function isConnectFailure(err: Error & { code?: string }): boolean {
   return err instanceof HboneConnectError || err.code === 'ECONNREFUSED' || err.code === 'UND_ERR_CONNECT_TIMEOUT' || err.code === 'EHOSTUNREACH' || err.code === 'ENETUNREACH';
 }
 

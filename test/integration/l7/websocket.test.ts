@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import WebSocket, { WebSocketServer, type RawData } from 'ws';
 import { FilterStatus, type FilterFactory } from '../../../src/pipeline/filter.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
+import { recorder as l7recorder } from './l7-helpers.ts';
 
 interface Rec {
   readonly path: string;
@@ -459,5 +460,36 @@ describe('an upgraded session and the stream idle timeout', () => {
     await waitFor('the server-side close', () => serverCloses.find((x) => x.path === '/idle'));
     const r = await waitFor('the completion', () => rec.streams.find((s) => s.path === '/idle'));
     expect([r.code, r.flags, r.details]).toEqual([101, 'SI', 'stream_idle_timeout']);
+  });
+});
+
+describe('an upgrade when one endpoint refuses connections', () => {
+  let topo: TestTopology;
+  const seen: Seen[] = [];
+  const serverCloses: { path: string; code: number }[] = [];
+  let backend: Backend;
+  const rec = l7recorder();
+
+  beforeAll(async () => {
+    // Only .11 has an app; the inbound on .12 cannot reach one, so its CONNECTs fail.
+    topo = await startTestTopology(84, { backends: false, extraFilters: [rec.factory], bootstrap: { filters: rec.filters, upstream: { loadBalancer: 'ROUND_ROBIN' } } });
+    backend = await wsBackend('127.0.84.11', seen, serverCloses);
+  });
+  afterAll(async () => {
+    await closeBackend(backend);
+    await topo?.close();
+  });
+
+  test('connect failures are retried on the other endpoint (Istio default connect-failure retry), every upgrade succeeds', async () => {
+    for (let i = 0; i < 6; i++) {
+      const { ws, res } = await within(open(`ws://${topo.entry.host}:${topo.entry.port}/retry?i=${i}`), 10_000, `upgrade ${i}`);
+      expect(res.statusCode).toBe(101);
+      ws.terminate();
+    }
+    await waitFor('six completions', () => rec.streams.filter((s) => s.path.startsWith('/retry')).length === 6 || undefined);
+    const retried = rec.streams.filter((s) => s.path.startsWith('/retry') && s.attempts === 2);
+    // Round robin sends every other first attempt to the dead endpoint.
+    expect(retried.length).toBeGreaterThan(0);
+    for (const s of rec.streams.filter((x) => x.path.startsWith('/retry'))) expect(s.upstreamHost).toBe('127.0.84.11:8080');
   });
 });
