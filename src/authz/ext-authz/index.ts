@@ -12,9 +12,13 @@
  *     // else apply outcome.headersToUpstream / headersToRemove, then go on with result.decision
  *   }
  *
+ * The authz filter's `ExtAuthzHook` (src/authz/ext-authz-hook.ts) over a client:
+ * `authzFilterFactory({ extAuthz: createExtAuthzHook(client, meshStore) })` (`hook.ts`).
+ *
  * See `client.ts` for the behaviour, `types.ts` for the shapes.
  */
 export { ExtAuthzClient, errorOutcome, readProviders, type ExtAuthzClientOptions, type ExtAuthzProvider } from './client.ts';
 export { applyHeaderMutations } from './check-response.ts';
+export { createExtAuthzHook, resolveMutations, type MeshSource } from './hook.ts';
 export { DEFAULT_STATUS_ON_ERROR, DEFAULT_TIMEOUT_MS, type BodySettings, type ProviderSettings } from './config.ts';
 export type { CheckAllowed, CheckBody, CheckDenied, CheckHttpRequest, CheckInput, CheckOutcome, CheckPeer, Dial, HeaderMutation } from './types.ts';

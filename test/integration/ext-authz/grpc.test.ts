@@ -10,7 +10,9 @@ import os from 'node:os';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { ExtAuthzClient } from '../../../src/authz/ext-authz/index.ts';
+import { log } from '../../../src/util/log.ts';
+import { createExtAuthzHook, ExtAuthzClient } from '../../../src/authz/ext-authz/index.ts';
+import type { ConnectionContext, StreamContext } from '../../../src/pipeline/context.ts';
 import type { CheckInput } from '../../../src/authz/ext-authz/types.ts';
 import { HboneSessionPool } from '../../../src/hbone/pool.ts';
 import { DEFAULT_HTTP2 } from '../../../src/hbone/settings.ts';
@@ -21,6 +23,9 @@ import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { ClusterManager } from '../../../src/upstream/cluster-manager.ts';
 import { SidecarTransport } from '../../../src/upstream/sidecar-transport.ts';
 import { meshOf, plainDial, serviceWithPod, startGrpcAuthz, type CheckReply } from './helpers.ts';
+
+// Expected failures (JWKS outages, invalid resources, failed checks) log warnings; keep the output readable.
+log.level = 'silent';
 
 const NET = '127.0.170';
 const PLAIN_POD = `${NET}.12`;
@@ -223,6 +228,14 @@ describe('gRPC provider over plain TCP', () => {
     for (let i = 0; i < 5; i++) await client.check(mesh, 'plain', input());
     expect(dial.count - before).toBeLessThanOrEqual(0);
   });
+  test('prune: connections to endpoints that left the mesh are dropped, a later check dials again', async () => {
+    await client.check(mesh, 'plain', input());
+    const before = dial.count;
+    const without = meshOf(providers, serviceWithPod('ext-authz', `${NET}.100`, HBONE_POD, 9000, { hbone: true }));
+    client.prune(without);
+    expect(await client.check(mesh, 'plain', input())).toMatchObject({ allow: true });
+    expect(dial.count).toBe(before + 1);
+  });
 });
 
 describe('timeouts and failures', () => {
@@ -297,6 +310,54 @@ describe('request body and TCP checks', () => {
     const a = plain.seen.at(-1)!.request.attributes!;
     expect(a.request).toBeUndefined();
     expect(a.source?.principal).toBe('');
+  });
+});
+
+describe('the authz filter\'s ExtAuthzHook', () => {
+  const conn = {
+    info: { downstreamAddress: '127.0.170.60', downstreamPort: 41000, peer: { uri: 'spiffe://cluster.local/ns/foo/sa/sleep' }, targetIp: `${NET}.201`, targetPort: 8000 },
+  } as unknown as ConnectionContext;
+  const stream = (headers: [string, string][], over: object = {}) =>
+    ({
+      conn,
+      method: 'GET',
+      path: '/raw/../path',
+      forwardPath: '/path',
+      authority: 'httpbin.foo:8000',
+      protocol: 'HTTP/1.1',
+      requestId: '',
+      startTime: Date.now(),
+      bytesReceived: 0,
+      req: { rawHeaders: headers.flat(), headers: Object.fromEntries(headers) },
+      ...over,
+    }) as unknown as StreamContext;
+  const hook = createExtAuthzHook(client, { current: mesh });
+  const custom = { provider: 'plain', policy: 'ns[foo]-policy[ext]-rule[0]' };
+
+  test('allow: the request built from the tunnel and stream; actions resolved against the current headers', async () => {
+    const d = await hook.check({}, stream([['x-auth-groups', 'users'], ['x-secret', 's']]), custom);
+    expect(d).toEqual({
+      allow: true,
+      headers: { 'x-auth-user': 'alice', 'x-auth-groups': 'users,admins', 'x-auth-extra': '1' },
+      removeHeaders: ['x-secret'],
+    });
+    const a = plain.seen.at(-1)!.request.attributes!;
+    expect(a.source?.principal).toBe('spiffe://cluster.local/ns/foo/sa/sleep');
+    expect(a.source?.address?.address.value).toMatchObject({ address: '127.0.170.60', portSpecifier: { value: 41000 } });
+    expect(a.destination?.principal).toBe('spiffe://cluster.local/ns/foo/sa/waypoint');
+    expect(a.request?.http?.path).toBe('/path');
+  });
+
+  test('deny: status, headers, body and details for the local reply', async () => {
+    const d = await hook.check({}, stream([['x-test', 'deny']]), custom);
+    expect(d).toEqual({ allow: false, status: 418, headers: { 'x-denied-by': 'test-authz', 'www-authenticate': 'Basic' }, body: 'go away', details: 'ext_authz_denied' });
+    const e = await hook.check({}, stream([]), { ...custom, provider: 'hang-503' });
+    expect(e).toMatchObject({ allow: false, status: 503, details: 'ext_authz_error' });
+  });
+
+  test('checkConnection: a TCP check', async () => {
+    expect(await hook.checkConnection!({}, conn, custom)).toEqual({ allow: true, headers: { 'x-auth-user': 'alice', 'x-auth-groups': 'admins', 'x-auth-extra': '1' }, removeHeaders: ['x-secret'] });
+    expect(plain.seen.at(-1)!.request.attributes!.request).toBeUndefined();
   });
 });
 

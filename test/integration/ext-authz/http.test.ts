@@ -5,10 +5,14 @@
  * list. Addresses: 127.0.171.x.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { log } from '../../../src/util/log.ts';
 import { ExtAuthzClient } from '../../../src/authz/ext-authz/index.ts';
 import type { CheckInput } from '../../../src/authz/ext-authz/types.ts';
 import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { meshOf, plainDial, serviceWithPod, startHttpAuthz, type HttpReply, type SeenHttp } from './helpers.ts';
+
+// Expected failures (JWKS outages, invalid resources, failed checks) log warnings; keep the output readable.
+log.level = 'silent';
 
 const NET = '127.0.171';
 const POD = `${NET}.11`;

@@ -1,0 +1,107 @@
+/**
+ * The {@link ExtAuthzHook} the authz filter (filters/authz) calls, backed by an
+ * {@link ExtAuthzClient}:
+ *
+ *   const extAuthz = new ExtAuthzClient({ dial: (ep, use) => clusterManager.openTcp(ep, use) });
+ *   authzFilterFactory({ extAuthz: createExtAuthzHook(extAuthz, mesh) })   // mesh: the store
+ *
+ * It builds the check from the tunnel and the request (source = HBONE peer address, port and
+ * SPIFFE id; destination = CONNECT target and this waypoint's identity; `:path` as forwarded
+ * upstream, i.e. normalized) against the current mesh snapshot, and turns the outcome into the
+ * filter's {@link ExtAuthzDecision}. That shape holds headers as one value per name, so the
+ * server's header actions are resolved here against the request as it is now: `append`/`add` join
+ * with `,` to the current value, `add-if-absent` and `overwrite-if-exists` apply only when the
+ * header is absent / present. Not carried by the decision (see the ExtAuthzClient for them):
+ * headers to add to the downstream response on allow, and the request body
+ * (`includeRequestBodyInCheck`): this hook checks without a body.
+ */
+import type { ExtAuthzDecision, ExtAuthzHook } from '../ext-authz-hook.ts';
+import type { ConnectionContext, StreamContext } from '../../pipeline/context.ts';
+import type { MeshSnapshot } from '../../state/types.ts';
+import type { CustomCheck, RequestAttributes } from '../types.ts';
+import type { ExtAuthzClient } from './client.ts';
+import type { CheckInput, CheckOutcome, HeaderMutation } from './types.ts';
+
+/** Where the current mesh snapshot is read (the mesh store). */
+export interface MeshSource {
+  readonly current: MeshSnapshot;
+}
+
+function currentValue(headers: Readonly<Record<string, string | string[] | undefined>>, name: string): string | undefined {
+  const v = headers[name];
+  return v === undefined ? undefined : Array.isArray(v) ? v.join(',') : v;
+}
+
+/** Resolve mutations to one value per name against the request's current headers (lower-case names). */
+export function resolveMutations(current: Readonly<Record<string, string | string[] | undefined>>, muts: readonly HeaderMutation[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  const valueOf = (name: string) => (name in out ? out[name] : currentValue(current, name));
+  for (const m of muts) {
+    const now = valueOf(m.name);
+    switch (m.action) {
+      case 'set':
+        out[m.name] = m.value;
+        break;
+      case 'append':
+      case 'add':
+        out[m.name] = now === undefined ? m.value : `${now},${m.value}`;
+        break;
+      case 'add-if-absent':
+        if (now === undefined) out[m.name] = m.value;
+        break;
+      case 'overwrite-if-exists':
+        if (now !== undefined) out[m.name] = m.value;
+        break;
+    }
+  }
+  return out;
+}
+
+function decision(outcome: CheckOutcome, requestHeaders: Readonly<Record<string, string | string[] | undefined>>): ExtAuthzDecision {
+  if (outcome.allow) {
+    const headers = resolveMutations(requestHeaders, outcome.headersToUpstream);
+    return {
+      allow: true,
+      ...(Object.keys(headers).length ? { headers } : {}),
+      ...(outcome.headersToRemove.length ? { removeHeaders: outcome.headersToRemove } : {}),
+    };
+  }
+  const headers: Record<string, string> = {};
+  for (const [n, v] of outcome.headers) headers[n] = n in headers ? `${headers[n]}, ${v}` : v;
+  return { allow: false, status: outcome.status, headers, body: outcome.body, details: outcome.details };
+}
+
+function peers(conn: ConnectionContext, mesh: MeshSnapshot): Pick<CheckInput, 'source' | 'destination'> {
+  const info = conn.info;
+  return {
+    source: { address: info.downstreamAddress, port: info.downstreamPort, ...(info.peer.uri ? { principal: info.peer.uri } : {}) },
+    destination: { address: info.targetIp, port: info.targetPort, principal: mesh.waypoint.identity },
+  };
+}
+
+/** An {@link ExtAuthzHook} over `client`, reading providers from `mesh.current`. */
+export function createExtAuthzHook(client: ExtAuthzClient, mesh: MeshSource): ExtAuthzHook {
+  return {
+    async check(_attrs: RequestAttributes, stream: StreamContext, custom: CustomCheck): Promise<ExtAuthzDecision> {
+      const snapshot = mesh.current;
+      const outcome = await client.check(snapshot, custom.provider, {
+        ...peers(stream.conn, snapshot),
+        http: {
+          ...(stream.requestId ? { id: stream.requestId } : {}),
+          method: stream.method,
+          path: stream.forwardPath ?? stream.path,
+          host: stream.authority,
+          protocol: stream.protocol,
+          headers: stream.req.rawHeaders,
+          time: new Date(stream.startTime),
+          size: stream.bytesReceived,
+        },
+      });
+      return decision(outcome, stream.req.headers);
+    },
+    async checkConnection(_attrs: RequestAttributes, conn: ConnectionContext, custom: CustomCheck): Promise<ExtAuthzDecision> {
+      const snapshot = mesh.current;
+      return decision(await client.check(snapshot, custom.provider, peers(conn, snapshot)), {});
+    },
+  };
+}
