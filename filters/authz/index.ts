@@ -68,8 +68,12 @@ export interface AuthzFilterOptions {
   readonly extAuthz?: ExtAuthzHook;
 }
 
-/** Headers an ext_authz decision asked for: on the local reply (deny) or the upstream request (allow). */
-const EXT_AUTHZ_HEADERS = defineSlot<Readonly<Record<string, string>>>('istio.authz.ext_authz_headers', 'stream');
+/** Header changes an ext_authz decision asked for: on the local reply (deny) or the upstream request (allow). */
+interface HeaderMutation {
+  readonly headers: Readonly<Record<string, string>> | undefined;
+  readonly remove: readonly string[] | undefined;
+}
+const EXT_AUTHZ_MUTATION = defineSlot<HeaderMutation>('istio.authz.ext_authz_headers', 'stream');
 
 /** Build the factory; the registered default ({@link authzFactory}) has no ext_authz hook. */
 export function authzFilterFactory(opts: AuthzFilterOptions = {}): FilterFactory<AuthzFilterConfig> {
@@ -106,7 +110,7 @@ export function remoteAddress(xff: string | string[] | undefined, peer: string):
   return isIP(last) ? last : peer;
 }
 
-/** The connection attributes of a tunnel (TCP decisions, and the base of every request's). */
+/** The attributes of a tunnel, for TCP decisions (`remote.ip` defaults to the peer). */
 function connectionAttributes(conn: ConnectionContext): RequestAttributes {
   const info = conn.info;
   return {
@@ -227,8 +231,9 @@ class AuthzFilter implements Filter {
         this.env.log.error({ err }, 'authz: re-check of an open tunnel failed');
         continue;
       }
-      if (denied instanceof Promise) void denied.then((d) => this.apply(conn, d));
-      else this.apply(conn, denied);
+      if (denied instanceof Promise) {
+        denied.then((d) => this.apply(conn, d)).catch((err: unknown) => this.env.log.error({ err }, 'authz: re-check of an open tunnel failed'));
+      } else this.apply(conn, denied);
     }
   }
 
@@ -324,9 +329,9 @@ class AuthzFilter implements Filter {
     }
     return pending.then(
       (d) => {
-        if (d.headers && Object.keys(d.headers).length > 0) stream.set(EXT_AUTHZ_HEADERS, d.headers);
+        if (d.headers || d.removeHeaders) stream.set(EXT_AUTHZ_MUTATION, { headers: d.headers, remove: d.allow ? d.removeHeaders : undefined });
         if (d.allow) return enforce(stream, result);
-        stream.sendLocalReply(d.status ?? 403, d.body ?? '', UNAUTHORIZED_EXTERNAL_SERVICE, 'ext_authz_denied');
+        stream.sendLocalReply(d.status ?? 403, d.body ?? '', UNAUTHORIZED_EXTERNAL_SERVICE, d.details ?? 'ext_authz_denied');
         return FilterStatus.StopAndReply;
       },
       (err: unknown) => {
@@ -337,18 +342,19 @@ class AuthzFilter implements Filter {
     );
   }
 
-  /** Headers an allowing ext_authz decision asked to add upstream. */
+  /** Headers an allowing ext_authz decision asked to set on (or remove from) the upstream request. */
   onUpstreamRequest(stream: StreamContext, headers: HeaderList): void {
-    const extra = stream.get(EXT_AUTHZ_HEADERS);
-    if (!extra) return;
-    for (const name in extra) headers.set(name.toLowerCase(), extra[name]);
+    const m = stream.get(EXT_AUTHZ_MUTATION);
+    if (!m) return;
+    for (const name in m.headers) headers.set(name.toLowerCase(), m.headers[name]);
+    for (const name of m.remove ?? []) headers.remove(name.toLowerCase());
   }
 
   /** Headers a denying ext_authz decision put on its local reply. */
   onResponseHeaders(stream: StreamContext, headers: HeaderList): void {
-    const extra = stream.get(EXT_AUTHZ_HEADERS);
-    if (!extra || stream.responseFlags.split(',').indexOf(UNAUTHORIZED_EXTERNAL_SERVICE) < 0) return;
-    for (const name in extra) headers.set(name.toLowerCase(), extra[name]);
+    const m = stream.get(EXT_AUTHZ_MUTATION);
+    if (!m?.headers || stream.responseFlags.split(',').indexOf(UNAUTHORIZED_EXTERNAL_SERVICE) < 0) return;
+    for (const name in m.headers) headers.set(name.toLowerCase(), m.headers[name]);
   }
 
   private warnNoHook(custom: CustomCheck, what: string): void {

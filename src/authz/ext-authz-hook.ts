@@ -22,6 +22,10 @@ export interface ExtAuthzDecision {
   readonly headers?: Readonly<Record<string, string>>;
   /** Denials: the local reply's body (default empty). */
   readonly body?: string;
+  /** Denials: the response code details (default `ext_authz_denied`; `ext_authz_error` for a failed check). */
+  readonly details?: string;
+  /** Allows: headers to remove from the upstream request (after `headers` are set). */
+  readonly removeHeaders?: readonly string[];
 }
 
 /** An ext_authz client. */
