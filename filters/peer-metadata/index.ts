@@ -192,7 +192,7 @@ class PeerMetadata {
         else if (m === HEADERS) {
           const v = headers.get(PEER_METADATA_HEADER);
           peer = v === undefined ? undefined : this.headerPeer(v);
-          if (peer !== undefined && ep) peer = withIdentity(peer, ep.workload.identity);
+          if (peer !== undefined && ep) peer = withVerifiedIdentity(peer, ep.workload.identity);
         } else peer = this.connectBaggagePeer(stream.upstreamConnectHeaders, ep);
       }
       if (peer !== undefined) stream.set(UPSTREAM_PEER, peer);
@@ -218,7 +218,7 @@ class PeerMetadata {
       else if (m === HEADERS) {
         // TCP has no headers: the same Struct arrives in the sidecar's `istio-peer-exchange` frame.
         peer = conn.upstreamExchangePeer;
-        if (peer !== undefined && ep) peer = withIdentity(peer, ep.workload.identity);
+        if (peer !== undefined && ep) peer = withVerifiedIdentity(peer, ep.workload.identity);
       } else peer = this.connectBaggagePeer(conn.upstreamConnectHeaders, ep);
     }
     if (peer !== undefined) conn.set(TCP_UPSTREAM_PEER, peer);
@@ -303,8 +303,18 @@ export function workloadAt(mesh: MeshSnapshot, address: string): Workload | unde
 }
 
 /** `peer` with `identity` filled in when it has none. */
+/** The peer with `identity` filled in when it has none. */
 function withIdentity(peer: PeerInfo, identity: string): PeerInfo {
   if (peer.identity !== '' || identity === '') return peer;
+  return Object.freeze({ ...peer, identity });
+}
+
+/**
+ * The upstream peer with the identity the endpoint had to present (its HBONE/mTLS certificate was
+ * verified against it): metadata an upstream sends about itself never overrides that.
+ */
+function withVerifiedIdentity(peer: PeerInfo, identity: string): PeerInfo {
+  if (identity === '' || peer.identity === identity) return peer;
   return Object.freeze({ ...peer, identity });
 }
 

@@ -63,7 +63,14 @@ export const HTTP_LABEL_NAMES: readonly string[] = Object.freeze([
 /** Labels of the `istio_tcp_*` metrics. */
 export const TCP_LABEL_NAMES: readonly string[] = Object.freeze([...PEER_LABEL_NAMES, 'request_protocol', 'response_flags', 'connection_security_policy']);
 
-const or = (v: string, dflt: string): string => (v === '' ? dflt : v);
+/**
+ * Longest label value kept (characters). Peer fields can come from client-supplied baggage or
+ * headers (up to 64 KiB): capping them keeps each series, and so the scrape, bounded in size as
+ * well as in number (Kubernetes names are at most 253 characters).
+ */
+export const MAX_LABEL_VALUE = 256;
+
+const or = (v: string, dflt: string): string => (v === '' ? dflt : v.length > MAX_LABEL_VALUE ? v.slice(0, MAX_LABEL_VALUE) : v);
 
 /**
  * The namespace in a SPIFFE principal: what follows `/ns/` up to the next `/` (Envoy's

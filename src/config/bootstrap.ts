@@ -134,8 +134,9 @@ const schema = z.strictObject({
   filters: z
     .array(filterEntry)
     .min(1)
-    // Istio's waypoint always runs peer metadata discovery and the standard stats.
-    .default([{ name: 'istio.peer_metadata' }, { name: 'istio.stats' }, { name: 'envoy.filters.http.router' }]),
+    // Istio's waypoint always runs peer metadata discovery, RBAC (with path normalization) and
+    // the standard stats.
+    .default([{ name: 'istio.peer_metadata' }, { name: 'istio.authz' }, { name: 'istio.stats' }, { name: 'envoy.filters.http.router' }]),
 });
 
 function validTtl(v: string): boolean {

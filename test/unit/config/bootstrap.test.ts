@@ -45,8 +45,8 @@ describe('defaults', () => {
     expect(at(defaultBootstrap(), path)).toEqual(value);
   });
 
-  test('the filter chain defaults to Istio waypoint\'s: peer metadata, stats, router', () => {
-    expect(defaultBootstrap().filters).toEqual([{ name: 'istio.peer_metadata' }, { name: 'istio.stats' }, { name: 'envoy.filters.http.router' }]);
+  test('the filter chain defaults to Istio waypoint\'s: peer metadata, authz, stats, router', () => {
+    expect(defaultBootstrap().filters).toEqual([{ name: 'istio.peer_metadata' }, { name: 'istio.authz' }, { name: 'istio.stats' }, { name: 'envoy.filters.http.router' }]);
   });
 
   test('the stream window fits in the connection window, and the session memory cap exceeds both', () => {

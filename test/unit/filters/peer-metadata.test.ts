@@ -345,7 +345,7 @@ describe('istio_headers discovery', () => {
   test('upstream [istio_headers, workload_discovery]: the response header wins and is removed; without it, the endpoint', () => {
     const { chain } = make({ upstreamDiscovery: ['istio_headers', 'workload_discovery'] });
     const a = exchange(chain, { response: [PEER_METADATA_HEADER, ISTIO_124_HEADER, PEER_METADATA_ID_HEADER, 'x', 'content-type', 'text/plain'] });
-    expect(a.stream.get(UPSTREAM_PEER)).toEqual(ISTIO_124_PEER);
+    expect(a.stream.get(UPSTREAM_PEER)).toEqual({ ...ISTIO_124_PEER, identity: ECHO_ID });
     expect(a.response.raw).toEqual(['content-type', 'text/plain']);
     expect(exchange(chain).stream.get(UPSTREAM_PEER)).toMatchObject(ECHO);
   });
@@ -354,6 +354,12 @@ describe('istio_headers discovery', () => {
     const { chain } = make({ upstreamDiscovery: ['istio_headers'] });
     const header = encodePeerMetadata({ ...UNKNOWN, namespace: 'demo', workload: 'sidecar-app' });
     expect(exchange(chain, { response: [PEER_METADATA_HEADER, header] }).stream.get(UPSTREAM_PEER)).toMatchObject({ workload: 'sidecar-app', identity: ECHO_ID });
+  });
+
+  test('an upstream header peer claiming another IDENTITY gets the endpoint identity it was verified as', () => {
+    const { chain } = make({ upstreamDiscovery: ['istio_headers'] });
+    const forged = encodePeerMetadata({ ...UNKNOWN, namespace: 'kube-system', workload: 'forged', identity: 'spiffe://cluster.local/ns/kube-system/sa/admin' });
+    expect(exchange(chain, { response: [PEER_METADATA_HEADER, forged] }).stream.get(UPSTREAM_PEER)).toMatchObject({ workload: 'forged', identity: ECHO_ID });
   });
 
   test('repeated header values: the first is used', () => {

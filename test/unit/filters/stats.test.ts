@@ -477,3 +477,13 @@ describe('the filter', () => {
     expect(b.map((x) => [x.labels, x.value])).toEqual([[{ component: 'proxy', tag: 'unknown' }, 1]]);
   });
 });
+
+describe('label values from client-supplied peer metadata', () => {
+  test('are capped in length, so one series stays small whatever a peer claims', async () => {
+    const { sourceLabels, MAX_LABEL_VALUE } = await import('../../../filters/stats/labels.ts');
+    const huge = 'w'.repeat(60_000);
+    const labels = sourceLabels({ name: '', namespace: '', cluster: '', workload: huge, type: 'deployment', service: huge, revision: '', app: huge, version: '', identity: '', region: '', availabilityZone: '', labels: {} }, 'spiffe://cluster.local/ns/demo/sa/client');
+    for (const v of labels) expect(v.length).toBeLessThanOrEqual(MAX_LABEL_VALUE);
+    expect(labels[1]).toBe('w'.repeat(MAX_LABEL_VALUE));
+  });
+});
