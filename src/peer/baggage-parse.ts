@@ -42,8 +42,11 @@ const KEYS: ReadonlySet<string> = new Set([
   ...WORKLOAD_KEYS.keys(),
 ]);
 
-/** Spaces and tabs (W3C baggage OWS) stripped from both ends, without a backtracking regex. */
-function trimOws(s: string): string {
+/**
+ * Spaces and tabs (HTTP/W3C OWS) stripped from both ends, with a loop rather than a regex (no
+ * backtracking on long runs of spaces). Shared with the peer-metadata header codec.
+ */
+export function trimOws(s: string): string {
   let start = 0;
   let end = s.length;
   while (start < end && (s[start] === ' ' || s[start] === '\t')) start++;

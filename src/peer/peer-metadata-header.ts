@@ -9,6 +9,7 @@
 import { fromBinary, toBinary } from '@bufbuild/protobuf';
 import { StructSchema } from '@bufbuild/protobuf/wkt';
 import type { PeerInfo } from './peer-info.ts';
+import { trimOws } from './baggage-parse.ts';
 import { peerFromStruct, peerToStruct } from './peer-struct.ts';
 
 export const PEER_METADATA_HEADER = 'x-envoy-peer-metadata';
@@ -43,14 +44,6 @@ export function peerMetadataHeaders(peer: PeerInfo, nodeId: string): Record<stri
   return headers;
 }
 
-/** `s` without leading / trailing spaces and tabs (a loop: no regex backtracking on long runs). */
-function trimOws(s: string): string {
-  let start = 0;
-  let end = s.length;
-  while (start < end && (s[start] === ' ' || s[start] === '\t')) start++;
-  while (end > start && (s[end - 1] === ' ' || s[end - 1] === '\t')) end--;
-  return s.slice(start, end);
-}
 
 const BASE64_BODY = /^[A-Za-z0-9+/]*$/;
 
