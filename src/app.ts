@@ -9,7 +9,9 @@ import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { AdminServer } from './admin/server.ts';
 import type { BootstrapConfig } from './config/bootstrap.ts';
+import { RequestAuthn } from './authn/index.ts';
 import { compileAuthz } from './authz/compile.ts';
+import { ExtAuthzClient, createExtAuthzHook } from './authz/ext-authz/index.ts';
 import { ConfigError } from './errors.ts';
 import { HboneSessionPool } from './hbone/pool.ts';
 import { HboneServer } from './hbone/server.ts';
@@ -71,6 +73,7 @@ export class Waypoint {
   private readonly readiness: AdminServer | undefined;
   private readonly sessions: HboneSessionPool;
   private readonly clusters: ClusterManager;
+  private readonly extAuthz: ExtAuthzClient;
   private readonly inner: InnerHttpServer;
   private readonly accessLog: AccessLogSinks;
   private readonly bootstrap: BootstrapConfig;
@@ -89,6 +92,7 @@ export class Waypoint {
     readiness: AdminServer | undefined;
     sessions: HboneSessionPool;
     clusters: ClusterManager;
+    extAuthz: ExtAuthzClient;
     inner: InnerHttpServer;
     accessLog: AccessLogSinks;
     bootstrap: BootstrapConfig;
@@ -104,6 +108,7 @@ export class Waypoint {
     this.readiness = parts.readiness;
     this.sessions = parts.sessions;
     this.clusters = parts.clusters;
+    this.extAuthz = parts.extAuthz;
     this.inner = parts.inner;
     this.accessLog = parts.accessLog;
     this.bootstrap = parts.bootstrap;
@@ -130,7 +135,7 @@ export class Waypoint {
         }
         // An invalid AuthorizationPolicy refuses the whole update (the last good policies stay
         // enforced) rather than denying all traffic under it.
-        return authzRefusal(next);
+        return authzRefusal(next) ?? authnRefusal(next);
       },
     });
     const cleanup: (() => unknown)[] = [() => mesh.close()];
@@ -138,6 +143,7 @@ export class Waypoint {
       const snap = mesh.current;
       try {
         compileAuthz(snap); // an invalid AuthorizationPolicy stops the start, naming it
+        RequestAuthn.validate(snap); // so does an invalid RequestAuthentication
       } catch (err) {
         throw err instanceof ConfigError ? new ConfigError(err.message, { ...err.location, file: opts.meshFile }) : err;
       }
@@ -182,8 +188,16 @@ export class Waypoint {
       });
       cleanup.push(() => clusters.destroy());
 
+      // CUSTOM authorization (ext_authz providers reached through the cluster manager, as Envoy's
+      // ext_authz clusters) and RequestAuthentication (JWKS cached across mesh snapshots).
+      const extAuthzClient = new ExtAuthzClient({ dial: (ep, use) => clusters.openTcp(ep, use) });
+      cleanup.push(() => extAuthzClient.close());
+      const authn = new RequestAuthn();
+
       const metrics = createMetricsRegistry();
-      const registry = registerBuiltinFilters(new FilterRegistry()).register(
+      const registry = registerBuiltinFilters(new FilterRegistry(), {
+        authz: { extAuthz: createExtAuthzHook(extAuthzClient, mesh), authn },
+      }).register(
         routerFactory(clusters, {
           requestTimeoutMs: cfg.http.requestTimeoutMs,
           appendForwardedFor: cfg.http.appendForwardedFor,
@@ -215,7 +229,10 @@ export class Waypoint {
         hbone.updateMaterial(m);
         log.info({ notAfter: m.notAfter.toISOString() }, 'waypoint certificate rotated');
       });
-      mesh.subscribe((next) => clusters.prune(next));
+      mesh.subscribe((next) => {
+        clusters.prune(next);
+        extAuthzClient.prune(next);
+      });
 
       let self: Waypoint | undefined;
       const ready = () => self !== undefined && !self.draining;
@@ -240,6 +257,7 @@ export class Waypoint {
         readiness,
         sessions,
         clusters,
+        extAuthz: extAuthzClient,
         inner,
         accessLog,
         bootstrap: cfg,
@@ -288,7 +306,7 @@ export class Waypoint {
       await this.hbone.drain(this.bootstrap.drain.timeoutMs);
       // Downstreams are gone: upstream requests still open have no one to answer; give graceful
       // closing a moment, then destroy whatever remains so shutdown always finishes.
-      await settleWithin(this.clusters.close(), 1000);
+      await settleWithin(Promise.all([this.extAuthz.close(), this.clusters.close()]), 1000);
       await this.clusters.destroy();
       this.sessions.destroy();
       this.certificate.close();
@@ -307,6 +325,16 @@ function authzRefusal(snapshot: MeshSnapshot): string | undefined {
     return undefined;
   } catch (err) {
     return `invalid authorization policy: ${err instanceof ConfigError ? err.toString() : String(err)}`;
+  }
+}
+
+/** Why the snapshot's RequestAuthentications cannot be enforced, or undefined. */
+function authnRefusal(snapshot: MeshSnapshot): string | undefined {
+  try {
+    RequestAuthn.validate(snapshot);
+    return undefined;
+  } catch (err) {
+    return `invalid request authentication: ${err instanceof ConfigError ? err.toString() : String(err)}`;
   }
 }
 

@@ -9,7 +9,9 @@
  *   normalized per MeshConfig `pathNormalization` (malformed: 400 `path_normalization_failed`) and
  *   the normalized path (query kept) is what the router sends upstream (`stream.forwardPath`), as
  *   Envoy's `normalize_path` rewrites `:path` for every filter and the upstream. Then the target's
- *   HTTP evaluator decides: CUSTOM (ext_authz hook) first, then DENY, then ALLOW. A denial is 403
+ *   HTTP evaluator decides: CUSTOM (ext_authz hook) first, then JWT authentication
+ *   (RequestAuthentication: an invalid token is answered 401/403 with `www-authenticate`; a valid
+ *   one gives the request principal and claims), then DENY, then ALLOW with the JWT attributes. A denial is 403
  *   `RBAC: access denied`, flag `-`, details `rbac_access_denied_matched_policy[<rule>|none]`; gRPC
  *   requests get it as grpc-status 7 (the local reply maps it). The result (audit and dry-run
  *   included) is kept in the `AUTHZ_RESULT` slot. Each request uses the current mesh snapshot,
@@ -34,11 +36,12 @@
  */
 import { isIP } from 'node:net';
 import { authzFor } from '../../src/authz/compile.ts';
+import type { RequestAuthenticator, RequestAuthn } from '../../src/authn/index.ts';
 import type { ExtAuthzDecision, ExtAuthzHook } from '../../src/authz/ext-authz-hook.ts';
 import { headersFromRaw } from '../../src/authz/headers.ts';
 import { rbacDeniedDetails } from '../../src/authz/evaluator.ts';
 import { AUTHZ_RESULT, REQUEST_JWT, TCP_AUTHZ_RESULT } from '../../src/authz/slots.ts';
-import type { AuthzResult, CustomCheck, RequestAttributes } from '../../src/authz/types.ts';
+import type { AuthzResult, CustomCheck, HeaderLookup, RequestAttributes } from '../../src/authz/types.ts';
 import type { ConnectionContext, StreamContext } from '../../src/pipeline/context.ts';
 import { FilterStatus, type Filter, type FilterEnv, type FilterFactory, type PhaseResult } from '../../src/pipeline/filter.ts';
 import type { HeaderList } from '../../src/pipeline/headers.ts';
@@ -66,14 +69,24 @@ export type AuthzFilterConfig = Readonly<Record<string, never>>;
 export interface AuthzFilterOptions {
   /** The ext_authz client for CUSTOM policies; without it, matching CUSTOM rules deny (authz.md §2.3). */
   readonly extAuthz?: ExtAuthzHook;
+  /**
+   * RequestAuthentication (JWT), run after CUSTOM and before AUDIT/DENY/ALLOW (authz.md §2.3);
+   * without it no token is validated here (`requestPrincipals` read the `REQUEST_JWT` slot).
+   */
+  readonly authn?: RequestAuthn;
 }
 
-/** Header changes an ext_authz decision asked for: on the local reply (deny) or the upstream request (allow). */
-interface HeaderMutation {
-  readonly headers: Readonly<Record<string, string>> | undefined;
-  readonly remove: readonly string[] | undefined;
+/** Request header changes for the upstream request, in order (ext_authz allow, then JWT output): value undefined = remove. */
+const UPSTREAM_HEADER_EDITS = defineSlot<[string, string | undefined][]>('istio.authz.upstream_headers', 'stream');
+/** Headers of a local reply this filter sent (ext_authz denial, JWT rejection). */
+const LOCAL_REPLY_HEADERS = defineSlot<readonly (readonly [string, string])[]>('istio.authz.local_reply_headers', 'stream');
+
+/** Request headers as the engine sees them after earlier changes (ext_authz, JWT): `edits` win over `base`. */
+function overlayHeaders(base: HeaderLookup, edits: readonly [string, string | undefined][]): HeaderLookup {
+  const m = new Map<string, string | undefined>();
+  for (const [n, v] of edits) m.set(n, v);
+  return { get: (lowerName) => (m.has(lowerName) ? m.get(lowerName) : base.get(lowerName)) };
 }
-const EXT_AUTHZ_MUTATION = defineSlot<HeaderMutation>('istio.authz.ext_authz_headers', 'stream');
 
 /** Build the factory; the registered default ({@link authzFactory}) has no ext_authz hook. */
 export function authzFilterFactory(opts: AuthzFilterOptions = {}): FilterFactory<AuthzFilterConfig> {
@@ -85,7 +98,7 @@ export function authzFilterFactory(opts: AuthzFilterOptions = {}): FilterFactory
       }
       return Object.freeze({});
     },
-    create: (_config, env) => new AuthzFilter(env, opts.extAuthz),
+    create: (_config, env) => new AuthzFilter(env, opts.extAuthz, opts.authn),
   };
 }
 
@@ -130,14 +143,16 @@ class AuthzFilter implements Filter {
   readonly name = AUTHZ_FILTER_NAME;
   private readonly env: FilterEnv;
   private readonly extAuthz: ExtAuthzHook | undefined;
+  private readonly authn: RequestAuthn | undefined;
   /** Tunnels whose TCP decision may need revisiting when policies change. */
   private readonly tunnels = new Set<ConnectionContext>();
   private unsubscribe: (() => void) | undefined;
   private warnedNoHook = false;
 
-  constructor(env: FilterEnv, extAuthz: ExtAuthzHook | undefined) {
+  constructor(env: FilterEnv, extAuthz: ExtAuthzHook | undefined, authn: RequestAuthn | undefined) {
     this.env = env;
     this.extAuthz = extAuthz;
+    this.authn = authn;
   }
 
   // --- TCP ------------------------------------------------------------------------------------
@@ -292,7 +307,8 @@ class AuthzFilter implements Filter {
     const resolved = mesh === conn.mesh ? conn.target : mesh.resolveTarget(conn.info.targetIp, conn.info.targetPort);
     if (!resolved) return FilterStatus.Continue; // no longer served: the router answers 404 NR
     const evaluator = authz.forTarget(resolved).http;
-    if (evaluator.empty) return FilterStatus.Continue;
+    const verifier = this.authn?.forTarget(mesh, resolved);
+    if (evaluator.empty && !verifier) return FilterStatus.Continue;
 
     const info = conn.info;
     const attrs: RequestAttributes = {
@@ -305,21 +321,80 @@ class AuthzFilter implements Filter {
       method: stream.method,
       path,
       headers: headersFromRaw(stream.req.rawHeaders),
-      jwt: stream.get(REQUEST_JWT),
+      jwt: verifier ? undefined : stream.get(REQUEST_JWT),
     };
-    const result = evaluator.evaluate(attrs);
-    stream.set(AUTHZ_RESULT, result);
-    if (result.custom) return this.custom(stream, attrs, result, result.custom);
-    return enforce(stream, result);
+    // CUSTOM rules cannot use request.auth.* or requestPrincipals (authz.md §2.3), so the
+    // pre-JWT evaluation decides whether the provider is asked.
+    const result = evaluator.empty ? undefined : evaluator.evaluate(attrs);
+    if (result) stream.set(AUTHZ_RESULT, result);
+    if (result?.custom) {
+      const custom = result.custom;
+      return this.custom(stream, attrs, custom).then((allowed) => (allowed ? this.afterCustom(stream, attrs, evaluator, result, verifier) : FilterStatus.StopAndReply));
+    }
+    return this.afterCustom(stream, attrs, evaluator, result, verifier);
   }
 
-  /** CUSTOM first: ask the ext_authz provider; only if it allows do DENY/ALLOW decide. */
-  private custom(stream: StreamContext, attrs: RequestAttributes, result: AuthzResult, custom: CustomCheck): PhaseResult {
+  /** JWT authentication (when a RequestAuthentication applies), then AUDIT/DENY/ALLOW with its attributes. */
+  private afterCustom(
+    stream: StreamContext,
+    attrs: RequestAttributes,
+    evaluator: { readonly empty: boolean; evaluate(a: RequestAttributes): AuthzResult },
+    result: AuthzResult | undefined,
+    verifier: RequestAuthenticator | undefined,
+  ): PhaseResult {
+    if (!verifier) return result ? enforce(stream, result) : FilterStatus.Continue;
+    const edits = stream.get(UPSTREAM_HEADER_EDITS);
+    const headers = edits ? overlayHeaders(attrs.headers!, edits) : attrs.headers!;
+    return verifier
+      .authenticate({
+        method: stream.method,
+        path: stream.forwardPath ?? stream.path,
+        host: stream.authority,
+        headers,
+        ...(stream.req.headers['x-forwarded-proto'] ? { scheme: String(stream.req.headers['x-forwarded-proto']) } : {}),
+      })
+      .then(
+        (r) => {
+          if (!r.ok) {
+            stream.set(LOCAL_REPLY_HEADERS, r.headers);
+            stream.sendLocalReply(r.status, r.body, NO_FLAG, r.details);
+            return FilterStatus.StopAndReply;
+          }
+          const changes: [string, string | undefined][] = [];
+          for (const n of r.headers.remove) changes.push([n, undefined]);
+          for (const [n, v] of r.headers.set) changes.push([n.toLowerCase(), v]);
+          if (changes.length) this.addUpstreamEdits(stream, changes);
+          if (r.path !== undefined) stream.forwardPath = r.path;
+          if (r.jwt) stream.set(REQUEST_JWT, r.jwt);
+          if (evaluator.empty) return FilterStatus.Continue;
+          const all = stream.get(UPSTREAM_HEADER_EDITS);
+          const next = evaluator.evaluate({ ...attrs, jwt: r.jwt, headers: all ? overlayHeaders(attrs.headers!, all) : attrs.headers });
+          // A CUSTOM provider already allowed this request: keep its mark on the result.
+          const final = result?.custom && !next.custom ? { ...next, custom: result.custom } : next;
+          stream.set(AUTHZ_RESULT, final);
+          return enforce(stream, final);
+        },
+        (err: unknown) => {
+          this.env.log.warn({ err: String(err) }, 'authz: JWT authentication failed unexpectedly; denying');
+          stream.sendLocalReply(401, 'Jwt verification fails', NO_FLAG, 'jwt_authn_access_denied{Jwt_verification_fails}');
+          return FilterStatus.StopAndReply;
+        },
+      );
+  }
+
+  private addUpstreamEdits(stream: StreamContext, changes: [string, string | undefined][]): void {
+    const cur = stream.get(UPSTREAM_HEADER_EDITS);
+    if (cur) cur.push(...changes);
+    else stream.set(UPSTREAM_HEADER_EDITS, changes);
+  }
+
+  /** CUSTOM first: ask the ext_authz provider; resolves true when it allows (DENY/ALLOW decide next). */
+  private custom(stream: StreamContext, attrs: RequestAttributes, custom: CustomCheck): Promise<boolean> {
     const hook = this.extAuthz;
     if (!hook) {
       this.warnNoHook(custom, 'HTTP');
       stream.sendLocalReply(403, RBAC_DENIED_BODY, NO_FLAG, unavailableProviderDetails(custom));
-      return FilterStatus.StopAndReply;
+      return Promise.resolve(false);
     }
     let pending: Promise<ExtAuthzDecision>;
     try {
@@ -329,32 +404,40 @@ class AuthzFilter implements Filter {
     }
     return pending.then(
       (d) => {
-        if (d.headers || d.removeHeaders) stream.set(EXT_AUTHZ_MUTATION, { headers: d.headers, remove: d.allow ? d.removeHeaders : undefined });
-        if (d.allow) return enforce(stream, result);
+        if (d.allow) {
+          const changes: [string, string | undefined][] = [];
+          for (const name in d.headers) changes.push([name.toLowerCase(), d.headers[name]]);
+          for (const name of d.removeHeaders ?? []) changes.push([name.toLowerCase(), undefined]);
+          if (changes.length) this.addUpstreamEdits(stream, changes);
+          return true;
+        }
+        if (d.headers) stream.set(LOCAL_REPLY_HEADERS, Object.entries(d.headers));
         stream.sendLocalReply(d.status ?? 403, d.body ?? '', UNAUTHORIZED_EXTERNAL_SERVICE, d.details ?? 'ext_authz_denied');
-        return FilterStatus.StopAndReply;
+        return false;
       },
       (err: unknown) => {
         this.env.log.warn({ err: String(err), provider: custom.provider }, 'authz: ext_authz check failed; denying');
         stream.sendLocalReply(403, '', UNAUTHORIZED_EXTERNAL_SERVICE, 'ext_authz_error');
-        return FilterStatus.StopAndReply;
+        return false;
       },
     );
   }
 
-  /** Headers an allowing ext_authz decision asked to set on (or remove from) the upstream request. */
+  /** Request header changes from an allowing ext_authz decision and JWT authentication. */
   onUpstreamRequest(stream: StreamContext, headers: HeaderList): void {
-    const m = stream.get(EXT_AUTHZ_MUTATION);
-    if (!m) return;
-    for (const name in m.headers) headers.set(name.toLowerCase(), m.headers[name]);
-    for (const name of m.remove ?? []) headers.remove(name.toLowerCase());
+    const edits = stream.get(UPSTREAM_HEADER_EDITS);
+    if (!edits) return;
+    for (const [name, value] of edits) {
+      if (value === undefined) headers.remove(name);
+      else headers.set(name, value);
+    }
   }
 
-  /** Headers a denying ext_authz decision put on its local reply. */
+  /** Headers of this filter's local reply (ext_authz denial, JWT `www-authenticate`). */
   onResponseHeaders(stream: StreamContext, headers: HeaderList): void {
-    const m = stream.get(EXT_AUTHZ_MUTATION);
-    if (!m?.headers || stream.responseFlags.split(',').indexOf(UNAUTHORIZED_EXTERNAL_SERVICE) < 0) return;
-    for (const name in m.headers) headers.set(name.toLowerCase(), m.headers[name]);
+    const h = stream.get(LOCAL_REPLY_HEADERS);
+    if (!h) return;
+    for (const [name, value] of h) headers.set(name.toLowerCase(), value);
   }
 
   private warnNoHook(custom: CustomCheck, what: string): void {

@@ -14,11 +14,16 @@
  * source is a distinct bindable address; the backends listen on the pod addresses (Pods marked
  * `istio.io/dataplane-mode: none`, so the waypoint dials them directly).
  *
+ * Checks that carry a JWT send a real token (RS256, signed here with the case's claims) that the
+ * waypoint's RequestAuthentication validates: the case's RequestAuthentications get this test's
+ * key as inline `jwks` (instead of their `jwksUri`), and issuers no RequestAuthentication of the
+ * case names get a waypoint-wide one (the engine-level cases assume a validated token).
+ *
  * Skipped with their reason: checks other enforcers make (as in the unit conformance test),
- * checks that carry a JWT (they need RequestAuthentication's token validation in front of the
- * filter), and a peer of a foreign trust domain (the HBONE listener refuses it at the handshake
+ * and a peer of a foreign trust domain (the HBONE listener refuses it at the handshake
  * unless it is a mesh alias, and the test CA issues only cluster.local identities).
  */
+import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import {
   caseMeshText,
@@ -27,6 +32,7 @@ import {
   checkSource,
   checkTarget,
   expectedName,
+  fixtures,
   outOfScope,
   remapWith,
   type Case,
@@ -57,7 +63,6 @@ const WAYPOINT_IP = remap('10.244.9.9');
 /** Why the end-to-end run skips a check the waypoint does enforce, or undefined. */
 function e2eSkip(check: Check): string | undefined {
   const r = check.request;
-  if ((r.jwt && r.jwt !== 'none') || r.jwt_claims) return 'carries a JWT: needs RequestAuthentication (token validation) before the authz filter';
   const { principal } = checkSource(r);
   if (principal === undefined) return 'no peer identity: the HBONE listener requires a client certificate';
   if (!principal.startsWith('spiffe://cluster.local/')) return `peer ${principal}: the HBONE listener refuses trust domains other than the mesh's and its aliases`;
@@ -66,19 +71,71 @@ function e2eSkip(check: Check): string | undefined {
 
 const inScope = cases.filter((c) => c.checks.some((check) => !outOfScope(c, check) && !e2eSkip(check)));
 
+/** The JWT claims a check sends, or undefined. */
+const claimsOf = (check: Check): Record<string, unknown> | undefined => {
+  const r = check.request;
+  return r.jwt_claims ?? (r.jwt && r.jwt !== 'none' ? fixtures.jwt[r.jwt] : undefined);
+};
+
+let jwks = '';
+let signer: (claims: Record<string, unknown>) => Promise<string>;
+
+type Policy = Case['policies'][number] & { kind?: string; metadata?: object; spec?: { jwtRules?: Record<string, unknown>[] } };
+
+/** `c` with this test's key in its RequestAuthentications, plus a waypoint-wide one for the other issuers its checks use. */
+function withKeys(c: Case): Case {
+  const covered = new Set<string>();
+  const policies = (c.policies as Policy[]).map((p) => {
+    if (p.kind !== 'RequestAuthentication' || !p.spec?.jwtRules) return p;
+    const jwtRules = p.spec.jwtRules.map((rule) => {
+      covered.add(String(rule.issuer));
+      const { jwksUri: _uri, ...rest } = rule;
+      return { ...rest, jwks };
+    });
+    return { ...p, spec: { ...p.spec, jwtRules } };
+  });
+  const issuers = new Set<string>();
+  for (const check of c.checks) {
+    const iss = claimsOf(check)?.iss;
+    if (typeof iss === 'string' && !covered.has(iss)) issuers.add(iss);
+  }
+  if (issuers.size) {
+    policies.push({
+      apiVersion: 'security.istio.io/v1',
+      kind: 'RequestAuthentication',
+      metadata: { name: 'e2e-issuers', namespace: fixtures.waypoint.namespace },
+      spec: {
+        targetRefs: [{ kind: 'Gateway', group: 'gateway.networking.k8s.io', name: fixtures.waypoint.name }],
+        jwtRules: [...issuers].map((issuer) => ({ issuer, jwks })),
+      },
+    } as Policy);
+  }
+  return policies === c.policies ? c : ({ ...c, policies } as Case);
+}
+
+/** A signed token with `claims` (`exp: in the past` → expired; no `exp` → valid for an hour). */
+function tokenFor(claims: Record<string, unknown>): Promise<string> {
+  const now = Math.floor(Date.now() / 1000);
+  const exp = typeof claims.exp === 'number' ? claims.exp : claims.exp === undefined ? now + 3600 : now - 3600;
+  return signer({ ...claims, exp });
+}
+
 let wp: AuthzWaypoint;
 const http: { received: Received[]; close(): Promise<void> }[] = [];
 const tcp: { close(): Promise<void> }[] = [];
 let current = '';
 
 beforeAll(async () => {
+  const { publicKey, privateKey } = await generateKeyPair('RS256');
+  jwks = JSON.stringify({ keys: [{ ...(await exportJWK(publicKey)), kid: 'e2e', alg: 'RS256', use: 'sig' }] });
+  signer = (claims) => new SignJWT(claims).setProtectedHeader({ alg: 'RS256', kid: 'e2e', typ: 'JWT' }).sign(privateKey);
   // Backends on every fixture pod: httpbin, productpage and other speak HTTP, tcp-echo echoes.
   http.push(await startHttpBackend(remap('10.244.2.10'), 8080));
   http.push(await startHttpBackend(remap('10.244.2.11'), 9080));
   http.push(await startHttpBackend(remap('10.244.2.12'), 8080));
   tcp.push(await startTcpBackend(remap('10.244.2.13'), 9000));
   tcp.push(await startTcpBackend(remap('10.244.2.13'), 9001));
-  current = caseMeshText(inScope[0], OPTIONS);
+  current = caseMeshText(withKeys(inScope[0]), OPTIONS);
   wp = await AuthzWaypoint.start({ ip: WAYPOINT_IP, mesh: current });
 });
 afterAll(async () => {
@@ -88,7 +145,7 @@ afterAll(async () => {
 
 /** Make `c`'s mesh the waypoint's. */
 async function useCase(c: Case): Promise<void> {
-  const text = caseMeshText(c, OPTIONS);
+  const text = caseMeshText(withKeys(c), OPTIONS);
   if (text === current) return;
   expect(await wp.setMesh(text), `the waypoint accepts ${c.id}'s mesh`).toBe(true);
   current = text;
@@ -103,6 +160,8 @@ async function runHttp(check: Check): Promise<void> {
   const { principal, ip } = checkSource(r);
   const headers: [string, string][] = [['x-check-id', check.id]];
   for (const [name, values] of Object.entries(r.headers ?? {})) for (const v of values) headers.push([name, v]);
+  const claims = claimsOf(check);
+  if (claims) headers.push(['authorization', `Bearer ${await tokenFor(claims)}`]);
   const answer = await wp.http(principal!, `${target.ip}:${target.port}`, { method: r.method ?? 'GET', path: r.path ?? '/', authority: checkAuthority(r, target), headers }, remap(ip));
 
   const e = check.expect;
@@ -114,7 +173,7 @@ async function runHttp(check: Check): Promise<void> {
     if (e.forwarded_path !== undefined) expect(got!.url).toBe(e.forwarded_path);
   } else {
     expect(answer.status).toBe(e.status ?? 403);
-    expect(answer.body).toBe(e.body ?? 'RBAC: access denied');
+    if (e.body !== undefined || (e.status ?? 403) === 403) expect(answer.body).toBe(e.body ?? 'RBAC: access denied');
     expect(got, 'the backend never saw the request').toBeUndefined();
   }
   if (e.audit !== undefined || e.shadow_result !== undefined) {
