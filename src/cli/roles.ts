@@ -42,13 +42,19 @@ export function inboundCommand(): Command {
     .requiredOption('--identity <prefix>', 'workload certificate prefix (PREFIX-cert.pem, PREFIX-key.pem)')
     .requiredOption('--ca <file>', 'mesh root certificate (root-cert.pem)')
     .option('--forward <host>', 'host to dial for the application (default: the listen IP)')
-    .option('--mesh <file>', "mesh YAML: describe the workload owning the listen IP in the CONNECT response's baggage header")
-    .action(async (o: { listen: string; identity: string; ca: string; forward?: string; mesh?: string }) => {
+    .option('--mesh <file>', "mesh YAML: describe the workload owning the listen IP in the CONNECT response's baggage header, and its PeerAuthentication for --plaintext")
+    .option(
+      '--plaintext <ip:port>',
+      "plain-TCP listener for the app's non-mesh clients, relayed to <forward host>:<same port> unless PeerAuthentication is STRICT there (repeatable)",
+      (v: string, prev: string[] = []) => [...prev, v],
+    )
+    .action(async (o: { listen: string; identity: string; ca: string; forward?: string; mesh?: string; plaintext?: string[] }) => {
       const certificate = await WorkloadCertificate.fromPrefix(o.identity, o.ca);
       const mesh = o.mesh ? await MeshStore.open({ meshFile: o.mesh, watch: true }) : undefined;
-      const role = await InboundRole.start({ listen: o.listen, certificate, forward: o.forward, mesh });
+      const role = await InboundRole.start({ listen: o.listen, certificate, forward: o.forward, mesh, plaintext: o.plaintext });
       process.on('SIGHUP', () => void mesh?.reload());
       process.stdout.write(`inbound: HBONE ${addr(role.address)} -> ${o.forward ?? role.address.address}:<authority port>\n`);
+      for (const p of role.plaintextAddresses) process.stdout.write(`inbound: plaintext ${addr(p)} -> ${o.forward ?? role.address.address}:${p.port}\n`);
       onTerminate(async () => {
         await role.close();
         mesh?.close();

@@ -6,15 +6,25 @@
  * connect succeeded (503 otherwise) and relays bytes with half-close. With mesh state (`--mesh`) its
  * 200 carries the destination workload's `baggage` (the workload owning the listen IP), as
  * ztunnel's inbound answers (ZT:src/proxy/inbound.rs, src/baggage.rs).
+ *
+ * `plaintext` listeners stand in for ztunnel's inbound passthrough (the pod's app port reached by a
+ * non-mesh client, without HBONE): a connection accepted on `IP:PORT` is relayed to
+ * `<forward host>:PORT` (the listener's port is the application's port, as for HBONE the
+ * `:authority` port is) unless PeerAuthentication makes that port STRICT for the workload owning
+ * the HBONE listen IP (src/authz/peer-authentication.ts, authz.md §7.2): then the connection is
+ * closed before anything is dialed, and no byte is relayed. HBONE traffic is always mTLS, so
+ * PeerAuthentication never refuses it. The mode is read from the mesh snapshot current at accept
+ * time; connections already open are not re-checked when policies change.
  */
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import { HboneServer, respondAndClose } from '../hbone/server.ts';
 import { relay } from '../hbone/relay.ts';
 import { DEFAULT_HTTP2, type Http2Params } from '../hbone/settings.ts';
 import { trustDomainAllowed } from '../identity/spiffe.ts';
 import { formatBaggage } from '../peer/baggage.ts';
 import type { WorkloadCertificate } from '../identity/workload-certificate.ts';
-import { normalizeIp } from '../state/ip.ts';
+import { normalizeIp, parseHostPort } from '../state/ip.ts';
+import { peerAuthenticationFor } from '../authz/peer-authentication.ts';
 import type { MeshSnapshot } from '../state/types.ts';
 import { connectTcp } from '../upstream/cluster-manager.ts';
 import { log } from '../util/log.ts';
@@ -33,16 +43,29 @@ export interface InboundOptions {
   readonly connectTimeoutMs?: number;
   /** Mesh state, to describe the destination workload in the response `baggage` (none when absent or unknown). */
   readonly mesh?: { readonly current: MeshSnapshot | undefined };
+  /**
+   * Plain-TCP listen addresses (`IP:PORT`) for the application's non-mesh clients; each relays to
+   * `<forward host>:PORT`, subject to PeerAuthentication (STRICT ⇒ closed). The IP:PORT must not be
+   * the application's own address (use another IP, or `forward`).
+   */
+  readonly plaintext?: readonly string[];
 }
 
 /** A running inbound role; `start()` rejects on a bad listen address or bind error. */
 export class InboundRole {
   readonly address: AddressInfo;
+  /** Bound plaintext listeners, in `plaintext` order. */
+  readonly plaintextAddresses: readonly AddressInfo[];
   private readonly server: HboneServer;
+  private readonly plainServers: readonly net.Server[];
+  private readonly plainSockets: Set<net.Socket>;
 
-  private constructor(server: HboneServer, address: AddressInfo) {
+  private constructor(server: HboneServer, address: AddressInfo, plain: readonly net.Server[], sockets: Set<net.Socket>) {
     this.server = server;
     this.address = address;
+    this.plainServers = plain;
+    this.plainSockets = sockets;
+    this.plaintextAddresses = plain.map((p) => p.address() as AddressInfo);
   }
 
   /** Start listening. Throws on an invalid listen address or a bind error. */
@@ -88,10 +111,58 @@ export class InboundRole {
     opts.certificate.on('rotated', (m) => server.updateMaterial(m));
     const address = await server.listen(opts.listen);
     listenIp = normalizeIp(address.address) ?? address.address;
-    return new InboundRole(server, address);
+    const sockets = new Set<net.Socket>();
+    const plain: net.Server[] = [];
+    try {
+      for (const text of opts.plaintext ?? []) {
+        const at = parseHostPort(text);
+        if (!at || at.port === 0) throw new Error(`--plaintext ${text}: expected IP:PORT`);
+        const host = opts.forward ?? listenIp;
+        const srv = net.createServer({ allowHalfOpen: true, noDelay: true }, (socket) => {
+          sockets.add(socket);
+          socket.once('close', () => sockets.delete(socket));
+          socket.on('error', () => undefined);
+          const mesh = opts.mesh?.current;
+          if (mesh) {
+            const workload = mesh.workloadByIp(listenIp);
+            const { mode, policy } = peerAuthenticationFor(mesh).explain(workload, at.port);
+            if (mode === 'STRICT') {
+              log.debug({ src: socket.remoteAddress, port: at.port, policy }, 'inbound: plaintext connection refused (PeerAuthentication STRICT)');
+              socket.destroy();
+              return;
+            }
+          }
+          connectTcp(host, at.port, opts.connectTimeoutMs ?? 10_000).then(
+            (app) => {
+              if (socket.destroyed) return app.destroy();
+              void relay(socket, app);
+            },
+            (err: Error) => {
+              log.debug({ err: err.message, host, port: at.port }, 'inbound: application connect failed (plaintext)');
+              socket.destroy();
+            },
+          );
+        });
+        await new Promise<void>((resolve, reject) => {
+          srv.once('error', reject);
+          srv.listen(at.port, at.ip, () => {
+            srv.off('error', reject);
+            resolve();
+          });
+        });
+        plain.push(srv);
+      }
+    } catch (err) {
+      for (const p of plain) p.close();
+      await server.drain(0);
+      throw err;
+    }
+    return new InboundRole(server, address, plain, sockets);
   }
 
-  close(timeoutMs = 1_000): Promise<void> {
-    return this.server.drain(timeoutMs);
+  async close(timeoutMs = 1_000): Promise<void> {
+    const closed = this.plainServers.map((p) => new Promise<void>((resolve) => p.close(() => resolve())));
+    for (const s of this.plainSockets) s.destroy();
+    await Promise.all([this.server.drain(timeoutMs), ...closed]);
   }
 }

@@ -1,0 +1,172 @@
+/**
+ * PeerAuthentication as ztunnel enforces it in ambient mode (shared/reference/authz.md §7.1, §7.2).
+ *
+ * ztunnel never sees PeerAuthentication: istiod turns each workload's *effective* mode into DENY
+ * policies ("no principal" ⇒ deny, optionally limited to / excepting ports). The observable result,
+ * which this module computes directly, is one mode per (workload, destination port):
+ *
+ * - scopes: **mesh** = root namespace, no selector; **namespace** = other namespace, no selector;
+ *   **workload** = has a selector (non-empty `matchLabels`) matching the workload, not in the root
+ *   namespace (selector policies in the root namespace are ignored entirely);
+ * - the narrowest scope wins; several at one scope → the oldest (`metadata.creationTimestamp`,
+ *   then name, then namespace, as Istio sorts configs; a missing timestamp sorts first);
+ * - `UNSET` (or no `mtls`) inherits from the parent scope; at the top it means PERMISSIVE;
+ * - `portLevelMtls` (only on workload-scope policies, as validation requires a selector): keyed by
+ *   workload (container) port; a port-level `UNSET` inherits the workload's effective mode;
+ * - `DISABLE` is not supported in ambient: it is treated as PERMISSIVE at every level (plaintext
+ *   accepted, and HBONE stays mTLS whatever it says).
+ *
+ * HBONE connections always carry a verified principal, so these decisions only ever refuse
+ * plaintext connections (the `waypoint inbound` role's `--plaintext` listeners). Pure, no I/O;
+ * compiled once per mesh snapshot.
+ */
+import type { KeptResource, MeshSnapshot, Workload } from '../state/types.ts';
+import { log } from '../util/log.ts';
+
+/** Effective mode as ztunnel applies it: only STRICT refuses plaintext. */
+export type EffectiveMtlsMode = 'STRICT' | 'PERMISSIVE';
+
+/** A mode as written in a policy (`UNSET` = inherit). */
+export type MtlsMode = 'UNSET' | 'DISABLE' | 'PERMISSIVE' | 'STRICT';
+
+/** One parsed PeerAuthentication. */
+interface ParsedPeerAuthentication {
+  readonly namespace: string;
+  readonly name: string;
+  readonly created: string;
+  /** `spec.selector.matchLabels`, undefined when absent or empty. */
+  readonly selector: Readonly<Record<string, string>> | undefined;
+  readonly mode: MtlsMode;
+  readonly ports: ReadonlyMap<number, MtlsMode>;
+}
+
+/** PeerAuthentication compiled for one snapshot. */
+export interface CompiledPeerAuthentication {
+  /** True when the snapshot has at least one PeerAuthentication. */
+  readonly any: boolean;
+  /**
+   * The effective mode for plaintext traffic to `workload` on its container port `port`.
+   * `workload` undefined (not in the mesh state): only the mesh-wide policy applies.
+   */
+  modeFor(workload: Workload | undefined, port: number): EffectiveMtlsMode;
+  /** Same, with the policy that decided it (`ns/name`, or undefined for the default). */
+  explain(workload: Workload | undefined, port: number): { mode: EffectiveMtlsMode; policy: string | undefined };
+}
+
+const MODES = new Set<MtlsMode>(['UNSET', 'DISABLE', 'PERMISSIVE', 'STRICT']);
+
+function parseMode(value: unknown, where: string): MtlsMode {
+  if (value === undefined || value === null) return 'UNSET';
+  const v = String(value).toUpperCase() as MtlsMode;
+  if (MODES.has(v)) return v;
+  log.warn({ policy: where, mode: value }, 'PeerAuthentication: unknown mTLS mode, treated as UNSET');
+  return 'UNSET';
+}
+
+function record(v: unknown): Record<string, unknown> {
+  return v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
+}
+
+/** Parse one kept `security.istio.io` PeerAuthentication; invalid parts are logged and skipped. */
+export function parsePeerAuthentication(r: KeptResource): ParsedPeerAuthentication {
+  const where = `${r.namespace}/${r.name}`;
+  const spec = record(r.object.spec);
+  const metadata = record(r.object.metadata);
+  const labels = record(record(spec.selector).matchLabels);
+  const selector = Object.keys(labels).length > 0 ? Object.fromEntries(Object.entries(labels).map(([k, v]) => [k, String(v)])) : undefined;
+  const ports = new Map<number, MtlsMode>();
+  for (const [key, value] of Object.entries(record(spec.portLevelMtls))) {
+    const port = Number(key);
+    if (!Number.isInteger(port) || port < 1 || port > 65535) {
+      log.warn({ policy: where, port: key }, 'PeerAuthentication: portLevelMtls port out of 1-65535, ignored');
+      continue;
+    }
+    ports.set(port, parseMode(record(value).mode, where));
+  }
+  if (ports.size > 0 && !selector) log.warn({ policy: where }, 'PeerAuthentication: portLevelMtls requires selector, ignored');
+  const created = metadata.creationTimestamp;
+  return {
+    namespace: r.namespace,
+    name: r.name,
+    created: timestamp(created),
+    selector,
+    mode: parseMode(record(spec.mtls).mode, where),
+    ports: selector ? ports : new Map(),
+  };
+}
+
+/** ISO form of `metadata.creationTimestamp`; '' (sorts first) when absent or unparseable. */
+function timestamp(v: unknown): string {
+  const t = v instanceof Date ? v.getTime() : typeof v === 'string' ? Date.parse(v) : NaN;
+  return Number.isFinite(t) ? new Date(t).toISOString() : '';
+}
+
+/** Istio's order for same-scope configs: creation time, then name, then namespace. */
+function older(a: ParsedPeerAuthentication, b: ParsedPeerAuthentication): number {
+  if (a.created !== b.created) return a.created < b.created ? -1 : 1;
+  if (a.name !== b.name) return a.name < b.name ? -1 : 1;
+  return a.namespace < b.namespace ? -1 : a.namespace > b.namespace ? 1 : 0;
+}
+
+function selects(selector: Readonly<Record<string, string>>, labels: Readonly<Record<string, string>>): boolean {
+  for (const [k, v] of Object.entries(selector)) if (labels[k] !== v) return false;
+  return true;
+}
+
+/** Apply an explicit mode over an inherited one (UNSET inherits; DISABLE is PERMISSIVE in ambient). */
+function over(parent: EffectiveMtlsMode, mode: MtlsMode): EffectiveMtlsMode {
+  return mode === 'UNSET' ? parent : mode === 'STRICT' ? 'STRICT' : 'PERMISSIVE';
+}
+
+/** Compile the snapshot's PeerAuthentications (no caching: see {@link peerAuthenticationFor}). */
+export function compilePeerAuthentication(snapshot: MeshSnapshot): CompiledPeerAuthentication {
+  const root = snapshot.meshConfig.rootNamespace;
+  const all = snapshot
+    .resources('PeerAuthentication')
+    .filter((r) => r.apiVersion.startsWith('security.istio.io/'))
+    .map(parsePeerAuthentication)
+    .sort(older);
+  let mesh: ParsedPeerAuthentication | undefined;
+  const namespaces = new Map<string, ParsedPeerAuthentication>();
+  const selectors = new Map<string, ParsedPeerAuthentication[]>();
+  for (const p of all) {
+    if (!p.selector) {
+      if (p.namespace === root) mesh ??= p;
+      else if (!namespaces.has(p.namespace)) namespaces.set(p.namespace, p);
+    } else if (p.namespace === root) {
+      log.debug({ policy: `${p.namespace}/${p.name}` }, 'PeerAuthentication: selector policy in the root namespace ignored (as ambient does)');
+    } else {
+      let list = selectors.get(p.namespace);
+      if (!list) selectors.set(p.namespace, (list = []));
+      list.push(p); // already oldest first
+    }
+  }
+  const name = (p: ParsedPeerAuthentication) => `${p.namespace}/${p.name}`;
+  const explain = (w: Workload | undefined, port: number): { mode: EffectiveMtlsMode; policy: string | undefined } => {
+    let mode: EffectiveMtlsMode = 'PERMISSIVE';
+    let policy: string | undefined;
+    const step = (p: ParsedPeerAuthentication | undefined, m: MtlsMode | undefined) => {
+      if (!p || m === undefined || m === 'UNSET') return;
+      mode = over(mode, m);
+      policy = name(p);
+    };
+    step(mesh, mesh?.mode);
+    if (!w) return { mode, policy };
+    const ns = namespaces.get(w.namespace);
+    step(ns, ns?.mode);
+    const wl = selectors.get(w.namespace)?.find((p) => selects(p.selector!, w.labels));
+    step(wl, wl?.mode);
+    step(wl, wl?.ports.get(port));
+    return { mode, policy };
+  };
+  return { any: all.length > 0, explain, modeFor: (w, port) => explain(w, port).mode };
+}
+
+const cache = new WeakMap<MeshSnapshot, CompiledPeerAuthentication>();
+
+/** PeerAuthentication of a snapshot, compiled once per snapshot. */
+export function peerAuthenticationFor(snapshot: MeshSnapshot): CompiledPeerAuthentication {
+  let c = cache.get(snapshot);
+  if (!c) cache.set(snapshot, (c = compilePeerAuthentication(snapshot)));
+  return c;
+}

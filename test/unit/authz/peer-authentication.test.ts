@@ -1,0 +1,171 @@
+/**
+ * PeerAuthentication as ztunnel applies it (authz.md §7.1, §7.2): scopes and precedence, oldest
+ * wins within a scope, UNSET inherits, portLevelMtls, DISABLE as PERMISSIVE, root-namespace
+ * selector policies ignored.
+ */
+import { stringify } from 'yaml';
+import { describe, expect, test } from 'vitest';
+
+import { compilePeerAuthentication, peerAuthenticationFor } from '../../../src/authz/peer-authentication.ts';
+import { compileMesh } from '../../../src/state/compile.ts';
+import type { MeshSnapshot, Workload } from '../../../src/state/types.ts';
+
+const pod = (name: string, ns: string, ip: string, app: string) => ({
+  apiVersion: 'v1',
+  kind: 'Pod',
+  metadata: { name, namespace: ns, labels: { app } },
+  spec: { serviceAccountName: app },
+  status: { podIP: ip },
+});
+
+interface PaOptions {
+  readonly selector?: Record<string, string>;
+  readonly mode?: string;
+  readonly ports?: Record<string, string | undefined>;
+  readonly created?: string;
+}
+
+const pa = (ns: string, name: string, o: PaOptions = {}) => ({
+  apiVersion: 'security.istio.io/v1',
+  kind: 'PeerAuthentication',
+  metadata: { name, namespace: ns, ...(o.created ? { creationTimestamp: o.created } : {}) },
+  spec: {
+    ...(o.selector ? { selector: { matchLabels: o.selector } } : {}),
+    ...(o.mode ? { mtls: { mode: o.mode } } : {}),
+    ...(o.ports ? { portLevelMtls: Object.fromEntries(Object.entries(o.ports).map(([p, m]) => [p, m ? { mode: m } : {}])) } : {}),
+  },
+});
+
+function mesh(...policies: object[]): MeshSnapshot {
+  const docs = [
+    {
+      apiVersion: 'gateway.networking.k8s.io/v1',
+      kind: 'Gateway',
+      metadata: { name: 'waypoint', namespace: 'foo' },
+      spec: { gatewayClassName: 'istio-waypoint', listeners: [{ name: 'mesh', port: 15008, protocol: 'HBONE' }] },
+    },
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'foo' } },
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'bar' } },
+    pod('web', 'foo', '127.0.186.10', 'web'),
+    pod('db', 'foo', '127.0.186.11', 'db'),
+    pod('api', 'bar', '127.0.186.12', 'api'),
+    ...policies,
+  ];
+  return compileMesh({ text: docs.map((d) => stringify(d)).join('---\n'), file: 'pa-test.yaml' });
+}
+
+const wl = (m: MeshSnapshot, ip: string): Workload => m.workloadByIp(ip)!;
+const modes = (m: MeshSnapshot, port = 8080) => {
+  const c = compilePeerAuthentication(m);
+  return { web: c.modeFor(wl(m, '127.0.186.10'), port), db: c.modeFor(wl(m, '127.0.186.11'), port), api: c.modeFor(wl(m, '127.0.186.12'), port) };
+};
+
+describe('PeerAuthentication: scopes and precedence', () => {
+  test('no policy at all ⇒ PERMISSIVE', () => {
+    const c = compilePeerAuthentication(mesh());
+    expect(c.any).toBe(false);
+    expect(c.modeFor(undefined, 80)).toBe('PERMISSIVE');
+    expect(modes(mesh())).toEqual({ web: 'PERMISSIVE', db: 'PERMISSIVE', api: 'PERMISSIVE' });
+  });
+
+  test('mesh-wide STRICT (root namespace, no selector) applies everywhere, also to unknown workloads', () => {
+    const m = mesh(pa('istio-system', 'default', { mode: 'STRICT' }));
+    expect(modes(m)).toEqual({ web: 'STRICT', db: 'STRICT', api: 'STRICT' });
+    expect(compilePeerAuthentication(m).explain(undefined, 80)).toEqual({ mode: 'STRICT', policy: 'istio-system/default' });
+  });
+
+  test('namespace overrides mesh; workload overrides namespace', () => {
+    const m = mesh(
+      pa('istio-system', 'default', { mode: 'STRICT' }),
+      pa('foo', 'ns', { mode: 'PERMISSIVE' }),
+      pa('foo', 'db-strict', { selector: { app: 'db' }, mode: 'STRICT' }),
+    );
+    expect(modes(m)).toEqual({ web: 'PERMISSIVE', db: 'STRICT', api: 'STRICT' });
+    expect(compilePeerAuthentication(m).explain(wl(m, '127.0.186.11'), 8080).policy).toBe('foo/db-strict');
+  });
+
+  test('UNSET inherits from the parent scope', () => {
+    const m = mesh(pa('istio-system', 'default', { mode: 'STRICT' }), pa('foo', 'ns'), pa('foo', 'web', { selector: { app: 'web' }, mode: 'UNSET' }));
+    expect(modes(m)).toEqual({ web: 'STRICT', db: 'STRICT', api: 'STRICT' });
+  });
+
+  test('selector policies in the root namespace are ignored', () => {
+    const m = mesh(pa('istio-system', 'sel', { selector: { app: 'web' }, mode: 'STRICT' }));
+    expect(modes(m)).toEqual({ web: 'PERMISSIVE', db: 'PERMISSIVE', api: 'PERMISSIVE' });
+  });
+
+  test('a selector policy only applies in its own namespace', () => {
+    const m = mesh(pa('bar', 'web', { selector: { app: 'web' }, mode: 'STRICT' }));
+    expect(modes(m).web).toBe('PERMISSIVE');
+  });
+
+  test('several at one scope: the oldest wins (creationTimestamp, then name), not file order', () => {
+    const ns = mesh(
+      pa('foo', 'newer', { mode: 'PERMISSIVE', created: '2024-05-01T00:00:00Z' }),
+      pa('foo', 'older', { mode: 'STRICT', created: '2024-01-01T00:00:00Z' }),
+    );
+    expect(modes(ns).web).toBe('STRICT');
+    const byName = mesh(pa('istio-system', 'b', { mode: 'PERMISSIVE' }), pa('istio-system', 'a', { mode: 'STRICT' }));
+    expect(modes(byName).api).toBe('STRICT');
+    const wlScope = mesh(
+      pa('foo', 'w2', { selector: { app: 'web' }, mode: 'STRICT', created: '2024-05-01T00:00:00Z' }),
+      pa('foo', 'w1', { selector: { app: 'web' }, mode: 'PERMISSIVE', created: '2024-01-01T00:00:00Z' }),
+    );
+    expect(modes(wlScope).web).toBe('PERMISSIVE');
+  });
+
+  test('DISABLE is treated as PERMISSIVE (ambient does not support it) at every scope', () => {
+    expect(modes(mesh(pa('istio-system', 'default', { mode: 'DISABLE' }))).web).toBe('PERMISSIVE');
+    expect(modes(mesh(pa('istio-system', 'default', { mode: 'STRICT' }), pa('foo', 'ns', { mode: 'DISABLE' }))).web).toBe('PERMISSIVE');
+    const m = mesh(pa('istio-system', 'default', { mode: 'STRICT' }), pa('foo', 'web', { selector: { app: 'web' }, mode: 'DISABLE' }));
+    expect(modes(m)).toEqual({ web: 'PERMISSIVE', db: 'STRICT', api: 'STRICT' });
+  });
+
+  test('other API groups named PeerAuthentication are not ours', () => {
+    const other = { ...pa('istio-system', 'default', { mode: 'STRICT' }), apiVersion: 'example.com/v1' };
+    expect(modes(mesh(other)).web).toBe('PERMISSIVE');
+  });
+});
+
+describe('PeerAuthentication: portLevelMtls', () => {
+  test('STRICT workload with a PERMISSIVE port: only that port accepts plaintext', () => {
+    const m = mesh(pa('foo', 'web', { selector: { app: 'web' }, mode: 'STRICT', ports: { '9090': 'PERMISSIVE' } }));
+    expect(modes(m, 8080).web).toBe('STRICT');
+    expect(modes(m, 9090).web).toBe('PERMISSIVE');
+    expect(modes(m, 9090).db).toBe('PERMISSIVE');
+  });
+
+  test('PERMISSIVE mesh, port-level STRICT under an UNSET workload mode (istio#53884 merge)', () => {
+    const m = mesh(pa('istio-system', 'default', { mode: 'PERMISSIVE' }), pa('foo', 'web', { selector: { app: 'web' }, ports: { '9090': 'STRICT' } }));
+    expect(modes(m, 9090).web).toBe('STRICT');
+    expect(modes(m, 8080).web).toBe('PERMISSIVE');
+  });
+
+  test('STRICT mesh, workload UNSET with a port-level PERMISSIVE exception', () => {
+    const m = mesh(pa('istio-system', 'default', { mode: 'STRICT' }), pa('foo', 'web', { selector: { app: 'web' }, ports: { '9090': 'PERMISSIVE' } }));
+    expect(modes(m, 9090).web).toBe('PERMISSIVE');
+    expect(modes(m, 8080).web).toBe('STRICT');
+  });
+
+  test('port-level UNSET inherits the workload mode; port-level DISABLE is PERMISSIVE', () => {
+    const m = mesh(pa('foo', 'web', { selector: { app: 'web' }, mode: 'STRICT', ports: { '9090': undefined, '9091': 'DISABLE' } }));
+    expect(modes(m, 9090).web).toBe('STRICT');
+    expect(modes(m, 9091).web).toBe('PERMISSIVE');
+  });
+
+  test('portLevelMtls without a selector is ignored (validation: requires selector)', () => {
+    const m = mesh(pa('foo', 'ns', { mode: 'STRICT', ports: { '9090': 'PERMISSIVE' } }));
+    expect(modes(m, 9090).web).toBe('STRICT');
+  });
+
+  test('out-of-range ports are skipped', () => {
+    const m = mesh(pa('foo', 'web', { selector: { app: 'web' }, mode: 'STRICT', ports: { '0': 'PERMISSIVE', '70000': 'PERMISSIVE' } }));
+    expect(modes(m, 0).web).toBe('STRICT');
+  });
+});
+
+test('compiled once per snapshot', () => {
+  const m = mesh(pa('istio-system', 'default', { mode: 'STRICT' }));
+  expect(peerAuthenticationFor(m)).toBe(peerAuthenticationFor(m));
+  expect(peerAuthenticationFor(mesh())).not.toBe(peerAuthenticationFor(m));
+});
