@@ -37,9 +37,8 @@ import { HeaderList, stripHopByHop } from '../pipeline/headers.ts';
 import type { Endpoint, Target } from '../state/types.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
 import { connectResponseHeaders, type ClusterManager } from '../upstream/cluster-manager.ts';
-import { pickEndpoint } from '../upstream/pick-endpoint.ts';
 import { log } from '../util/log.ts';
-import { classify, isConnectFailure } from './router.ts';
+import { classify, isConnectFailure, startAttempt } from './router.ts';
 
 /** Which of the two cases an exchange is. */
 export type DedicatedKind = 'upgrade' | 'continue';
@@ -151,7 +150,7 @@ class DedicatedExchange {
   /** Pick an endpoint (avoiding `tried`) and open its tunnel. */
   private connect(target: Target, tried: string[] | undefined): void {
     const s = this.stream;
-    const ep = pickEndpoint(this.clusters.lb, target, s.conn.info.targetIp, tried);
+    const ep = startAttempt(this.clusters, target, s, tried);
     if (!ep) {
       this.over = true;
       this.closeDownstreamAfterReply();
@@ -159,11 +158,7 @@ class DedicatedExchange {
       return;
     }
     this.ep = ep;
-    s.endpoint = ep;
-    s.upstreamHost = ep.authority;
-    s.attempts++;
     this.released = false;
-    this.clusters.lb.start(ep);
     s.abortUpstream = this;
     this.clusters.openTcp(ep, 'http/1.1').then(
       (t) => this.onTunnel(t),

@@ -381,20 +381,16 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
   private attempt(): void {
     const s = this.stream;
     if (this.over || s.downstreamClosed) return this.end();
-    const ep = pickEndpoint(this.clusters.lb, this.target, s.conn.info.targetIp, this.tried);
+    const ep = startAttempt(this.clusters, this.target, s, this.tried);
     if (!ep) {
       this.end();
       s.sendLocalReply(503, undefined, ResponseFlag.NoHealthyUpstream, 'no_healthy_upstream');
       return;
     }
     this.ep = ep;
-    s.endpoint = ep;
-    s.upstreamHost = ep.authority;
-    s.attempts++;
     this.finished = false;
     this.discarding = false;
     this.abort = undefined;
-    this.clusters.lb.start(ep);
     if (this.h2) {
       this.clusters.h2For(ep).dispatch({ method: s.method, path: this.path, authority: s.authority, headers: this.headers.raw, body: this.body }, this);
     } else {
@@ -601,6 +597,21 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
   runRetry(): void {
     this.attempt();
   }
+}
+
+/**
+ * Pick the endpoint for a request's next attempt (avoiding `tried` authorities when another
+ * exists), record it on the stream (endpoint, upstream host, attempt count) and count it as
+ * active in the load balancer. Undefined when the target has no healthy endpoint.
+ */
+export function startAttempt(clusters: ClusterManager, target: Target, s: StreamContext, tried: readonly string[] | undefined): Endpoint | undefined {
+  const ep = pickEndpoint(clusters.lb, target, s.conn.info.targetIp, tried);
+  if (!ep) return undefined;
+  s.endpoint = ep;
+  s.upstreamHost = ep.authority;
+  s.attempts++;
+  clusters.lb.start(ep);
+  return ep;
 }
 
 function onRequestTimeout(a: UpstreamAttempt): void {
