@@ -89,6 +89,8 @@ export function parseStatsConfig(raw: unknown): StatsConfig {
 
 export const statsFactory: FilterFactory<StatsConfig> = {
   name: STATS_FILTER_NAME,
+  // Its TCP labels read the upstream peer peer-metadata sets in the same phase (onUpstreamConnected).
+  after: ['istio.peer_metadata'],
   parseConfig: parseStatsConfig,
   create: (config, env) => new StatsFilter(config, instrumentsFor(env.metrics, config, env.log)),
 };

@@ -85,6 +85,11 @@ export interface FilterFactory<C = unknown> {
   readonly name: string;
   /** Names of filters that must appear earlier in the chain. */
   readonly dependsOn?: readonly string[];
+  /**
+   * Names of filters that, when they are in the chain at all, must come earlier (e.g. the stats
+   * filter reads the peers `istio.peer_metadata` sets, but works without it).
+   */
+  readonly after?: readonly string[];
   parseConfig(raw: unknown): C;
   create(config: C, env: FilterEnv): Filter;
 }

@@ -1,7 +1,7 @@
 /**
  * Name → FilterFactory registry and the chain builder. Building a chain validates the ordered
- * list from the bootstrap config: unknown names, duplicates, unmet `dependsOn` and a missing or
- * misplaced router are configuration errors, reported with the filter's index.
+ * list from the bootstrap config: unknown names, duplicates, unmet `dependsOn`, broken `after`
+ * order and a missing or misplaced router are configuration errors, reported with the filter's index.
  */
 import { ConfigError } from '../errors.ts';
 import { FilterChain } from './chain.ts';
@@ -38,6 +38,10 @@ export class FilterRegistry {
       if (seen.has(entry.name)) throw new ConfigError(`filter "${entry.name}" appears twice`, { field });
       for (const dep of factory.dependsOn ?? []) {
         if (!seen.has(dep)) throw new ConfigError(`filter "${entry.name}" needs "${dep}" earlier in the chain`, { field });
+      }
+      for (const prior of factory.after ?? []) {
+        const later = entries.findIndex((e, j) => j > i && e.name === prior);
+        if (later >= 0) throw new ConfigError(`filter "${entry.name}" must come after "${prior}" (filters[${later}]) in the chain`, { field });
       }
       seen.add(entry.name);
       let config: unknown;

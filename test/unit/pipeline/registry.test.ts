@@ -16,10 +16,11 @@ interface Made {
   env: FilterEnv;
 }
 
-function plain(name: string, made: Made[], opts: { dependsOn?: string[]; parse?: (raw: unknown) => unknown } = {}): FilterFactory {
+function plain(name: string, made: Made[], opts: { dependsOn?: string[]; after?: string[]; parse?: (raw: unknown) => unknown } = {}): FilterFactory {
   return {
     name,
     dependsOn: opts.dependsOn,
+    after: opts.after,
     parseConfig: opts.parse ?? ((raw) => ({ parsed: raw })),
     create(config, e): Filter {
       made.push({ factory: name, config, env: e });
@@ -43,6 +44,7 @@ function registry(made: Made[] = []): FilterRegistry {
   return new FilterRegistry()
     .register(plain('istio.peer_metadata', made))
     .register(plain('istio.stats', made, { dependsOn: ['istio.peer_metadata'] }))
+    .register(plain('istio.authz', made, { after: ['istio.peer_metadata'] }))
     .register(
       plain('istio.strict', made, {
         parse(raw) {
@@ -76,6 +78,12 @@ describe('build errors', () => {
       entries: [{ name: 'istio.peer_metadata' }, { name: 'istio.nope' }, { name: ROUTER }],
       field: 'filters[1]',
       message: [/unknown filter "istio\.nope"/, /istio\.peer_metadata/, /istio\.stats/, /istio\.strict/, new RegExp(ROUTER.replaceAll('.', '\\.'))],
+    },
+    {
+      name: 'an `after` constraint: a filter listed before one it must follow names both and the later index',
+      entries: [{ name: 'istio.authz' }, { name: 'istio.peer_metadata' }, { name: ROUTER }],
+      field: 'filters[0]',
+      message: [/"istio\.authz" must come after "istio\.peer_metadata" \(filters\[1\]\)/],
     },
     {
       name: 'a duplicate filter names the second occurrence',
@@ -165,6 +173,18 @@ describe('build', () => {
     const b = reg.build([{ name: ROUTER }], env);
     expect(a).not.toBe(b);
     expect(a.terminal).not.toBe(b.terminal);
+  });
+});
+
+describe('after', () => {
+  test('is met when the other filter is absent or earlier', () => {
+    expect(() => registry().build([{ name: 'istio.authz' }, { name: ROUTER }], env)).not.toThrow();
+    expect(() => registry().build([{ name: 'istio.peer_metadata' }, { name: 'istio.authz' }, { name: ROUTER }], env)).not.toThrow();
+  });
+
+  test('the real stats filter must follow istio.peer_metadata when both are listed', async () => {
+    const { statsFactory } = await import('../../../filters/stats/index.ts');
+    expect(statsFactory.after).toEqual(['istio.peer_metadata']);
   });
 });
 
