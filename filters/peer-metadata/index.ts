@@ -37,7 +37,7 @@ import { FilterStatus, type Filter, type FilterEnv, type FilterFactory } from '.
 import type { HeaderList } from '../../src/pipeline/headers.ts';
 import { defineSlot } from '../../src/pipeline/slots.ts';
 import { parseBaggage } from '../../src/peer/baggage-parse.ts';
-import { DOWNSTREAM_PEER, REQUEST_DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, peerFromWorkload, type PeerInfo } from '../../src/peer/peer-info.ts';
+import { DOWNSTREAM_PEER, EMPTY_PEER, REQUEST_DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, peerFromWorkload, type PeerInfo } from '../../src/peer/peer-info.ts';
 import { PEER_METADATA_HEADER, PEER_METADATA_ID_HEADER, decodePeerMetadata } from '../../src/peer/peer-metadata-header.ts';
 import { normalizeIp } from '../../src/state/ip.ts';
 import type { Endpoint, MeshSnapshot, Workload } from '../../src/state/types.ts';
@@ -318,25 +318,9 @@ function withVerifiedIdentity(peer: PeerInfo, identity: string): PeerInfo {
   return Object.freeze({ ...peer, identity });
 }
 
-const NO_LABELS: Readonly<Record<string, string>> = Object.freeze({});
-
 /** A peer known only by its certificate. */
 function identityOnly(identity: string): PeerInfo {
-  return Object.freeze({
-    name: '',
-    namespace: '',
-    cluster: '',
-    workload: '',
-    type: '',
-    service: '',
-    revision: '',
-    app: '',
-    version: '',
-    identity,
-    region: '',
-    availabilityZone: '',
-    labels: NO_LABELS,
-  });
+  return Object.freeze({ ...EMPTY_PEER, identity });
 }
 
 /** True when a parsed peer has no field at all (e.g. baggage with only unknown keys). */

@@ -35,6 +35,23 @@ export interface PeerInfo {
   readonly labels: Readonly<Record<string, string>>;
 }
 
+/** A peer with every field unknown (''), no labels: the base for partially known peers. */
+export const EMPTY_PEER: PeerInfo = Object.freeze({
+  name: '',
+  namespace: '',
+  cluster: '',
+  workload: '',
+  type: '',
+  service: '',
+  revision: '',
+  app: '',
+  version: '',
+  identity: '',
+  region: '',
+  availabilityZone: '',
+  labels: Object.freeze({}),
+});
+
 /** The peer of a workload from mesh state (PX:workload_discovery/api.cc field mapping). */
 export function peerFromWorkload(w: Workload): PeerInfo {
   return Object.freeze({

@@ -13,7 +13,7 @@ import { createPeerMetadataFilter, parsePeerMetadataConfig, peerMetadataFactory,
 import { peerBaggage, selfMetadata } from '../../../filters/peer-metadata/self.ts';
 import { formatBaggage } from '../../../src/peer/baggage.ts';
 import { parseBaggage } from '../../../src/peer/baggage-parse.ts';
-import { DOWNSTREAM_PEER, REQUEST_DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, downstreamPeerOf, type PeerInfo } from '../../../src/peer/peer-info.ts';
+import { DOWNSTREAM_PEER, EMPTY_PEER, REQUEST_DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, downstreamPeerOf, type PeerInfo } from '../../../src/peer/peer-info.ts';
 import { decodePeerMetadata, encodePeerMetadata, PEER_METADATA_HEADER, PEER_METADATA_ID_HEADER } from '../../../src/peer/peer-metadata-header.ts';
 import { FilterChain } from '../../../src/pipeline/chain.ts';
 import { ConnectionContext, StreamContext, type ConnectInfo } from '../../../src/pipeline/context.ts';
@@ -87,21 +87,7 @@ const CERT = INFO.peer.uri;
 const ECHO_ID = 'spiffe://cluster.local/ns/demo/sa/echo';
 const WAYPOINT_ID = 'spiffe://cluster.local/ns/demo/sa/waypoint';
 
-const UNKNOWN: PeerInfo = Object.freeze({
-  name: '',
-  namespace: '',
-  cluster: '',
-  workload: '',
-  type: '',
-  service: '',
-  revision: '',
-  app: '',
-  version: '',
-  identity: '',
-  region: '',
-  availabilityZone: '',
-  labels: {},
-});
+const UNKNOWN: PeerInfo = EMPTY_PEER;
 
 const CLIENT = {
   name: 'client',

@@ -1,24 +1,10 @@
 import { describe, expect, test } from 'vitest';
 import { formatBaggage } from '../../../src/peer/baggage.ts';
 import { MAX_BAGGAGE_LENGTH, parseBaggage } from '../../../src/peer/baggage-parse.ts';
-import type { PeerInfo } from '../../../src/peer/peer-info.ts';
+import { EMPTY_PEER, type PeerInfo } from '../../../src/peer/peer-info.ts';
 import type { Workload } from '../../../src/state/types.ts';
 
-const EMPTY: PeerInfo = Object.freeze({
-  name: '',
-  namespace: '',
-  cluster: '',
-  workload: '',
-  type: '',
-  service: '',
-  revision: '',
-  app: '',
-  version: '',
-  identity: '',
-  region: '',
-  availabilityZone: '',
-  labels: {},
-});
+const EMPTY: PeerInfo = EMPTY_PEER;
 
 function parse(value: string | readonly string[]): PeerInfo {
   const peer = parseBaggage(value);

@@ -2,7 +2,7 @@ import { create, toBinary } from '@bufbuild/protobuf';
 import { StructSchema, ValueSchema } from '@bufbuild/protobuf/wkt';
 import type { Value } from '@bufbuild/protobuf/wkt';
 import { describe, expect, test } from 'vitest';
-import type { PeerInfo } from '../../../src/peer/peer-info.ts';
+import { EMPTY_PEER, type PeerInfo } from '../../../src/peer/peer-info.ts';
 import {
   MAX_PEER_METADATA_BASE64,
   PEER_METADATA_HEADER,
@@ -22,21 +22,7 @@ import {
   MINIMAL_HEX,
 } from './fixtures.ts';
 
-const EMPTY: PeerInfo = Object.freeze({
-  name: '',
-  namespace: '',
-  cluster: '',
-  workload: '',
-  type: '',
-  service: '',
-  revision: '',
-  app: '',
-  version: '',
-  identity: '',
-  region: '',
-  availabilityZone: '',
-  labels: {},
-});
+const EMPTY: PeerInfo = EMPTY_PEER;
 
 function decodeOk(value: string): PeerInfo {
   const result = decodePeerMetadata(value);
