@@ -24,6 +24,7 @@ import type { FilterChain } from './pipeline/chain.ts';
 import type { Filter, FilterEnv, FilterFactory } from './pipeline/filter.ts';
 import { FilterRegistry } from './pipeline/registry.ts';
 import { routerFactory } from './router/router.ts';
+import { compileDestinationRules, destinationRulePolicies, destinationRuleRefusal } from './routing/destination-rule.ts';
 import { MeshStore } from './state/store.ts';
 import type { MeshSnapshot } from './state/types.ts';
 import { AccessLogFilter, AccessLogSinks } from './telemetry/access-log.ts';
@@ -33,6 +34,7 @@ import { SidecarTransport } from './upstream/sidecar-transport.ts';
 import { waypointSelf } from './peer/self-peer.ts';
 import { log } from './util/log.ts';
 import { registerBuiltinFilters } from '../filters/index.ts';
+import { AUTHZ_FILTER_NAME } from '../filters/authz/index.ts';
 
 /** Inputs of {@link Waypoint.start}: the bootstrap config plus where mesh state and the CA come from. */
 export interface WaypointOptions {
@@ -135,7 +137,8 @@ export class Waypoint {
         }
         // An invalid AuthorizationPolicy refuses the whole update (the last good policies stay
         // enforced) rather than denying all traffic under it.
-        return authzRefusal(next) ?? authnRefusal(next);
+        // So does an invalid DestinationRule (the last good traffic policies stay applied).
+        return authzRefusal(next) ?? authnRefusal(next) ?? destinationRuleRefusal(next, cfg.upstream.loadBalancer);
       },
     });
     const cleanup: (() => unknown)[] = [() => mesh.close()];
@@ -144,8 +147,16 @@ export class Waypoint {
       try {
         compileAuthz(snap); // an invalid AuthorizationPolicy stops the start, naming it
         RequestAuthn.validate(snap); // so does an invalid RequestAuthentication
+        compileDestinationRules(snap, cfg.upstream.loadBalancer); // and an invalid DestinationRule
       } catch (err) {
         throw err instanceof ConfigError ? new ConfigError(err.message, { ...err.location, file: opts.meshFile }) : err;
+      }
+      if (cfg.networkPolicy.enforceOnOriginalIdentity && !cfg.filters.some((f) => f.name === AUTHZ_FILTER_NAME)) {
+        // The mode is enforced by istio.authz: without it NetworkPolicies would silently not apply.
+        throw new ConfigError(`networkPolicy.enforceOnOriginalIdentity needs the ${AUTHZ_FILTER_NAME} filter in filters (it enforces the NetworkPolicies)`, {
+          file: opts.configFile,
+          field: 'networkPolicy.enforceOnOriginalIdentity',
+        });
       }
       const trustDomain = snap.meshConfig.trustDomain;
       const caDir = path.resolve(opts.caDir ?? defaultCaDir());
@@ -185,6 +196,7 @@ export class Waypoint {
         httpKeepAliveMs: cfg.upstream.httpKeepAliveMs,
         maxResponseHeadersBytes: cfg.http.maxRequestHeadersBytes,
         http2: cfg.http2,
+        trafficPolicies: destinationRulePolicies(mesh, cfg.upstream.loadBalancer),
       });
       cleanup.push(() => clusters.destroy());
 
@@ -196,7 +208,7 @@ export class Waypoint {
 
       const metrics = createMetricsRegistry();
       const registry = registerBuiltinFilters(new FilterRegistry(), {
-        authz: { extAuthz: createExtAuthzHook(extAuthzClient, mesh), authn },
+        authz: { extAuthz: createExtAuthzHook(extAuthzClient, mesh), authn, networkPolicy: cfg.networkPolicy.enforceOnOriginalIdentity },
       }).register(
         routerFactory(clusters, {
           requestTimeoutMs: cfg.http.requestTimeoutMs,

@@ -28,6 +28,12 @@
  * - **Policy changes**: open TCP tunnels (and undeclared-port tunnels not yet known to be HTTP)
  *   are tracked and re-evaluated on every new mesh snapshot; one now denied is closed
  *   (`conn.terminate`), as ztunnel drains connections a policy change no longer allows.
+ * - **NetworkPolicy mode** (option `networkPolicy`, bootstrap `networkPolicy.enforceOnOriginalIdentity`):
+ *   after the AuthorizationPolicies allow a tunnel, the destination pods' ingress NetworkPolicies
+ *   are evaluated against the original client (src/netpol): TCP is refused at CONNECT time (401,
+ *   flag `DENY`) when no candidate endpoint admits it; HTTP requests carry the admission the
+ *   router's endpoint pick honours (403 `NetworkPolicy: access denied` when none admits). Open
+ *   tunnels are re-checked on mesh changes like the AuthorizationPolicy decision.
  *
  * Source attributes come from the tunnel, never from request headers: the principal is the HBONE
  * client certificate's SPIFFE id (`io.istio.peer_principal`), `source.ip` the HBONE peer address,
@@ -38,6 +44,7 @@ import { isIP } from 'node:net';
 import { authzFor } from '../../src/authz/compile.ts';
 import type { RequestAuthenticator, RequestAuthn } from '../../src/authn/index.ts';
 import type { ExtAuthzDecision, ExtAuthzHook } from '../../src/authz/ext-authz-hook.ts';
+import type { HeaderMutation } from '../../src/authz/ext-authz/types.ts';
 import { headersFromRaw } from '../../src/authz/headers.ts';
 import { rbacDeniedDetails } from '../../src/authz/evaluator.ts';
 import { AUTHZ_RESULT, REQUEST_JWT, TCP_AUTHZ_RESULT } from '../../src/authz/slots.ts';
@@ -45,8 +52,13 @@ import type { AuthzResult, CustomCheck, HeaderLookup, RequestAttributes } from '
 import type { ConnectionContext, StreamContext } from '../../src/pipeline/context.ts';
 import { FilterStatus, type Filter, type FilterEnv, type FilterFactory, type PhaseResult } from '../../src/pipeline/filter.ts';
 import type { HeaderList } from '../../src/pipeline/headers.ts';
+import { discardUnreadBody } from '../../src/pipeline/request-body.ts';
 import { defineSlot } from '../../src/pipeline/slots.ts';
+import { STREAM_ADMISSION } from '../../src/netpol/admission.ts';
+import { decideTunnel, requestAdmission } from '../../src/netpol/enforce.ts';
 import { isHttpProtocol } from '../../src/state/protocol.ts';
+import { clusterName } from '../../src/upstream/cluster-name.ts';
+import { authzStatsFor, type AuthzStats, type ExtAuthzStat } from './stats.ts';
 import type { MeshSnapshot, Target } from '../../src/state/types.ts';
 
 /** The filter's name in the bootstrap `filters:` list. */
@@ -74,10 +86,23 @@ export interface AuthzFilterOptions {
    * without it no token is validated here (`requestPrincipals` read the `REQUEST_JWT` slot).
    */
   readonly authn?: RequestAuthn;
+  /**
+   * The NetworkPolicy mode (bootstrap `networkPolicy.enforceOnOriginalIdentity`): after the
+   * AuthorizationPolicies allowed it, a TCP tunnel is refused (CONNECT 401, flag `DENY`) when no
+   * candidate endpoint's ingress NetworkPolicies admit the original client, and an HTTP request
+   * carries the admission its endpoint pick honours (src/netpol/enforce.ts).
+   */
+  readonly networkPolicy?: boolean;
 }
 
 /** Request header changes for the upstream request, in order (ext_authz allow, then JWT output): value undefined = remove. */
 const UPSTREAM_HEADER_EDITS = defineSlot<[string, string | undefined][]>('istio.authz.upstream_headers', 'stream');
+/** Response header changes an allowing ext_authz server asked for. */
+const RESPONSE_HEADER_EDITS = defineSlot<readonly HeaderMutation[]>('istio.authz.response_headers', 'stream');
+/** The request's HTTP chain name (the inbound cluster name): Envoy's connection manager stat prefix for the counters. */
+const HCM_PREFIX = defineSlot<string>('istio.authz.hcm_prefix', 'stream');
+/** A TCP tunnel the CUSTOM provider allowed (not asked again on policy re-checks). */
+const TCP_CUSTOM_ALLOWED = defineSlot<boolean>('istio.authz.tcp_custom_allowed', 'connection');
 /** Headers of a local reply this filter sent (ext_authz denial, JWT rejection). */
 const LOCAL_REPLY_HEADERS = defineSlot<readonly (readonly [string, string])[]>('istio.authz.local_reply_headers', 'stream');
 
@@ -98,7 +123,7 @@ export function authzFilterFactory(opts: AuthzFilterOptions = {}): FilterFactory
       }
       return Object.freeze({});
     },
-    create: (_config, env) => new AuthzFilter(env, opts.extAuthz, opts.authn),
+    create: (_config, env) => new AuthzFilter(env, opts.extAuthz, opts.authn, opts.networkPolicy === true),
   };
 }
 
@@ -144,15 +169,19 @@ class AuthzFilter implements Filter {
   private readonly env: FilterEnv;
   private readonly extAuthz: ExtAuthzHook | undefined;
   private readonly authn: RequestAuthn | undefined;
+  private readonly networkPolicy: boolean;
+  private readonly stats: AuthzStats;
   /** Tunnels whose TCP decision may need revisiting when policies change. */
   private readonly tunnels = new Set<ConnectionContext>();
   private unsubscribe: (() => void) | undefined;
   private warnedNoHook = false;
 
-  constructor(env: FilterEnv, extAuthz: ExtAuthzHook | undefined, authn: RequestAuthn | undefined) {
+  constructor(env: FilterEnv, extAuthz: ExtAuthzHook | undefined, authn: RequestAuthn | undefined, networkPolicy: boolean) {
     this.env = env;
     this.extAuthz = extAuthz;
     this.authn = authn;
+    this.networkPolicy = networkPolicy;
+    this.stats = authzStatsFor(env.metrics);
   }
 
   // --- TCP ------------------------------------------------------------------------------------
@@ -160,7 +189,7 @@ class AuthzFilter implements Filter {
   onConnection(conn: ConnectionContext): PhaseResult {
     if (isHttpProtocol(conn.protocol)) return FilterStatus.Continue; // decided per request
     this.track(conn);
-    const denied = this.decideTcp(conn, conn.mesh, conn.target);
+    const denied = this.decideL4(conn, conn.mesh, conn.target);
     if (denied === undefined) return FilterStatus.Continue;
     if (typeof denied === 'string') return this.refuse(conn, denied);
     return denied.then((d) => (d === undefined ? FilterStatus.Continue : this.refuse(conn, d)));
@@ -180,6 +209,15 @@ class AuthzFilter implements Filter {
     return FilterStatus.StopAndReply;
   }
 
+  /** AuthorizationPolicies first, then (NetworkPolicy mode) the destination's NetworkPolicies. */
+  private decideL4(conn: ConnectionContext, snapshot: MeshSnapshot, target: Target): string | undefined | Promise<string | undefined> {
+    const rbac = this.decideTcp(conn, snapshot, target);
+    if (!this.networkPolicy) return rbac;
+    if (rbac === undefined) return decideTunnel(conn, snapshot, target);
+    if (typeof rbac === 'string') return rbac;
+    return rbac.then((d) => d ?? decideTunnel(conn, snapshot, target));
+  }
+
   /**
    * The TCP decision for `conn` under `snapshot`: undefined when allowed, else the denial details
    * (a promise when an ext_authz provider must be asked).
@@ -190,30 +228,52 @@ class AuthzFilter implements Filter {
       conn.set(TCP_AUTHZ_RESULT, undefined);
       return undefined;
     }
+    // The admission decision (under the snapshot the tunnel was admitted with) is counted and asks
+    // the CUSTOM provider; re-checks on policy changes do neither (Envoy decides a connection once).
+    const first = snapshot === conn.mesh;
     const attrs = connectionAttributes(conn);
     const result = evaluator.evaluate(attrs);
     conn.set(TCP_AUTHZ_RESULT, result);
+    const rbac = () => {
+      if (first) this.stats.tcp(result);
+      return result.decision === 'DENY' ? rbacDeniedDetails(result) : undefined;
+    };
     const custom = result.custom;
-    if (custom) {
+    if (custom && (first || !conn.get(TCP_CUSTOM_ALLOWED))) {
       const hook = this.extAuthz;
       if (!hook?.checkConnection) {
         this.warnNoHook(custom, 'TCP');
         return unavailableProviderDetails(custom);
       }
+      // Envoy's network ext_authz (`filters/network/ext_authz`): asked once with the connection's
+      // source and destination; a denial or a failed check (without `failOpen`) closes the
+      // connection, refused here as the L4 denial (CONNECT 401). `statusOnError` has no TCP meaning.
       return hook.checkConnection(attrs, conn, custom).then(
         (d) => {
-          if (d.allow) return result.decision === 'DENY' ? rbacDeniedDetails(result) : undefined;
+          if (d.allow) {
+            this.countExtAuthz(d.failedOpen ? 'error' : 'ok');
+            if (d.failedOpen) this.countExtAuthz('failure_mode_allowed');
+            conn.set(TCP_CUSTOM_ALLOWED, true);
+            return rbac();
+          }
+          this.countExtAuthz(d.details === 'ext_authz_error' ? 'error' : 'denied');
           conn.responseFlags = UNAUTHORIZED_EXTERNAL_SERVICE;
-          return 'ext_authz_denied';
+          return d.details ?? 'ext_authz_denied';
         },
         (err: unknown) => {
           this.env.log.warn({ err: String(err), provider: custom.provider }, 'authz: ext_authz check of a TCP tunnel failed; denying');
+          this.countExtAuthz('error');
           conn.responseFlags = UNAUTHORIZED_EXTERNAL_SERVICE;
           return 'ext_authz_error';
         },
       );
     }
-    return result.decision === 'DENY' ? rbacDeniedDetails(result) : undefined;
+    return rbac();
+  }
+
+  /** Count a TCP ext_authz check (`chain` undefined) or an HTTP one. */
+  private countExtAuthz(outcome: ExtAuthzStat, chain?: string): void {
+    this.stats.extAuthz(outcome, chain);
   }
 
   private track(conn: ConnectionContext): void {
@@ -241,7 +301,7 @@ class AuthzFilter implements Filter {
       if (!target) continue;
       let denied: string | undefined | Promise<string | undefined>;
       try {
-        denied = this.decideTcp(conn, next, target);
+        denied = this.decideL4(conn, next, target);
       } catch (err) {
         this.env.log.error({ err }, 'authz: re-check of an open tunnel failed');
         continue;
@@ -306,9 +366,11 @@ class AuthzFilter implements Filter {
     // (policies attached to a Service are keyed by that snapshot's Service).
     const resolved = mesh === conn.mesh ? conn.target : mesh.resolveTarget(conn.info.targetIp, conn.info.targetPort);
     if (!resolved) return FilterStatus.Continue; // no longer served: the router answers 404 NR
+    if (this.networkPolicy) stream.set(STREAM_ADMISSION, requestAdmission(conn, mesh));
     const evaluator = authz.forTarget(resolved).http;
     const verifier = this.authn?.forTarget(mesh, resolved);
     if (evaluator.empty && !verifier) return FilterStatus.Continue;
+    stream.set(HCM_PREFIX, clusterName(resolved, 'http'));
 
     const info = conn.info;
     const attrs: RequestAttributes = {
@@ -342,7 +404,7 @@ class AuthzFilter implements Filter {
     result: AuthzResult | undefined,
     verifier: RequestAuthenticator | undefined,
   ): PhaseResult {
-    if (!verifier) return result ? enforce(stream, result) : FilterStatus.Continue;
+    if (!verifier) return result ? this.enforce(stream, result) : FilterStatus.Continue;
     const edits = stream.get(UPSTREAM_HEADER_EDITS);
     const headers = edits ? overlayHeaders(attrs.headers!, edits) : attrs.headers!;
     return verifier
@@ -357,7 +419,7 @@ class AuthzFilter implements Filter {
         (r) => {
           if (!r.ok) {
             stream.set(LOCAL_REPLY_HEADERS, r.headers);
-            stream.sendLocalReply(r.status, r.body, NO_FLAG, r.details);
+            localReply(stream, r.status, r.body, NO_FLAG, r.details);
             return FilterStatus.StopAndReply;
           }
           const changes: [string, string | undefined][] = [];
@@ -372,11 +434,11 @@ class AuthzFilter implements Filter {
           // A CUSTOM provider already allowed this request: keep its mark on the result.
           const final = result?.custom && !next.custom ? { ...next, custom: result.custom } : next;
           stream.set(AUTHZ_RESULT, final);
-          return enforce(stream, final);
+          return this.enforce(stream, final);
         },
         (err: unknown) => {
           this.env.log.warn({ err: String(err) }, 'authz: JWT authentication failed unexpectedly; denying');
-          stream.sendLocalReply(401, 'Jwt verification fails', NO_FLAG, 'jwt_authn_access_denied{Jwt_verification_fails}');
+          localReply(stream, 401, 'Jwt verification fails', NO_FLAG, 'jwt_authn_access_denied{Jwt_verification_fails}');
           return FilterStatus.StopAndReply;
         },
       );
@@ -402,6 +464,7 @@ class AuthzFilter implements Filter {
     } catch (err) {
       pending = Promise.reject(err);
     }
+    const chain = stream.get(HCM_PREFIX) ?? '';
     return pending.then(
       (d) => {
         if (d.allow) {
@@ -409,15 +472,21 @@ class AuthzFilter implements Filter {
           for (const name in d.headers) changes.push([name.toLowerCase(), d.headers[name]]);
           for (const name of d.removeHeaders ?? []) changes.push([name.toLowerCase(), undefined]);
           if (changes.length) this.addUpstreamEdits(stream, changes);
+          if (d.responseHeaders?.length) stream.set(RESPONSE_HEADER_EDITS, d.responseHeaders);
+          this.countExtAuthz(d.failedOpen ? 'error' : 'ok', chain);
+          if (d.failedOpen) this.countExtAuthz('failure_mode_allowed', chain);
           return true;
         }
+        if (d.details === 'ext_authz_error') this.countExtAuthz('error', chain);
+        else if (d.details === undefined || d.details === 'ext_authz_denied') this.countExtAuthz('denied', chain);
         if (d.headers) stream.set(LOCAL_REPLY_HEADERS, Object.entries(d.headers));
-        stream.sendLocalReply(d.status ?? 403, d.body ?? '', UNAUTHORIZED_EXTERNAL_SERVICE, d.details ?? 'ext_authz_denied');
+        localReply(stream, d.status ?? 403, d.body ?? '', d.responseFlag ?? UNAUTHORIZED_EXTERNAL_SERVICE, d.details ?? 'ext_authz_denied');
         return false;
       },
       (err: unknown) => {
         this.env.log.warn({ err: String(err), provider: custom.provider }, 'authz: ext_authz check failed; denying');
-        stream.sendLocalReply(403, '', UNAUTHORIZED_EXTERNAL_SERVICE, 'ext_authz_error');
+        this.countExtAuthz('error', chain);
+        localReply(stream, 403, '', UNAUTHORIZED_EXTERNAL_SERVICE, 'ext_authz_error');
         return false;
       },
     );
@@ -433,11 +502,22 @@ class AuthzFilter implements Filter {
     }
   }
 
-  /** Headers of this filter's local reply (ext_authz denial, JWT `www-authenticate`). */
+  /**
+   * Headers of this filter's local reply (ext_authz denial, JWT `www-authenticate`), and the
+   * response headers an allowing ext_authz server asked for (on any response, as Envoy's
+   * ext_authz `encodeHeaders`).
+   */
   onResponseHeaders(stream: StreamContext, headers: HeaderList): void {
     const h = stream.get(LOCAL_REPLY_HEADERS);
-    if (!h) return;
-    for (const [name, value] of h) headers.set(name.toLowerCase(), value);
+    if (h) for (const [name, value] of h) headers.set(name.toLowerCase(), value);
+    const edits = stream.get(RESPONSE_HEADER_EDITS);
+    if (edits) applyResponseMutations(headers, edits);
+  }
+
+  /** Count the request's AuthorizationPolicy decision, then enforce it. */
+  private enforce(stream: StreamContext, result: AuthzResult): FilterStatus {
+    this.stats.http(stream.get(HCM_PREFIX) ?? '', result);
+    return enforce(stream, result);
   }
 
   private warnNoHook(custom: CustomCheck, what: string): void {
@@ -450,9 +530,39 @@ class AuthzFilter implements Filter {
   }
 }
 
+/** This filter's local replies: the unread rest of a body read for ext_authz is dropped first. */
+function localReply(stream: StreamContext, status: number, body: string, flag: string, details: string): void {
+  discardUnreadBody(stream);
+  stream.sendLocalReply(status, body, flag, details);
+}
+
+/** Envoy ext_authz `encodeHeaders`: add, set, add-if-absent, overwrite-if-exists (append joins with `,`). */
+export function applyResponseMutations(headers: HeaderList, edits: readonly HeaderMutation[]): void {
+  for (const m of edits) {
+    const current = headers.get(m.name);
+    switch (m.action) {
+      case 'add':
+        headers.append(m.name, m.value);
+        break;
+      case 'add-if-absent':
+        if (current === undefined) headers.append(m.name, m.value);
+        break;
+      case 'overwrite-if-exists':
+        if (current !== undefined) headers.set(m.name, m.value);
+        break;
+      case 'append':
+        headers.set(m.name, current === undefined ? m.value : `${current},${m.value}`);
+        break;
+      case 'set':
+        headers.set(m.name, m.value);
+        break;
+    }
+  }
+}
+
 /** DENY → 403 `RBAC: access denied` (gRPC: status 7 via the local reply). */
 function enforce(stream: StreamContext, result: AuthzResult): FilterStatus {
   if (result.decision !== 'DENY') return FilterStatus.Continue;
-  stream.sendLocalReply(403, RBAC_DENIED_BODY, NO_FLAG, rbacDeniedDetails(result));
+  localReply(stream, 403, RBAC_DENIED_BODY, NO_FLAG, rbacDeniedDetails(result));
   return FilterStatus.StopAndReply;
 }

@@ -13,8 +13,9 @@
  *   `istio_tcp_sent_bytes_total` / `istio_tcp_received_bytes_total` every
  *   `tcpReportingDurationMs` (Istio's `tcp_reporting_duration`, 5 s) and at close from the live
  *   counters, `istio_tcp_connections_closed_total` when the tunnel is over (both directions
- *   ended). A TCP tunnel that never connected (no endpoint `UH`, connect failure `UF`) is counted
- *   opened and closed at its end, with its flag, as Envoy does at close;
+ *   ended). A TCP tunnel that never connected (no endpoint `UH`, connect failure `UF`) or was
+ *   refused at CONNECT (L4 authorization denial, 401) is counted opened and closed at its end,
+ *   with its flag, as Envoy does at close;
  * - `istio_build{component="proxy",tag=…}` = 1.
  *
  * Labels: labels.ts. Peers come from the slots `istio.peer_metadata` writes (without it, Istio's
@@ -320,7 +321,7 @@ export class StatsFilter implements Filter {
 
   onStreamComplete(stream: StreamContext): void {
     const conn = stream.conn;
-    const pair = this.pair(this.sourceOf(conn, downstreamPeerOf(stream)), this.destinationOf(stream.get(UPSTREAM_PEER), conn.target));
+    const pair = this.pair(this.sourceOf(conn, downstreamPeerOf(stream)), this.destinationOf(stream.get(UPSTREAM_PEER), stream.routeTarget ?? conn.target));
     const grpc = isGrpcContentType(contentType(stream));
     const code = stream.responseCode;
     const flags = stream.responseFlags;
@@ -378,8 +379,11 @@ export class StatsFilter implements Filter {
       live.series.closed.add(1);
       return;
     }
-    if (conn.innerProtocol !== 'TCP') return;
-    // A TCP tunnel that never reached its upstream (UH, UF): Envoy reports it at close, flag included.
+    if (conn.innerProtocol !== 'TCP' && conn.rejectStatus === 0) return;
+    // A TCP tunnel that never reached its upstream (UH, UF), or one refused at CONNECT by a filter
+    // (an L4 authorization denial: 401): Envoy's istio_stats network filter still sees the
+    // connection its RBAC / ext_authz filter closed and reports it at close, opened and closed,
+    // no bytes, with the connection's response flags (`-` for RBAC, `UAEX` for ext_authz).
     const cs = this.connStats(conn, conn.get(DOWNSTREAM_PEER));
     const series = this.tcpSeries(this.pair(cs.src, this.destinationOf(conn.get(TCP_UPSTREAM_PEER), conn.target)), conn.responseFlags, conn.info.peer.uri);
     series.opened.add(1);
@@ -416,7 +420,7 @@ export class StatsFilter implements Filter {
     const s = live.stream;
     let ms = live.series;
     if (ms === undefined) {
-      ms = this.messageSeries(this.pair(this.sourceOf(s.conn, downstreamPeerOf(s)), this.destinationOf(s.get(UPSTREAM_PEER), s.conn.target)));
+      ms = this.messageSeries(this.pair(this.sourceOf(s.conn, downstreamPeerOf(s)), this.destinationOf(s.get(UPSTREAM_PEER), s.routeTarget ?? s.conn.target)));
       live.series = ms;
     }
     ms.request.add(s.requestMessages - live.request);

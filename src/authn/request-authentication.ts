@@ -11,7 +11,8 @@
 import { ConfigError } from '../errors.ts';
 import { canonicalGroup, type TargetRef } from '../authz/policy.ts';
 import type { KeptResource } from '../state/types.ts';
-import { formatFieldPath, type FieldPath } from '../state/yaml-locate.ts';
+import { locateField } from '../state/resource-location.ts';
+import type { FieldPath } from '../state/yaml-locate.ts';
 
 /** One header a token may be read from (`JWTHeader`). */
 export interface JwtHeaderLocation {
@@ -76,7 +77,7 @@ const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
 export function parseRequestAuthentication(resource: KeptResource): RequestAuthentication {
   const ref = `RequestAuthentication/${resource.namespace}/${resource.name}`;
   const fail = (path: FieldPath, message: string): never => {
-    throw new ConfigError(message, { object: ref, field: formatFieldPath(path) });
+    throw new ConfigError(message, locateField(resource, ref, path));
   };
   const spec = resource.object.spec ?? {};
   if (!isRecord(spec)) return fail(['spec'], 'must be a mapping');

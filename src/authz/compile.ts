@@ -13,7 +13,7 @@
  */
 import { ConfigError } from '../errors.ts';
 import type { KeptResource, MeshSnapshot, Service, Target } from '../state/types.ts';
-import { formatFieldPath } from '../state/yaml-locate.ts';
+import { locateField } from '../state/resource-location.ts';
 import { log } from '../util/log.ts';
 import { attachmentOf, serviceKey } from './attachment.ts';
 import { Evaluator, type CompiledCustomRule, type CompiledRule } from './evaluator.ts';
@@ -64,10 +64,10 @@ interface CompiledPolicy {
   readonly tcp: readonly CompiledRule[];
 }
 
-function compilePolicyRules(policy: AuthorizationPolicy, flavour: Flavour, bundle: readonly string[]): CompiledRule[] {
+function compilePolicyRules(policy: AuthorizationPolicy, flavour: Flavour, bundle: readonly string[], source?: KeptResource): CompiledRule[] {
   if (policy.rules.length === 0) return [{ id: ruleId(policy, 0), matches: MATCH_NEVER }]; // allow-nothing
   const fail = (path: readonly (string | number)[], message: string): never => {
-    throw new ConfigError(message, { object: policy.ref, field: formatFieldPath(path) });
+    throw new ConfigError(message, locateField(source ?? {}, policy.ref, path));
   };
   const scope = { action: policy.action, flavour, bundle, policyNamespace: policy.namespace };
   const out: CompiledRule[] = [];
@@ -186,7 +186,16 @@ export function compileAuthz(snapshot: MeshSnapshot): CompiledAuthz {
   const bundle = [meshConfig.trustDomain, ...meshConfig.trustDomainAliases];
   const pathNormalization = readPathNormalization(snapshot);
   const providers = extAuthzProviders(snapshot);
-  const policies = snapshot.resources('AuthorizationPolicy').filter((r: KeptResource) => r.apiVersion.startsWith('security.istio.io/')).map(parsePolicy);
+  // Each policy remembers its resource, so that errors point at the file and line (resource-location.ts).
+  const sources = new Map<AuthorizationPolicy, KeptResource>();
+  const policies = snapshot
+    .resources('AuthorizationPolicy')
+    .filter((r: KeptResource) => r.apiVersion.startsWith('security.istio.io/'))
+    .map((r) => {
+      const p = parsePolicy(r);
+      sources.set(p, r);
+      return p;
+    });
 
   const served = new Map<string, Service>();
   for (const service of snapshot.services) if (service.servedByThisWaypoint) served.set(serviceKey(service), service);
@@ -202,7 +211,8 @@ export function compileAuthz(snapshot: MeshSnapshot): CompiledAuthz {
     const services = at.services.filter((key) => served.has(key));
     if (!at.waypoint && services.length === 0) continue; // another waypoint's, or a service not served here
     warnHttpOnlyDeny(policy);
-    const compiled: CompiledPolicy = { policy, http: compilePolicyRules(policy, 'http', bundle), tcp: compilePolicyRules(policy, 'tcp', bundle) };
+    const source = sources.get(policy);
+    const compiled: CompiledPolicy = { policy, http: compilePolicyRules(policy, 'http', bundle, source), tcp: compilePolicyRules(policy, 'tcp', bundle, source) };
     if (at.waypoint) waypointWide.push(compiled);
     for (const key of services) {
       let list = byService.get(key);

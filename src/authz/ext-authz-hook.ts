@@ -11,6 +11,7 @@
  * `statusOnError` itself and should resolve instead).
  */
 import type { ConnectionContext, StreamContext } from '../pipeline/context.ts';
+import type { HeaderMutation } from './ext-authz/types.ts';
 import type { CustomCheck, RequestAttributes } from './types.ts';
 
 /** The provider's answer. */
@@ -26,6 +27,19 @@ export interface ExtAuthzDecision {
   readonly details?: string;
   /** Allows: headers to remove from the upstream request (after `headers` are set). */
   readonly removeHeaders?: readonly string[];
+  /**
+   * Allows: changes to the downstream response headers, in order (gRPC `OkHttpResponse.response_headers_to_add`,
+   * HTTP `headersToDownstreamOnAllow`; Envoy's ext_authz `encodeHeaders`), applied to whatever
+   * response the request gets (upstream or local reply).
+   */
+  readonly responseHeaders?: readonly HeaderMutation[];
+  /** Allows: the check itself failed and the provider's `failOpen` let the request through. */
+  readonly failedOpen?: boolean;
+  /**
+   * Denials: the Envoy response flag (default `UAEX`); `-` for the 413 answered when the body is
+   * larger than `maxRequestBytes` without `allowPartialMessage` (Envoy's buffer limit, not a check).
+   */
+  readonly responseFlag?: string;
 }
 
 /** An ext_authz client. */

@@ -11,7 +11,8 @@
  */
 import { ConfigError } from '../errors.ts';
 import type { KeptResource } from '../state/types.ts';
-import { formatFieldPath, type FieldPath } from '../state/yaml-locate.ts';
+import { locateField } from '../state/resource-location.ts';
+import type { FieldPath } from '../state/yaml-locate.ts';
 import { log } from '../util/log.ts';
 import { parseClaimPath } from './jwt.ts';
 import { cidrMatcher } from './ip-match.ts';
@@ -132,7 +133,7 @@ export function canonicalGroup(group: string | null | undefined): string {
 export function parsePolicy(resource: KeptResource): AuthorizationPolicy {
   const ref = `AuthorizationPolicy/${resource.namespace}/${resource.name}`;
   const fail = (path: FieldPath, message: string): never => {
-    throw new ConfigError(message, { object: ref, ...(path.length ? { field: formatFieldPath(path) } : {}) });
+    throw new ConfigError(message, locateField(resource, ref, path));
   };
 
   const parsed = AuthorizationPolicySchema.safeParse(resource.object);

@@ -5,11 +5,11 @@
  *
  * A provider is unusable, so the requests its CUSTOM rules match are denied, when it is not
  * declared, not an ext_authz provider, or badly configured: port outside 1–65535, empty service,
- * service not found in the mesh, bad `statusOnError`, `pathPrefix` not starting with `/` (istio/istio
+ * service not found in the mesh ({@link lookupProviderService}), bad `statusOnError`, `pathPrefix` not starting with `/` (istio/istio
  * `pilot/pkg/security/authz/builder/extauthz.go` `processExtensionProvider`, `getExtAuthz`;
  * authz.md §2.3). Each provider is judged on its own.
  */
-import type { MeshSnapshot } from '../state/types.ts';
+import type { MeshSnapshot, Service } from '../state/types.ts';
 
 /** A declared extension provider, as far as authorization is concerned. */
 export interface ExtAuthzProvider {
@@ -24,11 +24,30 @@ export interface ExtAuthzProvider {
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** Find `service` (`<ns>/<name>` or a hostname) among the mesh's Services and ServiceEntries. */
-function serviceExists(snapshot: MeshSnapshot, service: string): boolean {
+/**
+ * Resolve an ext_authz provider's `service` (`[<Namespace>/]<Hostname>`, API:mesh/v1alpha1
+ * `EnvoyExternalAuthorizationGrpcProvider.service`) among the mesh's Services and ServiceEntries,
+ * as istiod's `extensionproviders.LookupCluster` does: the name is always a full hostname
+ * (`ext-authz.foo.svc.cluster.local`, a ServiceEntry host), never a Service's short name; with a
+ * `<Namespace>/` prefix only that namespace's service of that hostname counts; without one the
+ * hostname must be defined in exactly one namespace.
+ * @returns the Service, or Istio's error text when there is none (or it is ambiguous).
+ */
+export function lookupProviderService(snapshot: MeshSnapshot, service: string): Service | string {
+  if (service === '') return 'service must not be empty';
   const parts = service.split('/');
-  if (parts.length === 2) return snapshot.services.some((s) => s.namespace === parts[0] && s.name === parts[1]);
-  return snapshot.services.some((s) => s.hostname === service);
+  if (parts.length === 2) {
+    const found = snapshot.serviceByHost(parts[0], parts[1]);
+    if (found) return found;
+  } else {
+    const matches = snapshot.services.filter((s) => s.hostname === service);
+    const namespaces = [...new Set(matches.map((s) => s.namespace))];
+    if (namespaces.length === 1) return matches[0];
+    if (namespaces.length > 1) {
+      return `found ${service} in multiple namespaces [${namespaces.sort().join(' ')}], specify the namespace explicitly in the format of <Namespace>/<Hostname>`;
+    }
+  }
+  return `could not find service ${service} in Istio service registry`;
 }
 
 function checkProvider(snapshot: MeshSnapshot, settings: Record<string, unknown>, kind: 'grpc' | 'http'): string | undefined {
@@ -36,7 +55,8 @@ function checkProvider(snapshot: MeshSnapshot, settings: Record<string, unknown>
   if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) return `port must be in the range [1, 65535], found: ${JSON.stringify(port)}`;
   const service = settings.service;
   if (typeof service !== 'string' || service === '') return 'service must not be empty';
-  if (!serviceExists(snapshot, service)) return `could not find valid hostname for service ${service}`;
+  const found = lookupProviderService(snapshot, service);
+  if (typeof found === 'string') return found;
   const status = settings.statusOnError;
   if (status !== undefined && status !== '' && !/^[1-5]\d\d$/.test(String(status))) return `invalid statusOnError ${JSON.stringify(status)}`;
   if (kind === 'http' && settings.pathPrefix !== undefined && !String(settings.pathPrefix).startsWith('/')) {

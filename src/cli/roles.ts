@@ -5,7 +5,10 @@ import { Command } from 'commander';
 import { WorkloadCertificate } from '../identity/workload-certificate.ts';
 import { InboundRole } from '../roles/inbound.ts';
 import { TunnelRole } from '../roles/tunnel.ts';
+import { compileZtunnelAuthz } from '../authz/selector.ts';
+import { ConfigError } from '../errors.ts';
 import { MeshStore } from '../state/store.ts';
+import type { MeshSnapshot } from '../state/types.ts';
 import { addr } from '../app.ts';
 import { onTerminate } from './signals.ts';
 
@@ -42,7 +45,10 @@ export function inboundCommand(): Command {
     .requiredOption('--identity <prefix>', 'workload certificate prefix (PREFIX-cert.pem, PREFIX-key.pem)')
     .requiredOption('--ca <file>', 'mesh root certificate (root-cert.pem)')
     .option('--forward <host>', 'host to dial for the application (default: the listen IP)')
-    .option('--mesh <file>', "mesh YAML: describe the workload owning the listen IP in the CONNECT response's baggage header, and its PeerAuthentication for --plaintext")
+    .option(
+      '--mesh <file>',
+      "mesh YAML: the workload owning the listen IP (CONNECT response baggage), its PeerAuthentication for --plaintext, and its selector / namespace / mesh-wide AuthorizationPolicies (ztunnel's L4 semantics: denied CONNECTs get 401)",
+    )
     .option(
       '--plaintext <ip:port>',
       "plain-TCP listener for the app's non-mesh clients, relayed to <forward host>:<same port> unless PeerAuthentication is STRICT there (repeatable)",
@@ -50,7 +56,15 @@ export function inboundCommand(): Command {
     )
     .action(async (o: { listen: string; identity: string; ca: string; forward?: string; mesh?: string; plaintext?: string[] }) => {
       const certificate = await WorkloadCertificate.fromPrefix(o.identity, o.ca);
-      const mesh = o.mesh ? await MeshStore.open({ meshFile: o.mesh, watch: true }) : undefined;
+      // An invalid AuthorizationPolicy stops the start, and refuses a reload (the last good policies stay).
+      const mesh = o.mesh ? await MeshStore.open({ meshFile: o.mesh, watch: true, accept: (next) => ztunnelAuthzRefusal(next) }) : undefined;
+      if (mesh) {
+        try {
+          compileZtunnelAuthz(mesh.current);
+        } catch (err) {
+          throw err instanceof ConfigError ? new ConfigError(err.message, { ...err.location, file: o.mesh }) : err;
+        }
+      }
       const role = await InboundRole.start({ listen: o.listen, certificate, forward: o.forward, mesh, plaintext: o.plaintext });
       process.on('SIGHUP', () => void mesh?.reload());
       process.stdout.write(`inbound: HBONE ${addr(role.address)} -> ${o.forward ?? role.address.address}:<authority port>\n`);
@@ -60,4 +74,14 @@ export function inboundCommand(): Command {
         mesh?.close();
       });
     });
+}
+
+/** Why the inbound role cannot enforce a snapshot's AuthorizationPolicies, or undefined. */
+function ztunnelAuthzRefusal(snapshot: MeshSnapshot): string | undefined {
+  try {
+    compileZtunnelAuthz(snapshot);
+    return undefined;
+  } catch (err) {
+    return `invalid authorization policy: ${err instanceof ConfigError ? err.toString() : String(err)}`;
+  }
 }

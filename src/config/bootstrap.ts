@@ -130,6 +130,25 @@ const schema = z.strictObject({
       encoding: z.enum(['TEXT', 'JSON']).optional(),
     })
     .prefault({}),
+  /**
+   * Kubernetes NetworkPolicy on the original client (beyond Istio). Traffic that passed a waypoint
+   * reaches its destination from the waypoint's address, so ingress NetworkPolicies that select
+   * the original client stop meaning what their authors wrote (shared/reference/authz.md §8.2).
+   */
+  networkPolicy: z
+    .strictObject({
+      /**
+       * Evaluate the destination pod's ingress NetworkPolicies (`networking.k8s.io/v1` in the mesh
+       * file) against the original source workload (the tunnel's source address and identity) and
+       * the endpoint's target port, as the destination's CNI would have without the waypoint in the
+       * path. TCP ports: a denial answers the CONNECT 401; HTTP: endpoints that deny are skipped, and
+       * 403 `NetworkPolicy: access denied` when none allows. Flag `DENY` (ztunnel's). Enforced by
+       * the `istio.authz` filter, which must then be in `filters`. Egress policies are not
+       * evaluated. Default off, as in Istio.
+       */
+      enforceOnOriginalIdentity: z.boolean().default(false),
+    })
+    .prefault({}),
   /** The ordered HTTP filter chain. The router must come last. */
   filters: z
     .array(filterEntry)

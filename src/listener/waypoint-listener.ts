@@ -24,7 +24,10 @@ import { isHttpProtocol } from '../state/protocol.ts';
 import type { MeshSnapshot, PortProtocol, Target } from '../state/types.ts';
 import { connectResponseHeaders, exchangePeer, type ClusterManager } from '../upstream/cluster-manager.ts';
 import { clusterName } from '../upstream/cluster-name.ts';
+import { CONNECTION_ADMISSION } from '../netpol/admission.ts';
+import { sourceIp } from '../upstream/hash-policy.ts';
 import { pickEndpoint } from '../upstream/pick-endpoint.ts';
+import { xxHash64 } from '../upstream/xxhash.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
 import { log } from '../util/log.ts';
 import { sniff } from './sniff.ts';
@@ -127,18 +130,28 @@ async function detect(deps: WaypointListenerDeps, stream: ServerHttp2Stream, con
 async function relayTcp(clusters: ClusterManager, stream: ServerHttp2Stream, conn: ConnectionContext, chain: FilterChain, answered: boolean, head: Buffer | undefined): Promise<void> {
   conn.innerProtocol = 'TCP';
   conn.upstreamCluster = clusterName(conn.target, 'tcp');
-  const ep = pickEndpoint(clusters.lb, conn.target, conn.info.targetIp);
+  // A DestinationRule's policy for the cluster: its balancer (a consistent hash only on the source
+  // IP, the one key Envoy's tcp_proxy hashes), outlier ejections and `tcp.maxConnections`.
+  const cluster = clusters.clusterFor(conn.target);
+  const hash = cluster?.policy.loadBalancer.consistentHash?.key.kind === 'sourceIp' ? xxHash64(sourceIp(conn)) : undefined;
+  // In the NetworkPolicy mode, only endpoints admitting the original client (decided at CONNECT).
+  const ep = pickEndpoint(clusters.lb, conn.target, conn.info.targetIp, undefined, { admit: conn.get(CONNECTION_ADMISSION)?.admit, cluster, hash });
   if (!ep) {
     conn.responseFlags = ResponseFlag.NoHealthyUpstream;
     return failTcp(stream, answered, 'no healthy upstream');
   }
   conn.endpoint = ep;
   conn.upstreamHost = ep.authority;
+  if (cluster && !cluster.admitConnection()) {
+    // Envoy's tcp_proxy on a full `max_connections` circuit breaker: the connection is refused, flag UO.
+    conn.responseFlags = ResponseFlag.UpstreamOverflow;
+    return failTcp(stream, answered, 'upstream overflow');
+  }
   clusters.lb.start(ep);
   try {
     let upstream;
     try {
-      upstream = await clusters.openTcp(ep);
+      upstream = await clusters.openTcp(ep, 'tcp', cluster);
     } catch (err) {
       log.debug({ err: (err as Error).message, endpoint: ep.authority }, 'upstream connect failed');
       conn.responseFlags = ResponseFlag.UpstreamConnectionFailure;
@@ -159,6 +172,7 @@ async function relayTcp(clusters: ClusterManager, stream: ServerHttp2Stream, con
     await relay(stream, upstream, conn);
   } finally {
     clusters.lb.finish(ep);
+    cluster?.releaseConnection();
   }
 }
 

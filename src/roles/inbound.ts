@@ -13,18 +13,33 @@
  * `:authority` port is) unless PeerAuthentication makes that port STRICT for the workload owning
  * the HBONE listen IP (src/authz/peer-authentication.ts, authz.md §7.2): then the connection is
  * closed before anything is dialed, and no byte is relayed. HBONE traffic is always mTLS, so
- * PeerAuthentication never refuses it. The mode is read from the mesh snapshot current at accept
- * time; connections already open are not re-checked when policies change.
+ * PeerAuthentication never refuses it.
+ *
+ * AuthorizationPolicy: with mesh state, the selector / namespace-wide / mesh-wide policies of the
+ * workload owning the listen IP are enforced as ztunnel enforces them (L4 only: src/authz/selector.ts,
+ * authz.md §6.2) on every connection, with source principal = the HBONE client certificate's SPIFFE
+ * id (none for plaintext), source IP = the connection's peer address, destination = the CONNECT
+ * `:authority` (plaintext: the listen IP and the listener's port). A denied CONNECT is answered 401
+ * (ZT:src/proxy/inbound.rs maps the RBAC error to UNAUTHORIZED) and a denied plaintext connection
+ * is closed; either way the application is never dialed, and the denial is logged with ztunnel's
+ * wording (`connection closed due to policy rejection: explicitly denied by: ns/name`). Decisions
+ * use the snapshot current at accept time; when the mesh holder can be subscribed to (a MeshStore),
+ * open connections are re-checked on every new snapshot and the ones now denied are closed
+ * (`connection closed due to policy change`), as ztunnel's connection manager drains them
+ * (ZT:src/state.rs `assert_rbac`, src/proxy/connection_manager.rs). PeerAuthentication counts as
+ * policy there too (istiod turns it into DENY policies ztunnel evaluates with the others).
  */
 import net, { type AddressInfo } from 'node:net';
 import { HboneServer, respondAndClose } from '../hbone/server.ts';
-import { relay } from '../hbone/relay.ts';
+import { relay, teardown } from '../hbone/relay.ts';
 import { DEFAULT_HTTP2, type Http2Params } from '../hbone/settings.ts';
 import { trustDomainAllowed } from '../identity/spiffe.ts';
 import { formatBaggage } from '../peer/baggage.ts';
 import type { WorkloadCertificate } from '../identity/workload-certificate.ts';
 import { normalizeIp, parseHostPort } from '../state/ip.ts';
 import { peerAuthenticationFor } from '../authz/peer-authentication.ts';
+import { rejectionReason, ztunnelAuthzFor } from '../authz/selector.ts';
+import type { RequestAttributes } from '../authz/types.ts';
 import type { MeshSnapshot } from '../state/types.ts';
 import { connectTcp } from '../upstream/cluster-manager.ts';
 import { log } from '../util/log.ts';
@@ -41,14 +56,42 @@ export interface InboundOptions {
   readonly forward?: string;
   readonly http2?: Http2Params;
   readonly connectTimeoutMs?: number;
-  /** Mesh state, to describe the destination workload in the response `baggage` (none when absent or unknown). */
-  readonly mesh?: { readonly current: MeshSnapshot | undefined };
+  /**
+   * Mesh state: the destination workload for the response `baggage`, its PeerAuthentication and
+   * AuthorizationPolicies (none when absent). With `subscribe` (a MeshStore), open connections are
+   * re-checked on every new snapshot.
+   */
+  readonly mesh?: { readonly current: MeshSnapshot | undefined; subscribe?(fn: (next: MeshSnapshot) => void): () => void };
   /**
    * Plain-TCP listen addresses (`IP:PORT`) for the application's non-mesh clients; each relays to
    * `<forward host>:PORT`, subject to PeerAuthentication (STRICT ⇒ closed). The IP:PORT must not be
    * the application's own address (use another IP, or `forward`).
    */
   readonly plaintext?: readonly string[];
+}
+
+/** An open, authorized connection: what it was decided on, and how to close it. */
+interface OpenConnection {
+  readonly attrs: RequestAttributes;
+  /** The listener's port for plaintext connections (PeerAuthentication applies), else undefined. */
+  readonly plaintextPort: number | undefined;
+  close(): void;
+}
+
+/**
+ * The decision for a connection to the workload owning `listenIp` under `mesh`: undefined when
+ * allowed, else ztunnel's rejection reason (`explicitly denied by: ns/name`, ...).
+ */
+function rejection(mesh: MeshSnapshot, listenIp: string, attrs: RequestAttributes, plaintextPort: number | undefined): string | undefined {
+  const workload = mesh.workloadByIp(listenIp);
+  if (plaintextPort !== undefined) {
+    const { mode, policy } = peerAuthenticationFor(mesh).explain(workload, plaintextPort);
+    if (mode === 'STRICT') return `PeerAuthentication ${policy ?? ''} requires mTLS (STRICT)`;
+  }
+  const evaluator = ztunnelAuthzFor(mesh).forWorkload(workload);
+  if (evaluator.empty) return undefined;
+  const result = evaluator.evaluate(attrs);
+  return result.decision === 'DENY' ? rejectionReason(result) : undefined;
 }
 
 /** A running inbound role; `start()` rejects on a bad listen address or bind error. */
@@ -59,12 +102,14 @@ export class InboundRole {
   private readonly server: HboneServer;
   private readonly plainServers: readonly net.Server[];
   private readonly plainSockets: Set<net.Socket>;
+  private readonly unsubscribe: (() => void) | undefined;
 
-  private constructor(server: HboneServer, address: AddressInfo, plain: readonly net.Server[], sockets: Set<net.Socket>) {
+  private constructor(server: HboneServer, address: AddressInfo, plain: readonly net.Server[], sockets: Set<net.Socket>, unsubscribe: (() => void) | undefined) {
     this.server = server;
     this.address = address;
     this.plainServers = plain;
     this.plainSockets = sockets;
+    this.unsubscribe = unsubscribe;
     this.plaintextAddresses = plain.map((p) => p.address() as AddressInfo);
   }
 
@@ -73,6 +118,8 @@ export class InboundRole {
     const own = opts.certificate.spiffeId;
     const http2 = opts.http2 ?? DEFAULT_HTTP2;
     let listenIp = '';
+    /** Connections relayed now, re-checked when the mesh state changes. */
+    const open = new Set<OpenConnection>();
     // The response baggage, computed once per mesh snapshot.
     let baggageOf: MeshSnapshot | undefined;
     let baggage = '';
@@ -94,12 +141,21 @@ export class InboundRole {
       onConnect: (stream, req) => {
         if (req.ip !== listenIp) return respondAndClose(stream, 400, `authority ${req.authority} is not this endpoint (${listenIp})`);
         if (ILLEGAL_PORTS.has(req.port)) return respondAndClose(stream, 503, `port ${req.port} is not a valid target`);
+        const attrs: RequestAttributes = { principal: req.peer.uri, sourceIp: req.remoteAddress, destinationIp: req.ip, destinationPort: req.port };
+        const mesh = opts.mesh?.current;
+        const denied = mesh && rejection(mesh, listenIp, attrs, undefined);
+        if (denied) {
+          log.info({ src: req.remoteAddress, peer: req.peer.uri, dst: req.authority }, `inbound: connection closed due to policy rejection: ${denied}`);
+          return respondAndClose(stream, 401, `connection closed due to policy rejection: ${denied}`);
+        }
         const host = opts.forward ?? listenIp;
         connectTcp(host, req.port, opts.connectTimeoutMs ?? 10_000).then(
           (socket) => {
             if (stream.destroyed) return socket.destroy();
             stream.respond(responseHeaders());
-            void relay(stream, socket);
+            const conn: OpenConnection = { attrs, plaintextPort: undefined, close: () => (teardown(stream), teardown(socket)) };
+            open.add(conn);
+            void relay(stream, socket).then(() => open.delete(conn));
           },
           (err: Error) => {
             log.debug({ err: err.message, host, port: req.port }, 'inbound: application connect failed');
@@ -122,20 +178,21 @@ export class InboundRole {
           sockets.add(socket);
           socket.once('close', () => sockets.delete(socket));
           socket.on('error', () => undefined);
+          const src = normalizeIp(socket.remoteAddress ?? '') ?? '';
+          const attrs: RequestAttributes = { sourceIp: src, destinationIp: listenIp, destinationPort: at.port };
           const mesh = opts.mesh?.current;
-          if (mesh) {
-            const workload = mesh.workloadByIp(listenIp);
-            const { mode, policy } = peerAuthenticationFor(mesh).explain(workload, at.port);
-            if (mode === 'STRICT') {
-              log.debug({ src: socket.remoteAddress, port: at.port, policy }, 'inbound: plaintext connection refused (PeerAuthentication STRICT)');
-              socket.destroy();
-              return;
-            }
+          const denied = mesh && rejection(mesh, listenIp, attrs, at.port);
+          if (denied) {
+            log.info({ src, dst: `${listenIp}:${at.port}` }, `inbound: plaintext connection closed due to policy rejection: ${denied}`);
+            socket.destroy();
+            return;
           }
           connectTcp(host, at.port, opts.connectTimeoutMs ?? 10_000).then(
             (app) => {
               if (socket.destroyed) return app.destroy();
-              void relay(socket, app);
+              const conn: OpenConnection = { attrs, plaintextPort: at.port, close: () => (socket.destroy(), app.destroy()) };
+              open.add(conn);
+              void relay(socket, app).then(() => open.delete(conn));
             },
             (err: Error) => {
               log.debug({ err: err.message, host, port: at.port }, 'inbound: application connect failed (plaintext)');
@@ -157,10 +214,27 @@ export class InboundRole {
       await server.drain(0);
       throw err;
     }
-    return new InboundRole(server, address, plain, sockets);
+    // Compile the policies now (their warnings are logged at load), and re-check open connections
+    // on every new snapshot.
+    if (opts.mesh?.current) ztunnelAuthzFor(opts.mesh.current);
+    const unsubscribe = opts.mesh?.subscribe?.((next) => {
+      ztunnelAuthzFor(next);
+      for (const conn of open) {
+        const denied = rejection(next, listenIp, conn.attrs, conn.plaintextPort);
+        if (!denied) continue;
+        log.info(
+          { src: conn.attrs.sourceIp, peer: conn.attrs.principal, dst: `${conn.attrs.destinationIp}:${conn.attrs.destinationPort}`, reason: denied },
+          'inbound: connection closed due to policy change',
+        );
+        open.delete(conn);
+        conn.close();
+      }
+    });
+    return new InboundRole(server, address, plain, sockets, unsubscribe);
   }
 
   async close(timeoutMs = 1_000): Promise<void> {
+    this.unsubscribe?.();
     const closed = this.plainServers.map((p) => new Promise<void>((resolve) => p.close(() => resolve())));
     for (const s of this.plainSockets) s.destroy();
     await Promise.all([this.server.drain(timeoutMs), ...closed]);

@@ -34,8 +34,10 @@ import { relay, teardown } from '../hbone/relay.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import type { StreamContext } from '../pipeline/context.ts';
 import { HeaderList, stripHopByHop } from '../pipeline/headers.ts';
+import { asksForContinue } from '../pipeline/request-body.ts';
 import type { Endpoint, Target } from '../state/types.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
+import { replyIfAllRefused } from '../netpol/admission.ts';
 import { connectResponseHeaders, type ClusterManager } from '../upstream/cluster-manager.ts';
 import { log } from '../util/log.ts';
 import { classify, isConnectFailure, startAttempt } from './router.ts';
@@ -62,18 +64,14 @@ export interface DedicatedRequest {
   readonly connectRetries: number;
 }
 
-/** Node's own test for a 100-continue expectation (`_http_server.js` continueExpression). */
-const CONTINUE = /(?:^|\W)100-continue(?:$|\W)/i;
-
 /**
- * Whether an HTTP/1.1 downstream asked for `100 Continue`. Node's inner server hands such
+ * Whether an HTTP/1.1 downstream still waits for `100 Continue`. Node's inner server hands such
  * requests over without answering 100 (it has a `checkContinue` listener); HTTP/1.0 and
- * HTTP/2 requests never count (Node ignores Expect on 1.0; its h2 layer answers 100 itself).
+ * HTTP/2 requests never count (Node ignores Expect on 1.0; its h2 layer answers 100 itself), nor
+ * do requests whose body a filter already read (it answered 100: `bufferRequestBody`).
  */
 export function expectsContinue(stream: StreamContext): boolean {
-  if (stream.http2 || stream.protocol !== 'HTTP/1.1') return false;
-  const e = stream.req.headers.expect;
-  return e !== undefined && CONTINUE.test(e);
+  return stream.bufferedBody === undefined && asksForContinue(stream);
 }
 
 /**
@@ -154,7 +152,7 @@ class DedicatedExchange {
     if (!ep) {
       this.over = true;
       this.closeDownstreamAfterReply();
-      s.sendLocalReply(503, undefined, ResponseFlag.NoHealthyUpstream, 'no_healthy_upstream');
+      if (!replyIfAllRefused(s, target)) s.sendLocalReply(503, undefined, ResponseFlag.NoHealthyUpstream, 'no_healthy_upstream');
       return;
     }
     this.ep = ep;

@@ -23,10 +23,15 @@ import { HboneConnectError } from '../hbone/pool.ts';
 import type { FilterEnv, FilterFactory, TerminalFilter } from '../pipeline/filter.ts';
 import type { StreamContext } from '../pipeline/context.ts';
 import { HeaderList, stripHopByHop } from '../pipeline/headers.ts';
+import { replyIfAllRefused, STREAM_ADMISSION } from '../netpol/admission.ts';
+import { bodyAfterBuffer } from '../pipeline/request-body.ts';
 import type { Endpoint, Target } from '../state/types.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
+import { applyHeaderModifier, applyRequestHeaders, MirrorSender, routeRequest, routesFor, type CompiledRule, type HeaderModifier, type RoutedRequest } from '../routing/index.ts';
 import type { ClusterManager } from '../upstream/cluster-manager.ts';
 import { clusterName } from '../upstream/cluster-name.ts';
+import { UpstreamOverflowError } from '../upstream/cluster-state.ts';
+import { GENERATED_COOKIE, requestHash } from '../upstream/hash-policy.ts';
 import { UpstreamResetError, type UpstreamHandler } from '../upstream/h2-upstream.ts';
 import { pickEndpoint } from '../upstream/pick-endpoint.ts';
 import { dedicatedKind, expectsContinue, forwardDedicated, restoreUpgradeHeaders } from './dedicated-upstream.ts';
@@ -91,6 +96,10 @@ interface CompiledRoute {
   readonly on5xx: boolean;
   readonly onGatewayError: boolean;
   readonly retriableStatus: ReadonlySet<number>;
+  /** Per-attempt timeout (ms, HTTPRoute `timeouts.backendRequest`); 0 = none. */
+  readonly perTryTimeoutMs: number;
+  /** Retry back-off base interval (ms): Envoy's 25 ms default, or HTTPRoute `retry.backoff`; capped at 10x. */
+  readonly backoffBaseMs: number;
 }
 
 function compileRetry(o: RouterOptions): CompiledRoute {
@@ -107,6 +116,37 @@ function compileRetry(o: RouterOptions): CompiledRoute {
     on5xx: on.has('5xx'),
     onGatewayError: on.has('gateway-error'),
     retriableStatus: new Set(on.has('retriable-status-codes') ? o.retry.retriableStatusCodes : []),
+    perTryTimeoutMs: 0,
+    backoffBaseMs: 25,
+  };
+}
+
+/**
+ * The route settings of a matched HTTPRoute rule: its `timeouts` and `retry` override the
+ * bootstrap's. `retry` with `codes` retries them besides Istio's connect-failure, refused-stream,
+ * unavailable and cancelled (IS:pilot/pkg/config/kube/gateway/conversion.go `createRetryPolicy`);
+ * `attempts` defaults to Istio's 2; `backoff` is Envoy's base interval.
+ */
+function ruleRoute(base: CompiledRoute, rule: CompiledRule): CompiledRoute {
+  const t = rule.timeouts;
+  const r = rule.retry;
+  if (!t && !r) return base;
+  const out = {
+    ...base,
+    requestTimeoutMs: t?.requestMs ?? base.requestTimeoutMs,
+    perTryTimeoutMs: t?.backendRequestMs ?? 0,
+  };
+  if (!r) return out;
+  const codes = r.codes.length > 0;
+  return {
+    ...out,
+    attempts: r.attempts ?? DEFAULT_ROUTER_OPTIONS.retry.attempts,
+    onConnectFailure: codes || base.onConnectFailure,
+    onRefusedStream: codes || base.onRefusedStream,
+    onUnavailable: codes || base.onUnavailable,
+    onCancelled: codes || base.onCancelled,
+    retriableStatus: codes ? new Set(r.codes) : base.retriableStatus,
+    backoffBaseMs: r.backoffMs ?? base.backoffBaseMs,
   };
 }
 
@@ -115,11 +155,33 @@ class Router implements TerminalFilter {
   private readonly clusters: ClusterManager;
   private readonly env: FilterEnv;
   private readonly route: CompiledRoute;
+  /** Route settings of matched rules, derived once per rule (rules live as long as their snapshot). */
+  private readonly ruleRoutes = new WeakMap<CompiledRule, CompiledRoute>();
+  private readonly mirrors: MirrorSender;
 
   constructor(clusters: ClusterManager, env: FilterEnv, route: CompiledRoute) {
     this.clusters = clusters;
     this.env = env;
     this.route = route;
+    this.mirrors = new MirrorSender(clusters);
+    // Compile routes when a snapshot is published (not at its first request), so invalid routes
+    // are reported when the mesh file is loaded or changed.
+    routesFor(env.mesh.current);
+    env.mesh.subscribe?.((next) => void routesFor(next));
+  }
+
+  private routeOf(rule: CompiledRule): CompiledRoute {
+    let r = this.ruleRoutes.get(rule);
+    if (!r) this.ruleRoutes.set(rule, (r = ruleRoute(this.route, rule)));
+    return r;
+  }
+
+  /** RequestMirror: copies of the request as sent upstream, once its body is known (see UpstreamAttempt.send). */
+  private mirrorOf(stream: StreamContext, routed: RoutedRequest, path: string, authority: string, headers: HeaderList): (body: Buffer | null) => void {
+    const copy = { method: stream.method, path, authority, headers: [...headers.raw] };
+    return (body) => {
+      for (const m of routed.rule.mirrors) this.mirrors.send(m, { ...copy, body }, upstreamIsH2(m.backend.target, stream.http2));
+    };
   }
 
   forward(stream: StreamContext): void {
@@ -161,6 +223,29 @@ class Router implements TerminalFilter {
         headers.set('host', abs.host);
       }
     }
+    // Gateway API routes attached to the target service (src/routing): the matched rule chooses
+    // the backend, path, authority, header edits, timeouts and retries; a request no route
+    // matches (404 NR), a redirect and invalid backends (500) are answered there.
+    let upstream: Target = target;
+    let route = this.route;
+    let routed: RoutedRequest | undefined;
+    let authority = stream.authority;
+    const attached = target.kind === 'service' ? routesFor(mesh).forTarget(target) : undefined;
+    if (attached) {
+      const r = routeRequest(stream, attached, target as Target & { kind: 'service' }, path);
+      if (r === undefined) return;
+      if (r) {
+        routed = r;
+        upstream = stream.routeTarget = r.backend.target;
+        stream.upstreamCluster = r.backend.cluster;
+        route = this.routeOf(r.rule);
+        path = r.path;
+        if (r.authority !== undefined) {
+          authority = r.authority;
+          if (!stream.http2) headers.set('host', authority);
+        }
+      }
+    }
     // Envoy keeps a client's x-request-id and generates one otherwise (UUID v4).
     const rid = headers.get('x-request-id');
     if (rid) stream.requestId = rid;
@@ -170,7 +255,8 @@ class Router implements TerminalFilter {
       const xff = headers.get('x-forwarded-for');
       headers.set('x-forwarded-for', xff ? `${xff}, ${client}` : client);
     }
-    const h2 = upstreamIsH2(target, stream.http2);
+    if (routed) applyRequestHeaders(headers, routed);
+    const h2 = upstreamIsH2(upstream, stream.http2);
     // WebSocket upgrades and HTTP/1.1 `Expect: 100-continue` toward an HTTP/1.1 upstream take a
     // dedicated upstream tunnel with Node's HTTP client (pitfalls D1, C3: dedicated-upstream.ts).
     const dedicated = dedicatedKind(stream, h2);
@@ -185,12 +271,12 @@ class Router implements TerminalFilter {
     if (dedicated) {
       const r = {
         kind: dedicated,
-        target,
+        target: upstream,
         headers,
         path,
-        requestTimeoutMs: this.route.requestTimeoutMs,
+        requestTimeoutMs: route.requestTimeoutMs,
         maxResponseHeadersBytes: this.clusters.maxResponseHeadersBytes,
-        connectRetries: this.route.onConnectFailure ? this.route.attempts : 0,
+        connectRetries: route.onConnectFailure ? route.attempts : 0,
       };
       return forwardDedicated(stream, this.clusters, r);
     }
@@ -202,11 +288,15 @@ class Router implements TerminalFilter {
       // Host is the :authority; a `host` field an HTTP/2 client sent beside it is dropped (RFC 9113
       // §8.3.1), never sent upstream as a second Host.
       headers.remove('host');
-      headers.raw.unshift('host', stream.authority);
+      headers.raw.unshift('host', authority);
     }
-    const length = bodyLength(req, stream.http2);
-    const attempt = new UpstreamAttempt(stream, this.clusters, this.route, target, headers, path, h2);
+    // A filter may have read the start of the body already (ext_authz with the body): it goes first.
+    const pre = stream.bufferedBody;
+    const length = pre ? (pre.complete ? pre.data.length : -1) : bodyLength(req, stream.http2);
+    const attempt = new UpstreamAttempt(stream, this.clusters, route, upstream, headers, path, h2, authority, routed?.responseHeaders);
+    if (routed && routed.rule.mirrors.length > 0) attempt.mirror = this.mirrorOf(stream, routed, path, authority, headers);
     if (length === 0) return attempt.send(null);
+    if (pre?.complete) return sendGathered(pre.data, attempt);
     if (length > 0 && length <= SMALL_BODY_BYTES) return collectBody(req, length, attempt);
     // Streamed bodies are counted as they pass (pulled by the upstream, so back-pressure holds).
     // They are also kept while within SMALL_BODY_BYTES, as Envoy buffers bodies for retries: a
@@ -214,7 +304,7 @@ class Router implements TerminalFilter {
     // be retried, and so can one whose body was never pulled (connect failure); a larger body,
     // once sending started, cannot be replayed and is not retried.
     const replay = new ReplayBuffer();
-    attempt.send(Readable.from(counted(req, stream, replay, attempt.requestFrames), { objectMode: false }), replay);
+    attempt.send(Readable.from(counted(pre ? bodyAfterBuffer(stream) : req, stream, replay, attempt.requestFrames), { objectMode: false }), replay);
   }
 }
 
@@ -227,6 +317,7 @@ async function* counted(req: AsyncIterable<Buffer>, stream: StreamContext, repla
     yield chunk;
   }
   replay.complete = true;
+  if (replay.onWhole && replay.whole) replay.onWhole(replay.take());
 }
 
 /** The first SMALL_BODY_BYTES of a streamed request body, kept so that a retry can resend it. */
@@ -237,6 +328,8 @@ class ReplayBuffer {
   complete = false;
   /** Some of the body left the request stream (it may have reached a failed upstream). */
   started = false;
+  /** Called with the whole body once it ended within the limit (RequestMirror copies). */
+  onWhole: ((body: Buffer) => void) | undefined = undefined;
 
   add(chunk: Buffer): void {
     this.started = true;
@@ -283,14 +376,16 @@ function bodyLength(req: IncomingMessage | Http2ServerRequest, http2: boolean): 
 function collectBody(req: IncomingMessage | Http2ServerRequest, length: number, attempt: UpstreamAttempt): void {
   const chunks: Buffer[] = [];
   req.on('data', (c: Buffer) => chunks.push(c));
-  req.once('end', () => {
-    const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
-    attempt.stream.bytesReceived = body.length;
-    if (attempt.requestFrames) attempt.stream.requestMessages += attempt.requestFrames.inspect(body);
-    attempt.send(body);
-  });
+  req.once('end', () => sendGathered(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks), attempt));
   // An aborted upload never ends: the downstream close handler cancels the stream.
   void length;
+}
+
+/** Send a whole body gathered before the request goes upstream (counted as received). */
+function sendGathered(body: Buffer, attempt: UpstreamAttempt): void {
+  attempt.stream.bytesReceived = body.length;
+  if (attempt.requestFrames) attempt.stream.requestMessages += attempt.requestFrames.inspect(body);
+  attempt.send(body);
 }
 
 function upstreamIsH2(target: Target, downstreamH2: boolean): boolean {
@@ -314,6 +409,16 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
   private readonly headers: HeaderList;
   private readonly path: string;
   private readonly h2: boolean;
+  /** `:authority` sent to an HTTP/2 upstream (the request's, or a URLRewrite hostname). */
+  private readonly authority: string;
+  /** Response header edits of the matched route rule and backend (applied before the response phases). */
+  private readonly responseEdits: readonly HeaderModifier[] | undefined;
+  /** RequestMirror: called once with the whole request body when it is known (not for bodies past SMALL_BODY_BYTES). */
+  mirror: ((body: Buffer | null) => void) | undefined;
+  /** Per-attempt timeout (HTTPRoute `timeouts.backendRequest`) of the current attempt. */
+  private tryTimer: NodeJS.Timeout | undefined;
+  /** The current attempt was given up by its per-try timeout: its error callback is expected and ignored. */
+  private abandoned: boolean;
   private body: Buffer | Readable | null;
   /** A streamed body's copy for retries (see ReplayBuffer). */
   private replay: ReplayBuffer | undefined;
@@ -336,7 +441,17 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
   readonly requestFrames: GrpcFrameCounter | null;
   private readonly responseFrames: GrpcFrameCounter | null;
 
-  constructor(stream: StreamContext, clusters: ClusterManager, route: CompiledRoute, target: Target, headers: HeaderList, path: string, h2: boolean) {
+  constructor(
+    stream: StreamContext,
+    clusters: ClusterManager,
+    route: CompiledRoute,
+    target: Target,
+    headers: HeaderList,
+    path: string,
+    h2: boolean,
+    authority: string = stream.authority,
+    responseEdits?: readonly HeaderModifier[],
+  ) {
     this.stream = stream;
     this.clusters = clusters;
     this.route = route;
@@ -344,6 +459,11 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     this.headers = headers;
     this.path = path;
     this.h2 = h2;
+    this.authority = authority;
+    this.responseEdits = responseEdits && responseEdits.length > 0 ? responseEdits : undefined;
+    this.mirror = undefined;
+    this.tryTimer = undefined;
+    this.abandoned = false;
     this.body = null;
     this.replay = undefined;
     this.ep = undefined;
@@ -365,6 +485,11 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
   send(body: Buffer | Readable | null, replay?: ReplayBuffer): void {
     this.body = body;
     this.replay = replay;
+    if (this.mirror) {
+      // The copy leaves once the body is whole; a streamed body past SMALL_BODY_BYTES is not mirrored.
+      if (!isStream(body)) this.mirror(body as Buffer | null);
+      else if (replay) replay.onWhole = this.mirror;
+    }
     // Envoy's route timeout runs from the end of the downstream request to the end of the
     // response: a slow upload does not count against it.
     const req = this.stream.req;
@@ -384,18 +509,44 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     const ep = startAttempt(this.clusters, this.target, s, this.tried);
     if (!ep) {
       this.end();
-      s.sendLocalReply(503, undefined, ResponseFlag.NoHealthyUpstream, 'no_healthy_upstream');
+      // Every healthy endpoint refused by the NetworkPolicy mode: 403 `NetworkPolicy: access denied`.
+      if (!replyIfAllRefused(s, this.target)) s.sendLocalReply(503, undefined, ResponseFlag.NoHealthyUpstream, 'no_healthy_upstream');
       return;
     }
     this.ep = ep;
     this.finished = false;
     this.discarding = false;
     this.abort = undefined;
-    if (this.h2) {
-      this.clusters.h2For(ep).dispatch({ method: s.method, path: this.path, authority: s.authority, headers: this.headers.raw, body: this.body }, this);
-    } else {
-      this.clusters.dispatcherFor(ep).dispatch({ method: s.method, path: this.path, headers: this.headers.raw, body: this.body }, this);
+    // DestinationRule circuit breakers and outlier detection apply in the cluster manager.
+    const req = { method: s.method, path: this.path, authority: this.authority, headers: this.headers.raw, body: this.body };
+    this.clusters.dispatch(this.target, ep, req, this, this.h2, s.attempts > 1);
+    const perTry = this.route.perTryTimeoutMs;
+    if (perTry > 0 && !this.over && !this.finished) {
+      if (this.tryTimer) clearTimeout(this.tryTimer);
+      this.tryTimer = setTimeout(onTryTimeout, perTry, this, s.attempts);
     }
+  }
+
+  /**
+   * The per-try timeout (`timeouts.backendRequest`) of attempt `n` fired. Before the response
+   * started, the attempt is retried when the policy retries timeouts (Envoy retries per-try
+   * timeouts under `reset`, `5xx` and `gateway-error`) and the request can be resent; otherwise
+   * the request ends as on the route timeout: 504 `UT` (`upstream_per_try_timeout`), or a reset.
+   */
+  tryTimeout(n: number): void {
+    this.tryTimer = undefined;
+    const s = this.stream;
+    if (this.over || this.finished || s.attempts !== n) return;
+    const r = this.route;
+    const abort = this.abort;
+    if (abort && !s.res.headersSent && (r.onReset || r.on5xx || r.onGatewayError) && this.canRetry() && this.replayable(false)) {
+      this.abandoned = true;
+      this.release();
+      abort(new Error('per try timeout'));
+      this.retry();
+      return;
+    }
+    this.timeout('upstream_per_try_timeout');
   }
 
   /** Called by the core when the downstream went away before the response completed. */
@@ -406,7 +557,7 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
   }
 
   /** The request timeout fired: 504 `UT` before the response started, else a reset. */
-  timeout(): void {
+  timeout(details = 'response_timeout'): void {
     this.timer = undefined;
     if (this.over) return;
     this.over = true;
@@ -415,11 +566,11 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     this.end();
     if (s.res.headersSent) {
       s.addFlag(ResponseFlag.UpstreamRequestTimeout);
-      s.responseCodeDetails = 'response_timeout';
+      s.responseCodeDetails = details;
       s.resetDownstream();
       return;
     }
-    s.sendLocalReply(504, undefined, ResponseFlag.UpstreamRequestTimeout, 'response_timeout');
+    s.sendLocalReply(504, undefined, ResponseFlag.UpstreamRequestTimeout, details);
   }
 
   onConnect(abort: (err?: Error) => void): void {
@@ -461,7 +612,12 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
       headers = split.headers;
       this.pendingTrailers = split.trailers;
     }
-    if (!s.respond(statusCode, statusText, new HeaderList(headers))) return false;
+    const out = new HeaderList(headers);
+    // The cookie a DestinationRule's consistent hash generated for this request (hash-policy.ts).
+    const cookie = s.get(GENERATED_COOKIE);
+    if (cookie) out.append('set-cookie', cookie);
+    if (this.responseEdits) for (const m of this.responseEdits) applyHeaderModifier(out, m);
+    if (!s.respond(statusCode, statusText, out)) return false;
     const res = s.res;
     if (!res.writableNeedDrain) return true;
     res.once('drain', resume);
@@ -504,6 +660,8 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
   }
 
   onError(err: Error): void {
+    // The error of an attempt its per-try timeout already gave up (and retried).
+    if (this.abandoned) return void (this.abandoned = false);
     this.release();
     if (this.over) return this.end();
     const s = this.stream;
@@ -526,7 +684,13 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
 
   /** Whether another attempt is allowed at all (budget, downstream still there; the body is checked by the retry conditions). */
   private canRetry(): boolean {
-    return this.stream.attempts <= this.route.attempts && !this.over;
+    if (this.stream.attempts > this.route.attempts || this.over) return false;
+    // A DestinationRule's `maxRetries` circuit breaker: no retry, the answer goes out flagged `UO` (Envoy's retry overflow).
+    if (this.clusters.clusterFor(this.target)?.retryAllowed() === false) {
+      this.stream.addFlag(ResponseFlag.UpstreamOverflow);
+      return false;
+    }
+    return true;
   }
 
   /**
@@ -540,6 +704,8 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
 
   /** Whether the retry policy covers this failure (budget aside). */
   private retriableError(err: Error & { code?: string }): boolean {
+    // Envoy never retries a circuit breaker's overflow.
+    if (err instanceof UpstreamOverflowError) return false;
     if (!this.replayable(isConnectFailure(err))) return false;
     if (isConnectFailure(err)) return this.route.onConnectFailure;
     if (err instanceof UpstreamResetError && !err.responseStarted) {
@@ -572,8 +738,8 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     // A streamed body that ended within the replay limit is resent from its copy (one never
     // pulled is still whole in its stream and goes as it is).
     if (isStream(this.body) && this.replay?.whole) this.body = this.replay.take();
-    const base = 25 * 2 ** (this.stream.attempts - 1);
-    setTimeout(retryLater, Math.random() * Math.min(base, 250), this);
+    const base = this.route.backoffBaseMs * 2 ** (this.stream.attempts - 1);
+    setTimeout(retryLater, Math.random() * Math.min(base, this.route.backoffBaseMs * 10), this);
   }
 
   /** Release the current attempt's load-balancer slot (once). */
@@ -591,6 +757,10 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
       clearTimeout(this.timer);
       this.timer = undefined;
     }
+    if (this.tryTimer) {
+      clearTimeout(this.tryTimer);
+      this.tryTimer = undefined;
+    }
   }
 
   /** Entry point for the back-off timer. */
@@ -602,10 +772,15 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
 /**
  * Pick the endpoint for a request's next attempt (avoiding `tried` authorities when another
  * exists), record it on the stream (endpoint, upstream host, attempt count) and count it as
- * active in the load balancer. Undefined when the target has no healthy endpoint.
+ * active in the load balancer. Undefined when the target has no healthy endpoint. A
+ * DestinationRule of the target's cluster shapes the pick (ClusterState.pick: outlier ejections,
+ * consistent hash on the request's key, its algorithm).
  */
 export function startAttempt(clusters: ClusterManager, target: Target, s: StreamContext, tried: readonly string[] | undefined): Endpoint | undefined {
-  const ep = pickEndpoint(clusters.lb, target, s.conn.info.targetIp, tried);
+  const cluster = clusters.clusterFor(target);
+  const key = cluster?.policy.loadBalancer.consistentHash?.key;
+  const hash = key ? requestHash(key, s) : undefined;
+  const ep = pickEndpoint(clusters.lb, target, s.conn.info.targetIp, tried, { admit: s.get(STREAM_ADMISSION)?.admit, cluster, hash });
   if (!ep) return undefined;
   s.endpoint = ep;
   s.upstreamHost = ep.authority;
@@ -616,6 +791,10 @@ export function startAttempt(clusters: ClusterManager, target: Target, s: Stream
 
 function onRequestTimeout(a: UpstreamAttempt): void {
   a.timeout();
+}
+
+function onTryTimeout(a: UpstreamAttempt, n: number): void {
+  a.tryTimeout(n);
 }
 
 function retryLater(a: UpstreamAttempt): void {
@@ -673,6 +852,7 @@ export function isConnectFailure(err: Error & { code?: string }): boolean {
 
 /** Map an upstream failure to Envoy's response flag and details (`started`: response headers already sent downstream). */
 export function classify(err: Error & { code?: string }, started: boolean): [string, string] {
+  if (err instanceof UpstreamOverflowError) return [ResponseFlag.UpstreamOverflow, 'upstream_reset_before_response_started{overflow}'];
   if (isConnectFailure(err)) {
     return [ResponseFlag.UpstreamConnectionFailure, 'upstream_reset_before_response_started{connection_failure}'];
   }

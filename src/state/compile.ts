@@ -3,6 +3,7 @@
  * `kubectl apply` — into a {@link MeshSnapshot}: the equivalent of what istiod would push over WDS
  * plus the resources later stages read (policies, routes) kept as-is.
  */
+import { NAMESPACE_NAME_LABEL, parseNetworkPolicy } from '../netpol/policy.ts';
 import { log } from '../util/log.ts';
 import { DEFAULT_MESH_CONFIG, parseMeshConfig } from './mesh-config.ts';
 import { ConfigMapSchema, NamespaceSchema, ServiceEntrySchema } from './schemas.ts';
@@ -33,6 +34,7 @@ export interface CompileInput {
 }
 
 const NETWORKING_ISTIO = 'networking.istio.io';
+const NETWORKING_K8S = 'networking.k8s.io';
 
 /** API groups built into Kubernetes: objects of these groups that are not compiled are skipped. */
 function isBuiltInGroup(group: string): boolean {
@@ -47,12 +49,14 @@ function isBuiltInGroup(group: string): boolean {
  * `Gateway` of class `istio-waypoint`, and the `istio` ConfigMap of the root namespace (`data.mesh`).
  * Every other object of a non-built-in API group (AuthorizationPolicy, HTTPRoute, DestinationRule,
  * Istio or non-waypoint Gateways, ...) is kept as a {@link KeptResource}; all Gateway API Gateways
- * are kept too, so route code can see their listeners. Other built-in kinds (Deployment, other
- * ConfigMaps, ...) are skipped with a debug log.
+ * are kept too, so route code can see their listeners, and so are `networking.k8s.io`
+ * NetworkPolicies (validated here as the API server does: src/netpol/policy.ts). Other built-in
+ * kinds (Deployment, other ConfigMaps, ...) are skipped with a debug log. Every Namespace gets the
+ * `kubernetes.io/metadata.name` label the API server sets.
  *
  * @throws ConfigError (with file, line, document, object and field when known) for YAML syntax
  *   errors, objects without apiVersion/kind/metadata.name, duplicate objects, invalid fields
- *   (IPs, ports, labels, ...), and a missing or ambiguous waypoint Gateway.
+ *   (IPs, ports, labels, ...), invalid NetworkPolicies, and a missing or ambiguous waypoint Gateway.
  */
 export function compileMesh(input: CompileInput): MeshSnapshot {
   const objects = readObjects(input.text, input.file);
@@ -63,7 +67,11 @@ export function compileMesh(input: CompileInput): MeshSnapshot {
   const trustDomain = meshConfig.trustDomain;
 
   const namespaces = new Map<string, Readonly<Record<string, string>>>();
-  for (const ns of byKind('', 'Namespace')) namespaces.set(ns.name, parseAs(NamespaceSchema, ns).metadata.labels ?? {});
+  // The API server labels every namespace with its name (`kubernetes.io/metadata.name`, KEP-2161;
+  // NetworkPolicy `namespaceSelector`s select by it), overriding any value written in the object.
+  for (const ns of byKind('', 'Namespace')) {
+    namespaces.set(ns.name, { ...(parseAs(NamespaceSchema, ns).metadata.labels ?? {}), [NAMESPACE_NAME_LABEL]: ns.name });
+  }
   const namespaceLabels = (name: string) => namespaces.get(name) ?? {};
 
   const gateway = selectWaypointGateway(objects.filter(isWaypointGateway), input.gateway, input.file);
@@ -156,12 +164,20 @@ function keptResources(objects: readonly SourceObject[], meshConfig: MeshConfig)
   for (const o of objects) {
     if (o.group === '' && COMPILED_CORE.has(o.kind)) continue;
     if (o.group === NETWORKING_ISTIO && COMPILED_ISTIO.has(o.kind)) continue;
+    if (o.group === NETWORKING_K8S && o.kind === 'NetworkPolicy') {
+      // Refused here, with file and line, as the API server refuses it (src/netpol/policy.ts).
+      parseNetworkPolicy(o.body, o, (path, message) => {
+        throw o.fail(message, path);
+      });
+      kept.push({ apiVersion: o.apiVersion, kind: o.kind, name: o.name, namespace: o.namespace, object: o.body, locate: (path) => o.locate(path) });
+      continue;
+    }
     if (o.group === '' && o.kind === 'ConfigMap' && o.name === 'istio' && o.namespace === meshConfig.rootNamespace) continue;
     if (isBuiltInGroup(o.group)) {
       log.debug({ file: o.file, document: o.document, object: o.ref, apiVersion: o.apiVersion }, 'mesh: skipping unsupported kind');
       continue;
     }
-    kept.push({ apiVersion: o.apiVersion, kind: o.kind, name: o.name, namespace: o.namespace, object: o.body });
+    kept.push({ apiVersion: o.apiVersion, kind: o.kind, name: o.name, namespace: o.namespace, object: o.body, locate: (path) => o.locate(path) });
   }
   return kept;
 }

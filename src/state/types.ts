@@ -6,6 +6,8 @@
  * deep-frozen objects built once per snapshot. Nothing on the data path parses YAML or walks
  * Kubernetes objects: it only reads the indexes of a {@link MeshSnapshot}.
  */
+import type { ConfigLocation } from '../errors.ts';
+import type { FieldPath } from './yaml-locate.ts';
 
 /** Application protocol of a service port, as Istio derives it (IS:pkg/config/kube/conversion.go). */
 export type PortProtocol =
@@ -151,6 +153,11 @@ export interface KeptResource {
   readonly name: string;
   readonly namespace: string;
   readonly object: Readonly<Record<string, unknown>>;
+  /**
+   * Where a field of the object is in the mesh file (`[]` = the object itself): file, line,
+   * document, object, field. Absent for resources not read from a file.
+   */
+  readonly locate?: (path: FieldPath) => ConfigLocation;
 }
 
 /**

@@ -34,6 +34,11 @@ export const ResponseFlag = {
   UpstreamOverflow: 'UO',
   /** The retry policy wanted another attempt but the retry limit was reached (added to the last attempt's flag). */
   UpstreamRetryLimitExceeded: 'URX',
+  /**
+   * Denied by policy: ztunnel's `ResponseFlags::AuthorizationPolicyDenied`, printed `DENY`
+   * (ZT:src/proxy/metrics.rs). Used for NetworkPolicy denials (src/netpol), which have no Envoy flag.
+   */
+  AuthorizationPolicyDenied: 'DENY',
 } as const;
 
 export type ResponseFlagName = (typeof ResponseFlag)[keyof typeof ResponseFlag];
@@ -64,5 +69,6 @@ export const LOCAL_REPLY_BODY: Readonly<Record<string, string>> = Object.freeze(
   UT: 'upstream request timeout',
   UPE: 'upstream connect error or disconnect/reset before headers. reset reason: protocol error',
   LR: 'upstream connect error or disconnect/reset before headers. reset reason: local reset',
+  UO: 'upstream connect error or disconnect/reset before headers. reset reason: overflow',
   SI: 'stream timeout',
 });

@@ -11,13 +11,15 @@ import type { IncomingHttpHeaders } from 'node:http2';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
-import type { Endpoint, MeshSnapshot } from '../state/types.ts';
+import type { Endpoint, MeshSnapshot, Target } from '../state/types.ts';
 import { HboneConnectError, type HboneSessionPool } from '../hbone/pool.ts';
 import type { Http2Params } from '../hbone/settings.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import { log } from '../util/log.ts';
-import { H2Upstream } from './h2-upstream.ts';
+import { ClusterState, TrackedAttempt } from './cluster-state.ts';
+import { H2Upstream, type UpstreamHandler, type UpstreamRequest } from './h2-upstream.ts';
 import { LoadBalancer, type LoadBalancerPolicy } from './load-balancer.ts';
+import { poolSignature, type TrafficPolicySource } from './traffic-policy.ts';
 import type { PeerInfo } from '../peer/peer-info.ts';
 import type { SidecarProtocol, SidecarTransport } from './sidecar-transport.ts';
 
@@ -61,15 +63,36 @@ export interface ClusterManagerOptions {
   readonly maxResponseHeadersBytes: number;
   /** HTTP/2 settings of h2c sessions toward endpoints (http2/grpc ports). */
   readonly http2: Http2Params;
+  /** DestinationRule traffic policies per cluster; absent: every cluster uses the defaults above. */
+  readonly trafficPolicies?: TrafficPolicySource;
+}
+
+/** A pooled upstream client and what it was made for. */
+interface PoolEntry<P> {
+  readonly pool: P;
+  /** Workload key (pruning of workload-addressed pools). */
+  readonly workload: string;
+  /** `poolKey` of the endpoint (live-endpoint check). */
+  readonly base: string;
+  /** Key of the cluster whose connection-pool settings made it, '' for the shared pools. */
+  readonly cluster: string;
+  /** That cluster's `poolSignature` when it was made. */
+  readonly signature: string;
 }
 
 export class ClusterManager {
   readonly lb: LoadBalancer;
   private readonly opts: ClusterManagerOptions;
-  /** Pools by endpoint key; each remembers its workload key for pruning workload-addressed ones. */
-  private readonly pools = new Map<string, { readonly pool: Pool; readonly workload: string }>();
-  /** h2c upstreams by endpoint key, pruned like the HTTP/1.1 pools. */
-  private readonly h2 = new Map<string, { readonly pool: H2Upstream; readonly workload: string }>();
+  /**
+   * Pools by endpoint key (plus cluster and settings when a DestinationRule's connection pool
+   * shapes them: Envoy keeps pools per cluster); each remembers its workload key for pruning
+   * workload-addressed ones.
+   */
+  private readonly pools = new Map<string, PoolEntry<Pool>>();
+  /** h2c upstreams, keyed and pruned like the HTTP/1.1 pools. */
+  private readonly h2 = new Map<string, PoolEntry<H2Upstream>>();
+  /** Runtime state of DestinationRule-shaped clusters, by policy key (kept across snapshots). */
+  private readonly clusters = new Map<string, ClusterState>();
   /**
    * Response headers of the latest HBONE CONNECT of each endpoint's HTTP pool (same key), for
    * {@link connectHeadersFor}: every CONNECT to one endpoint reaches the same destination
@@ -87,33 +110,101 @@ export class ClusterManager {
     return this.opts.maxResponseHeadersBytes;
   }
 
-  /** The undici dispatcher that sends HTTP/1.1 requests to `ep`. Created on first use. */
-  dispatcherFor(ep: Endpoint): Dispatcher {
-    const key = poolKey(ep);
+  /**
+   * The runtime state of the cluster `target` belongs to when a DestinationRule shapes it;
+   * undefined for workload-addressed traffic and clusters without one (the defaults apply).
+   */
+  clusterFor(target: Target): ClusterState | undefined {
+    const source = this.opts.trafficPolicies;
+    if (!source || target.kind !== 'service') return undefined;
+    const policy = source.forTarget(target);
+    if (policy.key === '') return undefined;
+    let state = this.clusters.get(policy.key);
+    if (!state) this.clusters.set(policy.key, (state = new ClusterState(policy)));
+    else state.update(policy);
+    state.hostCount = target.service.endpoints.get(target.port.port)?.length ?? 0;
+    return state;
+  }
+
+  /**
+   * Send one HTTP attempt to `ep` of `target`'s cluster, over h2c (`h2`) or HTTP/1.1. A
+   * DestinationRule's circuit breakers apply first: over `http2MaxRequests` or
+   * `http1MaxPendingRequests` the handler gets an {@link UpstreamOverflowError} at once (Envoy's
+   * pool overflow, 503 `UO`); within them the attempt is counted (and reported to outlier
+   * detection) until it ends. `retry`: the attempt is a retry (counted against `maxRetries`).
+   */
+  dispatch(target: Target, ep: Endpoint, req: UpstreamRequest, handler: UpstreamHandler & Dispatcher.DispatchHandler, h2: boolean, retry = false): void {
+    const cluster = this.clusterFor(target);
+    let h: UpstreamHandler & Dispatcher.DispatchHandler = handler;
+    if (cluster) {
+      const overflow = cluster.requestOverflow();
+      if (overflow) return handler.onError(overflow);
+      h = new TrackedAttempt(cluster, ep, handler, retry);
+    }
+    if (h2) this.h2For(ep, cluster).dispatch(req, h);
+    else {
+      // `maxRequestsPerConnection: 1`: the connection closes after this request.
+      const reset = cluster?.policy.connectionPool.maxRequestsPerConnection === 1 ? true : undefined;
+      this.dispatcherFor(ep, cluster).dispatch({ method: req.method, path: req.path, headers: req.headers as string[], body: req.body, reset }, h);
+    }
+  }
+
+  /** The undici dispatcher that sends HTTP/1.1 requests to `ep` (with `cluster`'s pool settings). Created on first use. */
+  dispatcherFor(ep: Endpoint, cluster?: ClusterState): Dispatcher {
+    const base = poolKey(ep);
+    const signature = cluster?.poolSignature ?? '';
+    const key = signature ? `${base}|${cluster!.key}|${signature}` : base;
     let entry = this.pools.get(key);
     if (!entry) {
-      entry = { pool: this.createPool(ep), workload: workloadKey(ep.tunnel, ep.address, ep.workload.identity) };
+      const pool = this.createPool(ep, signature ? cluster : undefined);
+      entry = { pool, workload: workloadKey(ep.tunnel, ep.address, ep.workload.identity), base, cluster: signature ? cluster!.key : '', signature };
       this.pools.set(key, entry);
     }
     return entry.pool;
   }
 
-  /** The h2c upstream (HTTP/2 with prior knowledge inside the tunnel) for `ep`. Created on first use. */
-  h2For(ep: Endpoint): H2Upstream {
-    const key = poolKey(ep);
+  /** The h2c upstream (HTTP/2 with prior knowledge inside the tunnel) for `ep` (with `cluster`'s pool settings). Created on first use. */
+  h2For(ep: Endpoint, cluster?: ClusterState): H2Upstream {
+    const base = poolKey(ep);
+    const signature = cluster?.poolSignature ?? '';
+    const key = signature ? `${base}|${cluster!.key}|${signature}` : base;
     let entry = this.h2.get(key);
     if (!entry) {
+      const p = signature ? cluster!.policy.connectionPool : undefined;
       const pool = new H2Upstream({
         authority: ep.authority,
-        open: () => this.openTcp(ep, 'h2').then((t) => this.remember(key, t)),
+        open: () => this.openWithin(this.open(ep, 'h2'), p?.connectTimeoutMs, ep).then((t) => this.remember(base, t)),
         http2: this.opts.http2,
-        idleTimeoutMs: this.opts.httpKeepAliveMs,
+        idleTimeoutMs: p?.idleTimeoutMs ?? this.opts.httpKeepAliveMs,
         maxStreamsPerSession: this.opts.http2.maxConcurrentStreams,
+        maxSessions: p?.maxConnections,
+        maxRequestsPerSession: p?.maxRequestsPerConnection || undefined,
       });
-      entry = { pool, workload: workloadKey(ep.tunnel, ep.address, ep.workload.identity) };
+      entry = { pool, workload: workloadKey(ep.tunnel, ep.address, ep.workload.identity), base, cluster: signature ? cluster!.key : '', signature };
       this.h2.set(key, entry);
     }
     return entry.pool;
+  }
+
+  /** `open`, failing with a connect timeout after `ms` (a DestinationRule's `tcp.connectTimeout`); `open` itself when `ms` is undefined. */
+  openWithin<T extends Duplex>(open: Promise<T>, ms: number | undefined, ep: Endpoint): Promise<T> {
+    if (ms === undefined) return open;
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        reject(new HboneConnectError('TIMEOUT', `connect to ${ep.authority} timed out after ${ms} ms`));
+        open.then((t) => t.destroy(), () => {});
+      }, ms);
+      open.then(
+        (t) => {
+          clearTimeout(timer);
+          resolve(t);
+        },
+        (err: unknown) => {
+          clearTimeout(timer);
+          reject(err);
+        },
+      );
+    });
   }
 
   /**
@@ -129,9 +220,25 @@ export class ClusterManager {
    * CONNECT response headers, see {@link connectResponseHeaders}), a plain TCP socket, or an mTLS
    * socket to a sidecar offering the ALPN for `use` (`tcp` by default; `http/1.1` or `h2` when
    * HTTP goes over it), tagged with the peer learned from `istio-peer-exchange` (see
-   * {@link exchangePeer}). Rejects with {@link HboneConnectError} (or a socket error) when unreachable.
+   * {@link exchangePeer}). With `cluster` (a DestinationRule's TCP port), its `tcp.connectTimeout`
+   * applies and the outcome is reported to its outlier detection (a connect success as a 200, a
+   * failure as a 503, as Envoy's tcp_proxy does). Rejects with {@link HboneConnectError} (or a
+   * socket error) when unreachable.
    */
-  async openTcp(ep: Endpoint, use: SidecarProtocol = 'tcp'): Promise<Duplex> {
+  async openTcp(ep: Endpoint, use: SidecarProtocol = 'tcp', cluster?: ClusterState): Promise<Duplex> {
+    if (!cluster) return this.open(ep, use);
+    const timeout = cluster.policy.connectionPool.connectTimeoutMs;
+    try {
+      const tunnel = await this.openWithin(this.open(ep, use), timeout, ep);
+      cluster.outlier?.reportStatus(ep.authority, 200, cluster.hostCount);
+      return tunnel;
+    } catch (err) {
+      cluster.outlier?.reportLocalFailure(ep.authority, cluster.hostCount);
+      throw err;
+    }
+  }
+
+  private async open(ep: Endpoint, use: SidecarProtocol): Promise<Duplex> {
     if (ep.tunnel === 'HBONE') {
       const { stream, headers } = await this.opts.sessions.connect(this.hboneDestination(ep), ep.authority);
       (stream as { [CONNECT_RESPONSE_HEADERS]?: IncomingHttpHeaders })[CONNECT_RESPONSE_HEADERS] = headers;
@@ -166,18 +273,54 @@ export class ClusterManager {
       const host = workloadKey('HBONE', dst.ip, dst.identity ?? '');
       return !liveHosts.has(host) && !servedWorkloads.has(host);
     });
-    for (const map of [this.pools, this.h2] as Map<string, { pool: { close(): Promise<unknown> }; workload: string }>[]) {
+    // DestinationRule clusters: new settings for live ones (counts and ejections stay), state of
+    // removed ones dropped (attempts in flight keep their reference and finish normally).
+    const signatures = this.refreshClusters(snapshot);
+    for (const map of [this.pools, this.h2] as Map<string, PoolEntry<{ close(): Promise<unknown> }>>[]) {
       for (const [key, entry] of map) {
-        if (liveEndpoints.has(key) || servedWorkloads.has(entry.workload)) continue;
+        // A pool made for a cluster whose connection-pool settings changed is replaced: closed
+        // gracefully (requests on it finish), new requests open one with the new settings.
+        const stale = entry.cluster !== '' && signatures.get(entry.cluster) !== entry.signature;
+        if (!stale && (liveEndpoints.has(entry.base) || servedWorkloads.has(entry.workload))) continue;
         map.delete(key);
         entry.pool.close().catch(() => {});
       }
     }
-    for (const key of this.connectHeaders.keys()) if (!this.pools.has(key) && !this.h2.has(key)) this.connectHeaders.delete(key);
+    const bases = new Set<string>();
+    for (const map of [this.pools, this.h2] as Map<string, PoolEntry<unknown>>[]) for (const e of map.values()) bases.add(e.base);
+    for (const key of this.connectHeaders.keys()) if (!bases.has(key)) this.connectHeaders.delete(key);
+  }
+
+  /** Apply `snapshot`'s cluster policies to the cluster states; returns each live cluster's pool signature. */
+  private refreshClusters(snapshot: MeshSnapshot): Map<string, string> {
+    const signatures = new Map<string, string>();
+    const source = this.opts.trafficPolicies;
+    if (!source) return signatures;
+    for (const policy of source.all(snapshot)) {
+      const state = this.clusters.get(policy.key);
+      state?.update(policy);
+      signatures.set(policy.key, state?.poolSignature ?? poolSignature(policy.connectionPool));
+    }
+    const hosts = new Map<string, Set<string>>();
+    for (const svc of snapshot.services) {
+      for (const [port, eps] of svc.endpoints) hosts.set(`${svc.namespace}/${svc.hostname}|${port}`, new Set(eps.map((ep) => ep.authority)));
+    }
+    for (const [key, state] of this.clusters) {
+      if (!signatures.has(key)) {
+        state.close();
+        this.clusters.delete(key);
+        continue;
+      }
+      const live = hosts.get(key) ?? new Set<string>();
+      state.hostCount = live.size;
+      state.retain(live);
+    }
+    return signatures;
   }
 
   /** Close every pool gracefully (in-flight requests finish). */
   async close(): Promise<void> {
+    for (const c of this.clusters.values()) c.close();
     const all = [...this.pools.values(), ...this.h2.values()];
     this.pools.clear();
     this.h2.clear();
@@ -187,6 +330,7 @@ export class ClusterManager {
 
   /** Destroy every pool now. */
   async destroy(): Promise<void> {
+    for (const c of this.clusters.values()) c.close();
     const all = [...this.pools.values(), ...this.h2.values()];
     this.pools.clear();
     this.h2.clear();
@@ -209,14 +353,26 @@ export class ClusterManager {
     return { ip: ep.address, port: ep.targetPort, identity: ep.workload.identity };
   }
 
-  private createPool(ep: Endpoint): Pool {
+  /**
+   * An undici Pool toward `ep`. With `cluster` (a DestinationRule's connection pool): at most
+   * `tcp.maxConnections` connections (requests beyond wait in the pool, counted as pending),
+   * `http.maxRequestsPerConnection` requests per connection, `http.idleTimeout` and
+   * `tcp.connectTimeout`.
+   */
+  private createPool(ep: Endpoint, cluster?: ClusterState): Pool {
+    const p = cluster?.policy.connectionPool;
+    const keepAlive = p?.idleTimeoutMs ?? this.opts.httpKeepAliveMs;
+    const connectTimeout = p?.connectTimeoutMs;
     const common = {
-      keepAliveTimeout: this.opts.httpKeepAliveMs,
-      keepAliveMaxTimeout: this.opts.httpKeepAliveMs,
+      keepAliveTimeout: keepAlive,
+      keepAliveMaxTimeout: keepAlive,
       maxHeaderSize: this.opts.maxResponseHeadersBytes,
       headersTimeout: 0,
       bodyTimeout: 0,
       pipelining: 1,
+      ...(p && Number.isFinite(p.maxConnections) ? { connections: p.maxConnections } : {}),
+      // undici closes a connection after maxRequestsPerClient + 1 requests; 1 is done per request (see dispatch).
+      ...(p && p.maxRequestsPerConnection > 1 ? { maxRequestsPerClient: p.maxRequestsPerConnection - 1 } : {}),
     };
     const origin = `http://${ep.authority}`;
     if (ep.tunnel === 'SIDECAR') {
@@ -226,14 +382,14 @@ export class ClusterManager {
         ...common,
         // HTTP/1.1 over mTLS to the sidecar, which picks its HTTP chain by ALPN `istio-http/1.1`.
         connect: (_opts, callback) => {
-          sidecar.connect(dst, 'http/1.1').then(
-            ({ socket }) => callback(null, socket),
+          this.openWithin(sidecar.connect(dst, 'http/1.1').then(({ socket }) => socket), connectTimeout, ep).then(
+            (socket) => callback(null, socket),
             (err: Error) => callback(err, null),
           );
         },
       });
     }
-    if (ep.tunnel !== 'HBONE') return new Pool(origin, { ...common, connectTimeout: this.opts.connectTimeoutMs });
+    if (ep.tunnel !== 'HBONE') return new Pool(origin, { ...common, connectTimeout: connectTimeout ?? this.opts.connectTimeoutMs });
     const dst = this.hboneDestination(ep);
     const sessions = this.opts.sessions;
     const key = poolKey(ep);
@@ -241,11 +397,12 @@ export class ClusterManager {
       ...common,
       // Each undici "socket" is one CONNECT stream on a pooled HBONE connection.
       connect: (_opts, callback) => {
-        sessions.connect(dst, ep.authority).then(
-          ({ stream, headers }) => {
-            this.connectHeaders.set(key, headers);
-            callback(null, joinWritev(stream) as unknown as net.Socket);
-          },
+        const stream = sessions.connect(dst, ep.authority).then(({ stream, headers }) => {
+          this.connectHeaders.set(key, headers);
+          return stream;
+        });
+        this.openWithin(stream, connectTimeout, ep).then(
+          (s) => callback(null, joinWritev(s) as unknown as net.Socket),
           (err: Error) => callback(err, null),
         );
       },

@@ -70,6 +70,14 @@ export interface H2UpstreamOptions {
   readonly idleTimeoutMs: number;
   /** Our cap on concurrent streams per session. */
   readonly maxStreamsPerSession: number;
+  /**
+   * Most sessions to open (a DestinationRule's `tcp.maxConnections`); when all are at their stream
+   * limit, further requests share the least busy one (nghttp2 holds streams beyond the peer's
+   * limit until one closes). Default: no limit.
+   */
+  readonly maxSessions?: number;
+  /** Requests per session before it is retired (a DestinationRule's `http.maxRequestsPerConnection`); default: no limit. */
+  readonly maxRequestsPerSession?: number;
 }
 
 interface PooledH2 {
@@ -77,6 +85,8 @@ interface PooledH2 {
   /** Resolved session, once up (for the synchronous capacity check). */
   live: ClientHttp2Session | undefined;
   active: number;
+  /** Requests sent on it so far. */
+  started: number;
   usable: boolean;
   idleTimer: NodeJS.Timeout | undefined;
 }
@@ -104,6 +114,8 @@ export class H2Upstream {
     }
     const pooled = this.acquire();
     pooled.active++;
+    // Envoy's max_requests_per_connection: the session takes no new request once it has had its share.
+    if (++pooled.started >= (this.opts.maxRequestsPerSession ?? Infinity)) this.retire(pooled);
     if (pooled.idleTimer) {
       clearTimeout(pooled.idleTimer);
       pooled.idleTimer = undefined;
@@ -168,7 +180,12 @@ export class H2Upstream {
       const peerMax = p.live?.remoteSettings?.maxConcurrentStreams ?? this.opts.maxStreamsPerSession;
       if (p.active < Math.min(peerMax, this.opts.maxStreamsPerSession)) return p;
     }
-    const p: PooledH2 = { session: this.open(), live: undefined, active: 0, usable: true, idleTimer: undefined };
+    if (this.sessions.length > 0 && this.sessions.length >= (this.opts.maxSessions ?? Infinity)) {
+      let least = this.sessions[0];
+      for (const p of this.sessions) if (p.active < least.active) least = p;
+      return least;
+    }
+    const p: PooledH2 = { session: this.open(), live: undefined, active: 0, started: 0, usable: true, idleTimer: undefined };
     p.session.then(
       (s) => {
         p.live = s;
@@ -209,6 +226,11 @@ export class H2Upstream {
 
   private release(p: PooledH2): void {
     p.active--;
+    // A session retired for its request count closes (GOAWAY) once its last stream is done.
+    if (p.active === 0 && !p.usable && p.started >= (this.opts.maxRequestsPerSession ?? Infinity)) {
+      void p.session.then((s) => s.close(), () => {});
+      return;
+    }
     if (p.active === 0 && p.usable && this.opts.idleTimeoutMs > 0) {
       p.idleTimer = setTimeout(() => {
         this.retire(p);

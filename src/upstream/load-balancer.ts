@@ -1,14 +1,26 @@
 /**
- * Endpoint selection for one service port. LEAST_REQUEST is Istio's default for a waypoint: like
- * Envoy's least-request balancer with `choice_count: 2`, it samples two endpoints at random and
- * takes the one with fewer active requests (power of two choices). ROUND_ROBIN cycles per endpoint
- * list (one list per service port per snapshot).
+ * Endpoint selection for one service port by a simple algorithm (Envoy's `lb_policy`):
+ * - LEAST_REQUEST, Istio's default for a waypoint: like Envoy's least-request balancer with
+ *   `choice_count: 2`, it samples two endpoints at random and takes the one with fewer active
+ *   requests (power of two choices);
+ * - ROUND_ROBIN cycles: per endpoint list (one list per service port per snapshot), or per
+ *   cluster when the caller passes the cluster's cursor (a DestinationRule's cluster keeps its
+ *   place across snapshots and ejections);
+ * - RANDOM picks uniformly.
+ * Consistent hashing (ring hash, maglev) lives in `cluster-state.ts`.
  */
 import type { Endpoint } from '../state/types.ts';
+import type { LbAlgorithm } from './traffic-policy.ts';
 
-export type LoadBalancerPolicy = 'LEAST_REQUEST' | 'ROUND_ROBIN';
+export type LoadBalancerPolicy = LbAlgorithm;
+
+/** A round-robin position kept by its owner (a cluster's runtime state). */
+export interface RoundRobinCursor {
+  rr: number;
+}
 
 export class LoadBalancer {
+  /** The algorithm used when {@link pick} is given none (the bootstrap's `upstream.loadBalancer`). */
   readonly policy: LoadBalancerPolicy;
   /** Active requests per endpoint authority (survives snapshot swaps, which rebuild Endpoint objects). */
   private readonly active = new Map<string, number>();
@@ -18,19 +30,30 @@ export class LoadBalancer {
     this.policy = policy;
   }
 
-  /** Choose an endpoint; undefined when `endpoints` is empty. */
-  pick(endpoints: readonly Endpoint[]): Endpoint | undefined {
+  /** Choose an endpoint with `algorithm` (default {@link policy}); undefined when `endpoints` is empty. */
+  pick(endpoints: readonly Endpoint[], algorithm: LoadBalancerPolicy = this.policy, cursor?: RoundRobinCursor): Endpoint | undefined {
     const n = endpoints.length;
     if (n <= 1) return endpoints[0];
-    if (this.policy === 'ROUND_ROBIN') {
+    if (algorithm === 'ROUND_ROBIN') {
+      if (cursor) {
+        const i = cursor.rr % n;
+        cursor.rr = i + 1;
+        return endpoints[i];
+      }
       const i = this.cursors.get(endpoints) ?? 0;
       this.cursors.set(endpoints, (i + 1) % n);
       return endpoints[i % n];
     }
+    if (algorithm === 'RANDOM') return endpoints[(Math.random() * n) | 0];
     const a = endpoints[(Math.random() * n) | 0];
     let b = endpoints[(Math.random() * (n - 1)) | 0];
     if (b === a) b = endpoints[n - 1];
     return (this.active.get(a.authority) ?? 0) <= (this.active.get(b.authority) ?? 0) ? a : b;
+  }
+
+  /** Active requests (or TCP tunnels) to `authority` now. */
+  activeRequests(authority: string): number {
+    return this.active.get(authority) ?? 0;
   }
 
   /** A request to `ep` started (pair with {@link finish}). */

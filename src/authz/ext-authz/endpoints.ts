@@ -6,22 +6,15 @@
  * a service port; its healthy endpoints are used round-robin.
  */
 import type { Endpoint, MeshSnapshot, Service } from '../../state/types.ts';
+import { lookupProviderService } from '../providers.ts';
 
 /**
- * The service `ref` names, or undefined when there is none (or, without a namespace, when the
- * hostname is ambiguous). A `<namespace>/<name>` reference to a Service's short name is accepted
- * too, as the authz engine's provider check reads it that way.
+ * The service `ref` names, or undefined when there is none or, without a namespace, when the
+ * hostname is ambiguous ({@link lookupProviderService}: hostnames only, as istiod).
  */
 export function findProviderService(snapshot: MeshSnapshot, ref: string): Service | undefined {
-  const parts = ref.split('/');
-  if (parts.length === 2) {
-    const [ns, host] = parts;
-    return snapshot.serviceByHost(ns, host) ?? snapshot.services.find((s) => s.namespace === ns && s.name === host);
-  }
-  if (parts.length !== 1) return undefined;
-  const matches = snapshot.services.filter((s) => s.hostname === ref);
-  const namespaces = new Set(matches.map((s) => s.namespace));
-  return namespaces.size === 1 ? matches[0] : undefined;
+  const found = lookupProviderService(snapshot, ref);
+  return typeof found === 'string' ? undefined : found;
 }
 
 /** Healthy endpoints of `service` on service port `port` (none when the port is not declared). */

@@ -11,16 +11,25 @@
  * filter's {@link ExtAuthzDecision}. That shape holds headers as one value per name, so the
  * server's header actions are resolved here against the request as it is now: `append`/`add` join
  * with `,` to the current value, `add-if-absent` and `overwrite-if-exists` apply only when the
- * header is absent / present. Not carried by the decision (see the ExtAuthzClient for them):
- * headers to add to the downstream response on allow, and the request body
- * (`includeRequestBodyInCheck`): this hook checks without a body.
+ * header is absent / present. Headers the server adds to the downstream response on allow are
+ * passed on as mutations (`responseHeaders`).
+ *
+ * Request body (`includeRequestBodyInCheck`, Envoy `with_request_body`; ext_authz.cc
+ * `decodeHeaders`/`decodeData`/`isBufferFull`): when the provider asks for it and the request has a
+ * body (not a WebSocket upgrade), the body is read up to `maxRequestBytes` first
+ * (`bufferRequestBody`; the router later forwards all of it untouched). A body longer than that is
+ * answered 413 `Payload Too Large` (details `request_payload_too_large`, no flag, even with
+ * `failOpen`) unless `allowPartialMessage`, in which case the check carries the first
+ * `maxRequestBytes` and `x-envoy-auth-partial-body: true`.
  */
 import type { ExtAuthzDecision, ExtAuthzHook } from '../ext-authz-hook.ts';
 import type { ConnectionContext, StreamContext } from '../../pipeline/context.ts';
+import { bufferRequestBody, requestHasBody } from '../../pipeline/request-body.ts';
 import type { MeshSnapshot } from '../../state/types.ts';
 import type { CustomCheck, RequestAttributes } from '../types.ts';
 import type { ExtAuthzClient } from './client.ts';
-import type { CheckInput, CheckOutcome, HeaderMutation } from './types.ts';
+import type { BodySettings } from './config.ts';
+import type { CheckBody, CheckInput, CheckOutcome, HeaderMutation } from './types.ts';
 
 /** Where the current mesh snapshot is read (the mesh store). */
 export interface MeshSource {
@@ -64,6 +73,8 @@ function decision(outcome: CheckOutcome, requestHeaders: Readonly<Record<string,
       allow: true,
       ...(Object.keys(headers).length ? { headers } : {}),
       ...(outcome.headersToRemove.length ? { removeHeaders: outcome.headersToRemove } : {}),
+      ...(outcome.headersToDownstream.length ? { responseHeaders: outcome.headersToDownstream } : {}),
+      ...(outcome.reason === 'failed-open' ? { failedOpen: true } : {}),
     };
   }
   const headers: Record<string, string> = {};
@@ -79,11 +90,31 @@ function peers(conn: ConnectionContext, mesh: MeshSnapshot): Pick<CheckInput, 's
   };
 }
 
+/** Envoy's answer to a body over the buffer limit (connection manager `request_payload_too_large`). */
+export const PAYLOAD_TOO_LARGE: ExtAuthzDecision = Object.freeze({
+  allow: false,
+  status: 413,
+  body: 'Payload Too Large',
+  details: 'request_payload_too_large',
+  responseFlag: '-',
+});
+
+/** Read the body the provider wants (see the module comment); a decision when it is too large. */
+async function readBody(stream: StreamContext, settings: BodySettings | undefined): Promise<CheckBody | ExtAuthzDecision | undefined> {
+  if (!settings || settings.maxRequestBytes === 0 || !requestHasBody(stream)) return undefined;
+  if ((stream.req as { upgrade?: boolean }).upgrade === true) return undefined;
+  const read = await bufferRequestBody(stream, settings.maxRequestBytes);
+  if (read.data.length > settings.maxRequestBytes && !settings.allowPartialMessage) return PAYLOAD_TOO_LARGE;
+  return { data: read.data };
+}
+
 /** An {@link ExtAuthzHook} over `client`, reading providers from `mesh.current`. */
 export function createExtAuthzHook(client: ExtAuthzClient, mesh: MeshSource): ExtAuthzHook {
   return {
     async check(_attrs: RequestAttributes, stream: StreamContext, custom: CustomCheck): Promise<ExtAuthzDecision> {
       const snapshot = mesh.current;
+      const body = await readBody(stream, client.provider(snapshot, custom.provider)?.body);
+      if (body && !('data' in body)) return body;
       const outcome = await client.check(snapshot, custom.provider, {
         ...peers(stream.conn, snapshot),
         http: {
@@ -94,7 +125,8 @@ export function createExtAuthzHook(client: ExtAuthzClient, mesh: MeshSource): Ex
           protocol: stream.protocol,
           headers: stream.req.rawHeaders,
           time: new Date(stream.startTime),
-          size: stream.bytesReceived,
+          size: body ? body.data.length : stream.bytesReceived,
+          ...(body ? { body } : {}),
         },
       });
       return decision(outcome, stream.req.headers);

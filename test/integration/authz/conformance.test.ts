@@ -34,12 +34,11 @@ import {
   expectedName,
   fixtures,
   outOfScope,
-  remapWith,
   type Case,
   type Check,
   type FixtureOptions,
 } from '../../helpers/authz-cases.ts';
-import { AuthzWaypoint, eventually, startHttpBackend, startTcpBackend, type Received } from './harness.ts';
+import { AuthzWaypoint, eventually, remapByNets, startHttpBackend, startTcpBackend, type Received } from './harness.ts';
 
 /** Fixture /24s → 127.0.16x (each bindable); any other 10.x (only ever in policies) → 127.x. */
 const NETS: Readonly<Record<string, string>> = {
@@ -50,13 +49,7 @@ const NETS: Readonly<Record<string, string>> = {
   '10.244.4.': '127.0.164.',
   '10.244.9.': '127.0.165.',
 };
-const ADDRESS = /^10\.(\d+)\.(\d+)\.(\d+(?:\/\d+)?)$/;
-const remap = remapWith((s) => {
-  const m = ADDRESS.exec(s);
-  if (!m) return s;
-  const net = NETS[`10.${m[1]}.${m[2]}.`];
-  return net ? `${net}${m[3]}` : `127.${m[1]}.${m[2]}.${m[3]}`;
-});
+const remap = remapByNets(NETS);
 const OPTIONS: FixtureOptions = { remap, podLabels: { 'istio.io/dataplane-mode': 'none' } };
 const WAYPOINT_IP = remap('10.244.9.9');
 

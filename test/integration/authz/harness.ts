@@ -15,7 +15,11 @@ import { AUTHZ_RESULT, TCP_AUTHZ_RESULT } from '../../../src/authz/slots.ts';
 import type { AuthzResult } from '../../../src/authz/types.ts';
 import { defaultBootstrap, overrideBootstrap } from '../../../src/config/bootstrap.ts';
 import { LocalCa } from '../../../src/identity/ca.ts';
+import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
 import { FilterStatus, type FilterFactory } from '../../../src/pipeline/filter.ts';
+import { InboundRole } from '../../../src/roles/inbound.ts';
+import { MeshStore } from '../../../src/state/store.ts';
+import { remapWith, type Remap } from '../../helpers/authz-cases.ts';
 import { connect, hboneSession, parseHttpResponse, readAll, type ClientIdentity } from '../../helpers/hbone-client.ts';
 
 /** One finished inner request as the chain saw it. */
@@ -136,15 +140,20 @@ export interface Received {
   readonly method: string;
   readonly url: string;
   readonly headers: http.IncomingHttpHeaders;
+  /** The request body (filled once it ended). */
+  body: Buffer;
 }
 
 /** An HTTP/1.1 backend answering 200 with a JSON description of the request; keeps every request seen. */
 export async function startHttpBackend(ip: string, port: number): Promise<{ received: Received[]; close(): Promise<void> }> {
   const received: Received[] = [];
   const server = http.createServer((req, res) => {
-    received.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers });
-    req.resume();
+    const seen: Received = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body: Buffer.alloc(0) };
+    received.push(seen);
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
+      seen.body = Buffer.concat(chunks);
       const text = JSON.stringify({ method: req.method, url: req.url });
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
       res.end(text);
@@ -177,6 +186,8 @@ export interface RawRequest {
   readonly authority?: string;
   /** Header lines; a name repeated = the header sent several times. */
   readonly headers?: readonly [string, string][];
+  /** Bytes sent right after the head, as they are (add `content-length` or chunked framing yourself). */
+  readonly body?: string | Buffer;
 }
 
 export interface AuthzWaypointOptions {
@@ -279,6 +290,7 @@ export class AuthzWaypoint {
     lines.push('connection: close', '', '');
     const answer = readAll(t.stream);
     t.stream.write(lines.join('\r\n'));
+    if (req.body !== undefined) t.stream.write(req.body);
     const raw = await answer;
     const r = parseHttpResponse(raw);
     return { status: r.status, headers: r.headers, body: r.body.toString() };
@@ -293,3 +305,190 @@ export class AuthzWaypoint {
 
 /** `ns` / `sa` → the SPIFFE id. */
 export const spiffe = (ns: string, sa: string): string => `spiffe://cluster.local/ns/${ns}/sa/${sa}`;
+
+// ---- mesh files ---------------------------------------------------------------------------------
+
+/** One application of a test mesh: a Service and the Pod behind it (opted out of the mesh: plain TCP). */
+export interface MeshApp {
+  readonly name: string;
+  /** The Service's cluster IP. */
+  readonly vip: string;
+  readonly podIp: string;
+  /** Service ports as YAML flow mappings, e.g. `{ name: http, port: 80, targetPort: 8080 }`. */
+  readonly ports: readonly string[];
+  /** Default `foo`. */
+  readonly namespace?: string;
+}
+
+/** The Service and Pod documents of `app` (Pod `<name>-1`, label `app: <name>`, service account `<name>`). */
+export function appYaml(app: MeshApp): string {
+  const ns = app.namespace ?? 'foo';
+  return `apiVersion: v1
+kind: Service
+metadata: { name: ${app.name}, namespace: ${ns} }
+spec: { clusterIP: "${app.vip}", selector: { app: ${app.name} }, ports: [${app.ports.join(', ')}] }
+---
+apiVersion: v1
+kind: Pod
+metadata: { name: ${app.name}-1, namespace: ${ns}, labels: { app: ${app.name} } }
+spec: { serviceAccountName: ${app.name} }
+status: { podIP: "${app.podIp}" }
+`;
+}
+
+/**
+ * A mesh file: the MeshConfig ConfigMap (when `meshConfig`, the `data.mesh` YAML, is given), the
+ * waypoint Gateway `foo/waypoint`, namespace `foo` using it (Pods outside the mesh), `apps`, then
+ * `docs` (policies, ...) as written.
+ */
+export function meshYaml(o: { readonly meshConfig?: string; readonly apps: readonly MeshApp[]; readonly docs?: readonly string[] }): string {
+  const parts: string[] = [];
+  if (o.meshConfig !== undefined) {
+    const body = o.meshConfig.trimEnd().split('\n').map((l) => `    ${l}`).join('\n');
+    parts.push(`apiVersion: v1
+kind: ConfigMap
+metadata: { name: istio, namespace: istio-system }
+data:
+  mesh: |
+${body}
+`);
+  }
+  parts.push(`apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: { name: waypoint, namespace: foo }
+spec:
+  gatewayClassName: istio-waypoint
+  listeners: [{ name: mesh, port: 15008, protocol: HBONE }]
+`);
+  parts.push(`apiVersion: v1
+kind: Namespace
+metadata: { name: foo, labels: { istio.io/use-waypoint: waypoint, istio.io/dataplane-mode: none } }
+`);
+  for (const app of o.apps) parts.push(appYaml(app));
+  for (const d of o.docs ?? []) parts.push(d.endsWith('\n') ? d : `${d}\n`);
+  return parts.join('---\n');
+}
+
+// ---- fixture addresses ----------------------------------------------------------------------------
+
+const TEN = /^10\.(\d+)\.(\d+)\.(\d+(?:\/\d+)?)$/;
+
+/**
+ * Remap the conformance fixtures' 10.x addresses per /24: `nets` maps a fixture prefix (`10.96.0.`)
+ * to a test's own loopback prefix (`127.0.160.`), so each source and target is a distinct bindable
+ * address of that test's range; any other 10.a.b.c (only ever in policies, never dialed) → 127.a.b.c.
+ */
+export function remapByNets(nets: Readonly<Record<string, string>>): Remap {
+  return remapWith((s) => {
+    const m = TEN.exec(s);
+    if (!m) return s;
+    const net = nets[`10.${m[1]}.${m[2]}.`];
+    return net ? `${net}${m[3]}` : `127.${m[1]}.${m[2]}.${m[3]}`;
+  });
+}
+
+// ---- the inbound role (destination ztunnel) ----------------------------------------------------------
+
+/** Settings of an {@link AuthzInbound}. */
+export interface AuthzInboundOptions {
+  /** The pod IP: HBONE listener (port 15008) and the plaintext listeners. */
+  readonly ip: string;
+  /** Where the application listens (the role's `forward`). */
+  readonly app: string;
+  /** Application ports that get a plaintext listener on `ip`. */
+  readonly plaintextPorts: readonly number[];
+  /** The initial mesh YAML. */
+  readonly mesh: string;
+}
+
+/**
+ * The `waypoint inbound` role on loopback for the ztunnel-side authorization tests: a CA, a mesh
+ * file behind a MeshStore (rewritten and applied with {@link setMesh}, so open connections are
+ * re-checked as with `--mesh`), and clients that CONNECT over HBONE with any SPIFFE identity from
+ * any local address, or connect in plaintext.
+ */
+export class AuthzInbound {
+  readonly role: InboundRole;
+  readonly store: MeshStore;
+  readonly ca: LocalCa;
+  private readonly dir: string;
+  private readonly meshFile: string;
+  private readonly certificate: WorkloadCertificate;
+  private readonly sessions: ClientHttp2Session[] = [];
+
+  private constructor(parts: { role: InboundRole; store: MeshStore; ca: LocalCa; dir: string; meshFile: string; certificate: WorkloadCertificate }) {
+    this.role = parts.role;
+    this.store = parts.store;
+    this.ca = parts.ca;
+    this.dir = parts.dir;
+    this.meshFile = parts.meshFile;
+    this.certificate = parts.certificate;
+  }
+
+  static async start(o: AuthzInboundOptions): Promise<AuthzInbound> {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wp-authz-inbound-'));
+    try {
+      const { ca } = await LocalCa.ensure(path.join(dir, 'ca'), 'cluster.local');
+      const meshFile = path.join(dir, 'mesh.yaml');
+      fs.writeFileSync(meshFile, o.mesh);
+      const store = await MeshStore.open({ meshFile, watch: false });
+      const own = store.current.workloadByIp(o.ip)?.identity ?? spiffe('default', 'inbound');
+      const certificate = await WorkloadCertificate.start(ca, own, 3600_000);
+      const role = await InboundRole.start({
+        listen: `${o.ip}:15008`,
+        certificate,
+        forward: o.app,
+        mesh: store,
+        plaintext: o.plaintextPorts.map((p) => `${o.ip}:${p}`),
+      });
+      return new AuthzInbound({ role, store, ca, dir, meshFile, certificate });
+    } catch (err) {
+      fs.rmSync(dir, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  /** Rewrite the mesh file and apply it now; resolves with whether a new snapshot was taken. */
+  async setMesh(text: string): Promise<boolean> {
+    const before = this.store.current.version;
+    fs.writeFileSync(this.meshFile, text);
+    await this.store.reload();
+    return this.store.current.version !== before;
+  }
+
+  /**
+   * CONNECT to `authority` over a new HBONE connection as `principal` (a full `spiffe://` URI) from
+   * `localAddress`: the status, the error body, and the open stream.
+   */
+  async connect(principal: string, authority: string, localAddress: string): Promise<{ status: number; body: string; stream: ClientHttp2Stream }> {
+    const leaf = await this.ca.issue(principal, 3600_000);
+    const { address, port } = this.role.address;
+    const session = await hboneSession(address, port, { certPem: leaf.certPem, keyPem: leaf.keyPem, caPem: this.ca.rootCertPem }, { localAddress });
+    this.sessions.push(session);
+    const r = await connect(session, authority);
+    return { status: r.status, body: r.status === 200 ? '' : (await readAll(r.stream)).toString(), stream: r.stream };
+  }
+
+  /**
+   * A plaintext connection to the role's `port` listener from `localAddress`: send `data`, then read
+   * until the role or the app closes. `echoed` is what came back ('' when refused).
+   */
+  plain(port: number, localAddress: string, data: string): Promise<{ echoed: string; error?: string }> {
+    return new Promise((resolve) => {
+      const chunks: Buffer[] = [];
+      const s = net.connect({ host: this.role.address.address, port, localAddress, allowHalfOpen: true });
+      s.on('connect', () => s.end(data));
+      s.on('data', (c: Buffer) => chunks.push(c));
+      s.on('error', (e: NodeJS.ErrnoException) => resolve({ echoed: Buffer.concat(chunks).toString(), error: e.code }));
+      s.on('close', () => resolve({ echoed: Buffer.concat(chunks).toString() }));
+    });
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.sessions) s.destroy();
+    await this.role.close(200);
+    this.store.close();
+    this.certificate.close();
+    fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+}

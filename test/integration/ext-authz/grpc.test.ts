@@ -340,6 +340,7 @@ describe('the authz filter\'s ExtAuthzHook', () => {
       allow: true,
       headers: { 'x-auth-user': 'alice', 'x-auth-groups': 'users,admins', 'x-auth-extra': '1' },
       removeHeaders: ['x-secret'],
+      responseHeaders: [{ name: 'x-resp', value: 'yes', action: 'add' }],
     });
     const a = plain.seen.at(-1)!.request.attributes!;
     expect(a.source?.principal).toBe('spiffe://cluster.local/ns/foo/sa/sleep');
@@ -356,7 +357,7 @@ describe('the authz filter\'s ExtAuthzHook', () => {
   });
 
   test('checkConnection: a TCP check', async () => {
-    expect(await hook.checkConnection!({}, conn, custom)).toEqual({ allow: true, headers: { 'x-auth-user': 'alice', 'x-auth-groups': 'admins', 'x-auth-extra': '1' }, removeHeaders: ['x-secret'] });
+    expect(await hook.checkConnection!({}, conn, custom)).toEqual({ allow: true, headers: { 'x-auth-user': 'alice', 'x-auth-groups': 'admins', 'x-auth-extra': '1' }, removeHeaders: ['x-secret'], responseHeaders: [{ name: 'x-resp', value: 'yes', action: 'add' }] });
     expect(plain.seen.at(-1)!.request.attributes!.request).toBeUndefined();
   });
 });

@@ -153,7 +153,7 @@ describe('authz.md §9', () => {
   });
 
   test('18. AUDIT never changes the decision; CUSTOM comes first and can only narrow', () => {
-    const providers = { extensionProviders: [{ name: 'authz', envoyExtAuthzGrpc: { service: 'foo/authz', port: 9000 } }] };
+    const providers = { extensionProviders: [{ name: 'authz', envoyExtAuthzGrpc: { service: 'foo/authz.foo.svc.cluster.local', port: 9000 } }] };
     const e = engine(
       [
         wp('audit', 'AUDIT', [{}]),

@@ -13,9 +13,9 @@ const getOnly = [{ to: [{ operation: { methods: ['GET'] } }] }];
 
 const providers: MeshConfigOptions = {
   extensionProviders: [
-    { name: 'grpc-authz', envoyExtAuthzGrpc: { service: 'foo/authz', port: 9000 } },
+    { name: 'grpc-authz', envoyExtAuthzGrpc: { service: 'foo/authz.foo.svc.cluster.local', port: 9000 } },
     { name: 'http-authz', envoyExtAuthzHttp: { service: 'authz.foo.svc.cluster.local', port: 9000 } },
-    { name: 'broken', envoyExtAuthzGrpc: { service: 'foo/missing', port: 9000 } },
+    { name: 'broken', envoyExtAuthzGrpc: { service: 'foo/missing.foo.svc.cluster.local', port: 9000 } },
     { name: 'tracer', zipkin: { service: 'zipkin.istio-system.svc.cluster.local', port: 9411 } },
   ],
 };

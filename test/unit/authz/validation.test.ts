@@ -150,7 +150,7 @@ describe('in a mesh', () => {
   test('compileAuthz reports the invalid policy; a regex Envoy could not build is one too', () => {
     const snap = meshWith([policy('bad', { targetRefs: TO_WAYPOINT, rules: [{ from: [{ source: { principals: ['*(/ns/foo/sa/a'] } }] }] })]);
     const err = caught(() => compileAuthz(snap));
-    expect(err.toString()).toMatch(/^AuthorizationPolicy\/foo\/bad: field spec\.rules\[0\]\.from\[0\]\.source\.principals\[0\]: does not make a valid regular expression/);
+    expect(err.toString()).toMatch(/^authz-test\.yaml:\d+: document \d+: AuthorizationPolicy\/foo\/bad: field spec\.rules\[0\]\.from\[0\]\.source\.principals\[0\]: does not make a valid regular expression/);
   });
 
   test('an invalid selector policy is reported too (the mesh file is the admission point)', () => {

@@ -23,7 +23,7 @@ import { terminal } from '../pipeline/fakes.ts';
 
 const CLIENT = 'spiffe://cluster.local/ns/foo/sa/sleep';
 const OTHER = 'spiffe://cluster.local/ns/bar/sa/a';
-const PROVIDERS: MeshConfigOptions = { extensionProviders: [{ name: 'grpc-authz', envoyExtAuthzGrpc: { service: 'foo/authz', port: 9000 } }] };
+const PROVIDERS: MeshConfigOptions = { extensionProviders: [{ name: 'grpc-authz', envoyExtAuthzGrpc: { service: 'foo/authz.foo.svc.cluster.local', port: 9000 } }] };
 
 /** A mesh holder with `subscribe`, like the waypoint's store. */
 class FakeMesh {

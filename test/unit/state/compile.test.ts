@@ -54,9 +54,13 @@ describe('waypoint and mesh config', () => {
     expect(snap.meshConfig.raw.defaultConfig).toEqual({ discoveryAddress: 'istiod.istio-system.svc:15012' });
   });
 
-  test('namespaces keep their labels', () => {
-    expect(snap.namespaces.get('shop')).toEqual({ 'istio.io/dataplane-mode': 'ambient', 'istio.io/use-waypoint': 'waypoint' });
-    expect(snap.namespaces.get('other')).toEqual({});
+  test('namespaces keep their labels, plus the kubernetes.io/metadata.name label the API server sets', () => {
+    expect(snap.namespaces.get('shop')).toEqual({
+      'istio.io/dataplane-mode': 'ambient',
+      'istio.io/use-waypoint': 'waypoint',
+      'kubernetes.io/metadata.name': 'shop',
+    });
+    expect(snap.namespaces.get('other')).toEqual({ 'kubernetes.io/metadata.name': 'other' });
   });
 });
 

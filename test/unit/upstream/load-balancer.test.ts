@@ -154,3 +154,25 @@ describe('LEAST_REQUEST', () => {
     expect(new LoadBalancer('LEAST_REQUEST').pick([A, B])).toBe(A);
   });
 });
+
+describe('RANDOM and a cluster cursor', () => {
+  test('RANDOM spreads over every endpoint and ignores active counts', () => {
+    const lb = new LoadBalancer('LEAST_REQUEST');
+    for (let i = 0; i < 10; i++) lb.start(A);
+    const m = new Map<Endpoint | undefined, number>();
+    for (let i = 0; i < 3000; i++) {
+      const e = lb.pick([A, B, C], 'RANDOM');
+      m.set(e, (m.get(e) ?? 0) + 1);
+    }
+    for (const e of [A, B, C]) expect(m.get(e)! / 3000).toBeGreaterThan(0.25);
+  });
+
+  test('ROUND_ROBIN with a cursor keeps its place across new lists (a new snapshot, an ejection)', () => {
+    const lb = new LoadBalancer('LEAST_REQUEST');
+    const cursor = { rr: 0 };
+    expect(lb.pick([A, B, C], 'ROUND_ROBIN', cursor)).toBe(A);
+    expect(lb.pick([A, B, C], 'ROUND_ROBIN', cursor)).toBe(B);
+    expect(lb.pick([ep(A.address), ep(B.address), ep(C.address)], 'ROUND_ROBIN', cursor)?.address).toBe(C.address);
+    expect(lb.pick([A, C], 'ROUND_ROBIN', cursor)).toBe(C);
+  });
+});

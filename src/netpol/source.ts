@@ -1,0 +1,32 @@
+/**
+ * The original client of a tunnel, as a NetworkPolicy at the destination would have seen it had
+ * the waypoint not been in the path (shared/reference/authz.md §8.2: after a waypoint, the
+ * destination sees the waypoint's address instead).
+ */
+import type { ConnectInfo } from '../pipeline/context.ts';
+import { forwardedFor } from '../router/forwarded.ts';
+import type { MeshSnapshot, Workload } from '../state/types.ts';
+
+/** The source a NetworkPolicy is evaluated against. */
+export interface OriginalSource {
+  /** Normalised source IP (for `ipBlock` peers); undefined when unknown. */
+  readonly ip: string | undefined;
+  /** The source pod (for `podSelector` / `namespaceSelector` peers); undefined when not a known pod. */
+  readonly pod: Workload | undefined;
+}
+
+/**
+ * The original source of a tunnel under `snapshot`:
+ * - IP: the first `for=` of ztunnel's `forwarded` CONNECT header, else the HBONE peer address
+ *   (with in-pod ztunnel that is the client pod's own IP);
+ * - pod: the Pod at that IP in the mesh, but only when the tunnel's mTLS identity is that pod's
+ *   identity (ztunnel presents the source workload's certificate), so a client cannot borrow another
+ *   pod's labels or namespace by writing its address into `forwarded`. WorkloadEntries and unknown
+ *   addresses are not pods: only `ipBlock` peers can match them, as for a CNI.
+ */
+export function originalSource(snapshot: MeshSnapshot, info: ConnectInfo): OriginalSource {
+  const ip = forwardedFor(info.forwarded) ?? (info.downstreamAddress || undefined);
+  const w = ip === undefined ? undefined : snapshot.workloadByIp(ip);
+  const pod = w && w.kind === 'Pod' && w.identity === info.peer.uri ? w : undefined;
+  return { ip, pod };
+}

@@ -1,0 +1,163 @@
+/**
+ * Compile every HTTPRoute and GRPCRoute of a mesh snapshot once into immutable per-target route
+ * tables (cached per snapshot, like `authzFor`); the router does one lookup and an ordered scan.
+ *
+ * Attachment, as Istio applies Gateway API routes to a waypoint (GAMMA, GW:site-src/mesh/index.md;
+ * IS:pilot/pkg/networking/core/listener_waypoint.go `buildWaypointInboundHTTPRouteConfig`):
+ * - a `parentRef` naming a Service (group `""`/`core`, kind `Service`) or a `networking.istio.io`
+ *   `ServiceEntry` / `Hostname` this waypoint serves attaches the route to that service, on the
+ *   `port` it names (or the port named by `sectionName`), else on every port;
+ * - a route in the service's namespace is a producer route and applies to every client; a route in
+ *   another namespace is a consumer route and applies only to clients in the route's namespace,
+ *   for whom it replaces the producer routes (a client's own namespace wins, as an Istio sidecar
+ *   prefers the VirtualService of its own namespace); clients with neither get the default route;
+ * - routes attached to the waypoint's own Gateway are not programmed: Istio converts them to
+ *   gateway-bound VirtualServices, which a waypoint's service chains never read; they are logged
+ *   at debug and ignored;
+ * - several routes on one service port (for the same clients) merge into one table ordered by
+ *   Gateway API precedence, ties broken by the oldest `creationTimestamp`, then namespace/name,
+ *   then rule and match order (IS:conversion.go `convertResources` + `sortHTTPRoutes`).
+ *
+ * An invalid route is ignored with its error logged (istiod's `Accepted=False`); the rest of the
+ * snapshot keeps working. {@link compileRoutes} also returns the rejections.
+ */
+import type { ConfigError } from '../errors.ts';
+import type { KeptResource, MeshSnapshot, Service, Target } from '../state/types.ts';
+import { log } from '../util/log.ts';
+import { BackendResolver } from './backends.ts';
+import { comparePrecedence } from './match.ts';
+import { parseRoute, type ParsedRoute } from './route-parse.ts';
+import type { ParentRefDoc } from './route-schema.ts';
+import type { CompiledMatch, RouteTable, ServicePortRoutes } from './types.ts';
+
+const GATEWAY_GROUP = 'gateway.networking.k8s.io';
+const ISTIO_GROUP = 'networking.istio.io';
+
+/** All compiled routing of one mesh snapshot. */
+export interface CompiledRoutes {
+  readonly version: number;
+  /** Valid routes (attached to this waypoint or not), oldest first. */
+  readonly routes: readonly string[];
+  /** Routes ignored as invalid, with the reason (`ConfigError` text naming the route and field). */
+  readonly rejected: readonly { readonly route: string; readonly reason: string }[];
+  /** The routes of a service target, or undefined when none attach (the default route applies). One Map lookup. */
+  forTarget(target: Target): ServicePortRoutes | undefined;
+}
+
+/** Collected routes of one service port before tables are built. */
+interface PortRoutes {
+  producer: ParsedRoute[];
+  consumers: Map<string, ParsedRoute[]>;
+}
+
+function isRoute(r: KeptResource): boolean {
+  return (r.kind === 'HTTPRoute' || r.kind === 'GRPCRoute') && r.apiVersion.startsWith(`${GATEWAY_GROUP}/`);
+}
+
+/** Compile the routes of `snapshot` (invalid routes are logged and left out). Cached as {@link routesFor}'s. */
+export function compileRoutes(snapshot: MeshSnapshot): CompiledRoutes {
+  const resolver = new BackendResolver(snapshot);
+  const parsed: ParsedRoute[] = [];
+  const rejected: { route: string; reason: string }[] = [];
+  for (const r of [...snapshot.resources('HTTPRoute'), ...snapshot.resources('GRPCRoute')]) {
+    if (!isRoute(r)) continue;
+    try {
+      parsed.push(parseRoute(r, resolver));
+    } catch (err) {
+      const reason = (err as ConfigError).toString();
+      rejected.push({ route: `${r.kind}/${r.namespace}/${r.name}`, reason });
+      log.warn({ route: `${r.kind}/${r.namespace}/${r.name}`, version: snapshot.version }, `routing: route not accepted, ignored: ${reason}`);
+    }
+  }
+  // Oldest first, then namespace/name: the order ties are broken in.
+  parsed.sort((a, b) => a.created - b.created || (`${a.namespace}/${a.name}` < `${b.namespace}/${b.name}` ? -1 : `${a.namespace}/${a.name}` > `${b.namespace}/${b.name}` ? 1 : a.kind < b.kind ? -1 : 1));
+
+  const byService = new Map<Service, Map<number, PortRoutes>>();
+  for (const route of parsed) {
+    for (const ref of route.parentRefs) {
+      for (const [service, ports] of attachments(ref, route, snapshot)) {
+        let perPort = byService.get(service);
+        if (!perPort) byService.set(service, (perPort = new Map()));
+        for (const port of ports) {
+          let pr = perPort.get(port);
+          if (!pr) perPort.set(port, (pr = { producer: [], consumers: new Map() }));
+          const list = route.namespace === service.namespace ? pr.producer : getOrAdd(pr.consumers, route.namespace);
+          if (!list.includes(route)) list.push(route);
+        }
+      }
+    }
+  }
+
+  const tables = new Map<Service, Map<number, ServicePortRoutes>>();
+  for (const [service, perPort] of byService) {
+    const out = new Map<number, ServicePortRoutes>();
+    for (const [port, pr] of perPort) {
+      const consumers = new Map<string, RouteTable>();
+      for (const [ns, list] of pr.consumers) consumers.set(ns, table(list));
+      out.set(port, Object.freeze({ producer: pr.producer.length ? table(pr.producer) : undefined, consumers }));
+    }
+    tables.set(service, out);
+  }
+
+  const compiled: CompiledRoutes = Object.freeze({
+    version: snapshot.version,
+    routes: Object.freeze(parsed.map((r) => r.ref)),
+    rejected: Object.freeze(rejected),
+    forTarget: (target: Target) => (target.kind === 'service' ? tables.get(target.service)?.get(target.port.port) : undefined),
+  });
+  cache.set(snapshot, compiled);
+  return compiled;
+}
+
+function getOrAdd<K, V>(map: Map<K, V[]>, key: K): V[] {
+  let list = map.get(key);
+  if (!list) map.set(key, (list = []));
+  return list;
+}
+
+/** Merge routes (already oldest first) into one table sorted by precedence (stable). */
+function table(routes: readonly ParsedRoute[]): RouteTable {
+  const matches: CompiledMatch[] = [];
+  for (const r of routes) matches.push(...r.matches);
+  matches.sort(comparePrecedence);
+  return Object.freeze({ matches: Object.freeze(matches), routes: Object.freeze(routes.map((r) => r.ref)) });
+}
+
+/** The served services (and their port numbers) a parentRef attaches `route` to; empty when none here. */
+function attachments(ref: ParentRefDoc, route: ParsedRoute, snapshot: MeshSnapshot): [Service, number[]][] {
+  const group = ref.group ?? GATEWAY_GROUP;
+  const kind = ref.kind ?? 'Gateway';
+  const namespace = ref.namespace ?? route.namespace;
+  let services: Service[];
+  if ((group === '' || group === 'core') && kind === 'Service') {
+    services = snapshot.services.filter((s) => s.kind === 'Service' && s.name === ref.name && s.namespace === namespace);
+  } else if (group === ISTIO_GROUP && kind === 'ServiceEntry') {
+    services = snapshot.services.filter((s) => s.kind === 'ServiceEntry' && s.name === ref.name && s.namespace === namespace);
+  } else if (group === ISTIO_GROUP && kind === 'Hostname') {
+    services = snapshot.services.filter((s) => s.hostname === ref.name);
+  } else {
+    if (group === GATEWAY_GROUP && kind === 'Gateway' && ref.name === snapshot.waypoint.name && namespace === snapshot.waypoint.namespace) {
+      log.debug({ route: route.ref }, 'routing: route attached to the waypoint Gateway ignored (Istio programs waypoint routes only from Service/ServiceEntry parentRefs)');
+    }
+    return [];
+  }
+  const out: [Service, number[]][] = [];
+  for (const s of services) {
+    if (!s.servedByThisWaypoint) continue;
+    let ports = s.ports.filter((p) => p.protocol !== 'UDP');
+    if (ref.port !== undefined && ref.port !== null) ports = ports.filter((p) => p.port === ref.port);
+    if (ref.sectionName) ports = ports.filter((p) => p.name === ref.sectionName);
+    if (ports.length) out.push([s, ports.map((p) => p.port)]);
+  }
+  return out;
+}
+
+const cache = new WeakMap<MeshSnapshot, CompiledRoutes>();
+
+/**
+ * The compiled routes of `snapshot`, compiled on first use and cached for the snapshot's
+ * lifetime. Never throws (invalid routes are left out and logged at compile time).
+ */
+export function routesFor(snapshot: MeshSnapshot): CompiledRoutes {
+  return cache.get(snapshot) ?? compileRoutes(snapshot);
+}

@@ -1,0 +1,355 @@
+/**
+ * Parse and validate one HTTPRoute or GRPCRoute into compiled rules and matches (rule order,
+ * then match order; precedence is applied later when routes are merged into tables).
+ *
+ * Besides the schema (`route-schema.ts`), the CRDs' cross-field rules are checked here
+ * (GW:apis/v1/httproute_types.go, grpcroute_types.go CEL rules): a filter's type names the field
+ * it sets; RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect and URLRewrite at most
+ * once per rule; RequestRedirect and URLRewrite not together; ReplacePrefixMatch only with a
+ * single PathPrefix match; `timeouts.backendRequest` not longer than `timeouts.request`. A route
+ * breaking them is what istiod reports `Accepted=False` and does not program: the caller ignores
+ * it with the error logged.
+ *
+ * Filters the waypoint cannot apply (ExtensionRef, CORS, ExternalAuth, unknown types) do not
+ * invalidate the route: the rule answers 500, as the spec requires when a filter cannot be
+ * honoured. Invalid backends (unknown service, missing port, cross-namespace without a
+ * ReferenceGrant) keep their weight and answer 500 for their share.
+ */
+import { ConfigError } from '../errors.ts';
+import type { KeptResource } from '../state/types.ts';
+import { formatFieldPath, type FieldPath } from '../state/yaml-locate.ts';
+import { log } from '../util/log.ts';
+import type { BackendResolver } from './backends.ts';
+import { parseDuration } from './duration.ts';
+import { compileHeaderModifier } from './filters.ts';
+import { compileRegex, normalizePrefix } from './match.ts';
+import {
+  GrpcRouteSchema,
+  HttpRouteSchema,
+  type BackendRefDoc,
+  type FilterDoc,
+  type GrpcMatchDoc,
+  type HttpMatchDoc,
+  type ParentRefDoc,
+  type PathModifierDoc,
+} from './route-schema.ts';
+import type { CompiledMatch, CompiledRule, HeaderModifier, Mirror, PathMatcher, PathModifier, Redirect, Rewrite, RuleRetry, RuleTimeouts, ValueMatcher, WeightedBackend } from './types.ts';
+
+export type RouteKind = 'HTTPRoute' | 'GRPCRoute';
+
+/** A validated route with its rules compiled (matches in rule order, then match order). */
+export interface ParsedRoute {
+  readonly kind: RouteKind;
+  /** `HTTPRoute/<ns>/<name>`. */
+  readonly ref: string;
+  readonly namespace: string;
+  readonly name: string;
+  /** `metadata.creationTimestamp` in ms since the epoch; 0 when absent (ordered as the oldest). */
+  readonly created: number;
+  readonly parentRefs: readonly ParentRefDoc[];
+  readonly matches: readonly CompiledMatch[];
+}
+
+type Fail = (path: FieldPath, message: string) => never;
+
+/**
+ * Parse `resource` (an HTTPRoute or GRPCRoute kept from the mesh file).
+ * @throws ConfigError naming the route (`HTTPRoute/<ns>/<name>`) and the offending field.
+ */
+export function parseRoute(resource: KeptResource, resolver: BackendResolver): ParsedRoute {
+  const kind = resource.kind as RouteKind;
+  const ref = `${kind}/${resource.namespace}/${resource.name}`;
+  const fail: Fail = (path, message) => {
+    throw new ConfigError(message, { object: ref, ...(path.length ? { field: formatFieldPath(path) } : {}) });
+  };
+  const schema = kind === 'GRPCRoute' ? GrpcRouteSchema : HttpRouteSchema;
+  const parsed = schema.safeParse(resource.object);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    fail(issue.path.filter((p): p is string | number => typeof p !== 'symbol'), issue.message);
+  }
+  const spec = parsed.data!.spec ?? {};
+  const ctx: RuleContext = { kind, ref, namespace: resource.namespace, resolver, fail };
+  const rules = spec.rules && spec.rules.length > 0 ? spec.rules : [{}];
+  const matches: CompiledMatch[] = [];
+  rules.forEach((rule, i) => matches.push(...compileRule(rule as RuleDoc, i, ctx)));
+  if (spec.hostnames?.length) log.debug({ route: ref }, 'routing: hostnames are not used for routes attached to a Service (the service is the host)');
+  const meta = (resource.object.metadata ?? {}) as Record<string, unknown>;
+  const created = typeof meta.creationTimestamp === 'string' ? Date.parse(meta.creationTimestamp) : Number.NaN;
+  return {
+    kind,
+    ref,
+    namespace: resource.namespace,
+    name: resource.name,
+    created: Number.isFinite(created) ? created : 0,
+    parentRefs: spec.parentRefs ?? [],
+    matches,
+  };
+}
+
+interface RuleContext {
+  readonly kind: RouteKind;
+  readonly ref: string;
+  readonly namespace: string;
+  readonly resolver: BackendResolver;
+  readonly fail: Fail;
+}
+
+/** A rule of either kind (GRPCRoute rules have no timeouts or retry). */
+interface RuleDoc {
+  readonly matches?: readonly (HttpMatchDoc | GrpcMatchDoc)[] | null;
+  readonly filters?: readonly FilterDoc[] | null;
+  readonly backendRefs?: readonly BackendRefDoc[] | null;
+  readonly timeouts?: { readonly request?: string | null; readonly backendRequest?: string | null } | null;
+  readonly retry?: { readonly codes?: readonly number[] | null; readonly attempts?: number | null; readonly backoff?: string | null } | null;
+}
+
+const HTTP_FILTERS = new Set(['RequestHeaderModifier', 'ResponseHeaderModifier', 'RequestRedirect', 'URLRewrite', 'RequestMirror', 'ExtensionRef', 'CORS', 'ExternalAuth']);
+const GRPC_FILTERS = new Set(['RequestHeaderModifier', 'ResponseHeaderModifier', 'RequestMirror', 'ExtensionRef']);
+/** Filter type → the field that must be set with it. */
+const FILTER_FIELD: Readonly<Record<string, keyof FilterDoc>> = {
+  RequestHeaderModifier: 'requestHeaderModifier',
+  ResponseHeaderModifier: 'responseHeaderModifier',
+  RequestRedirect: 'requestRedirect',
+  URLRewrite: 'urlRewrite',
+  RequestMirror: 'requestMirror',
+  ExtensionRef: 'extensionRef',
+};
+
+function compileRule(doc: RuleDoc, index: number, ctx: RuleContext): CompiledMatch[] {
+  const at: FieldPath = ['spec', 'rules', index];
+  const { fail } = ctx;
+  let requestHeaders: HeaderModifier | undefined;
+  let responseHeaders: HeaderModifier | undefined;
+  let redirect: Redirect | undefined;
+  let rewrite: Rewrite | undefined;
+  let filterError: string | undefined;
+  const mirrors: Mirror[] = [];
+  const seen = new Set<string>();
+  const matchDocs = doc.matches && doc.matches.length > 0 ? doc.matches : [{}];
+  const prefixRewriteOk = matchDocs.length === 1 && ctx.kind === 'HTTPRoute' && ((matchDocs[0] as HttpMatchDoc).path?.type ?? 'PathPrefix') === 'PathPrefix';
+
+  (doc.filters ?? []).forEach((f, i) => {
+    const fat = [...at, 'filters', i];
+    const allowed = ctx.kind === 'GRPCRoute' ? GRPC_FILTERS : HTTP_FILTERS;
+    if (!allowed.has(f.type)) {
+      if (ctx.kind === 'GRPCRoute' || !/^[A-Za-z0-9]+$/.test(f.type)) fail([...fat, 'type'], `must be one of ${[...allowed].join(', ')}, got ${JSON.stringify(f.type)}`);
+    }
+    const field = FILTER_FIELD[f.type];
+    if (field && (f[field] === undefined || f[field] === null)) fail(fat, `filter.${field} must be specified for ${f.type} filter.type`);
+    for (const [t, other] of Object.entries(FILTER_FIELD)) {
+      if (t !== f.type && f[other] !== undefined && f[other] !== null) fail([...fat, other], `filter.${other} must be nil if the filter.type is not ${t}`);
+    }
+    if (f.type !== 'RequestMirror' && f.type !== 'ExtensionRef') {
+      if (seen.has(f.type)) fail(fat, `${f.type} filter cannot be repeated`);
+      seen.add(f.type);
+    }
+    switch (f.type) {
+      case 'RequestHeaderModifier':
+        requestHeaders = compileHeaderModifier(f.requestHeaderModifier);
+        break;
+      case 'ResponseHeaderModifier':
+        responseHeaders = compileHeaderModifier(f.responseHeaderModifier);
+        break;
+      case 'RequestRedirect': {
+        const r = f.requestRedirect!;
+        redirect = {
+          scheme: r.scheme ?? undefined,
+          hostname: r.hostname ?? undefined,
+          port: r.port ?? undefined,
+          path: r.path ? pathModifier(r.path, [...fat, 'requestRedirect', 'path'], prefixRewriteOk, fail) : undefined,
+          statusCode: r.statusCode ?? 302,
+        };
+        break;
+      }
+      case 'URLRewrite': {
+        const r = f.urlRewrite!;
+        rewrite = { hostname: r.hostname ?? undefined, path: r.path ? pathModifier(r.path, [...fat, 'urlRewrite', 'path'], prefixRewriteOk, fail) : undefined };
+        break;
+      }
+      case 'RequestMirror': {
+        const m = f.requestMirror!;
+        const b = ctx.resolver.resolve(m.backendRef, ctx.kind, ctx.namespace);
+        if (typeof b === 'string') {
+          log.warn({ route: ctx.ref, field: formatFieldPath([...fat, 'requestMirror', 'backendRef']) }, `routing: ${b}; requests are not mirrored`);
+          break;
+        }
+        if (m.percent !== undefined && m.percent !== null && m.fraction) fail([...fat, 'requestMirror'], 'only one of percent or fraction may be specified');
+        const fraction = m.fraction ? Math.min(1, m.fraction.numerator / (m.fraction.denominator ?? 100)) : m.percent !== undefined && m.percent !== null ? m.percent / 100 : 1;
+        mirrors.push({ backend: b, fraction });
+        break;
+      }
+      default:
+        filterError ??= `filter ${f.type} is not supported by this waypoint`;
+    }
+  });
+  if (redirect && rewrite) fail([...at, 'filters'], 'may specify either httpRouteFilterRequestRedirect or httpRouteFilterRequestRewrite, but not both');
+  if (filterError) log.warn({ route: ctx.ref, rule: index }, `routing: ${filterError}; requests matching this rule answer 500`);
+
+  const backends: WeightedBackend[] = [];
+  let totalWeight = 0;
+  (doc.backendRefs ?? []).forEach((b, i) => {
+    const weight = b.weight ?? 1;
+    if (weight === 0) return;
+    const bat = [...at, 'backendRefs', i];
+    let invalid: string | undefined;
+    let reqH: HeaderModifier | undefined;
+    let resH: HeaderModifier | undefined;
+    (b.filters ?? []).forEach((f) => {
+      if (f.type === 'RequestHeaderModifier' && f.requestHeaderModifier) reqH = compileHeaderModifier(f.requestHeaderModifier);
+      else if (f.type === 'ResponseHeaderModifier' && f.responseHeaderModifier) resH = compileHeaderModifier(f.responseHeaderModifier);
+      else invalid ??= `backend filter ${f.type} is not supported by this waypoint`;
+    });
+    const resolved = ctx.resolver.resolve(b, ctx.kind, ctx.namespace);
+    if (typeof resolved === 'string') invalid ??= resolved;
+    if (invalid) log.warn({ route: ctx.ref, field: formatFieldPath(bat) }, `routing: ${invalid}; its share of requests answers 500`);
+    backends.push({ weight, backend: invalid ? undefined : (resolved as Exclude<typeof resolved, string>), invalid, requestHeaders: reqH, responseHeaders: resH });
+    totalWeight += weight;
+  });
+
+  const rule: CompiledRule = Object.freeze({
+    route: ctx.ref,
+    index,
+    filterError,
+    redirect,
+    rewrite,
+    requestHeaders,
+    responseHeaders,
+    mirrors: Object.freeze(mirrors),
+    backends: Object.freeze(backends),
+    totalWeight,
+    timeouts: doc.timeouts ? compileTimeouts(doc.timeouts, [...at, 'timeouts'], fail) : undefined,
+    retry: doc.retry ? compileRetry(doc.retry, [...at, 'retry'], fail) : undefined,
+  });
+  return matchDocs.map((m, i) =>
+    Object.freeze(ctx.kind === 'GRPCRoute' ? grpcMatch(m as GrpcMatchDoc, rule, [...at, 'matches', i], fail) : httpMatch(m as HttpMatchDoc, rule, [...at, 'matches', i], fail)),
+  );
+}
+
+function pathModifier(doc: PathModifierDoc, at: FieldPath, prefixOk: boolean, fail: Fail): PathModifier {
+  if (doc.type === 'ReplaceFullPath') {
+    if (typeof doc.replaceFullPath !== 'string') fail([...at, 'replaceFullPath'], 'replaceFullPath must be specified when type is set to ReplaceFullPath');
+    if (doc.replacePrefixMatch !== undefined && doc.replacePrefixMatch !== null) fail([...at, 'replacePrefixMatch'], 'type must be ReplacePrefixMatch when replacePrefixMatch is set');
+    if (!doc.replaceFullPath!.startsWith('/')) fail([...at, 'replaceFullPath'], `must be an absolute path starting with "/", got ${JSON.stringify(doc.replaceFullPath)}`);
+    return { type: 'ReplaceFullPath', value: doc.replaceFullPath! };
+  }
+  if (typeof doc.replacePrefixMatch !== 'string') fail([...at, 'replacePrefixMatch'], 'replacePrefixMatch must be specified when type is set to ReplacePrefixMatch');
+  if (doc.replaceFullPath !== undefined && doc.replaceFullPath !== null) fail([...at, 'replaceFullPath'], 'type must be ReplaceFullPath when replaceFullPath is set');
+  if (!doc.replacePrefixMatch!.startsWith('/')) fail([...at, 'replacePrefixMatch'], `must be an absolute path starting with "/", got ${JSON.stringify(doc.replacePrefixMatch)}`);
+  if (!prefixOk) fail(at, 'when using ReplacePrefixMatch, exactly one PathPrefix match must be specified');
+  return { type: 'ReplacePrefixMatch', value: doc.replacePrefixMatch! };
+}
+
+function compileTimeouts(doc: NonNullable<RuleDoc['timeouts']>, at: FieldPath, fail: Fail): RuleTimeouts {
+  const ms = (v: string | null | undefined, field: string): number | undefined => {
+    if (v === undefined || v === null) return undefined;
+    try {
+      return parseDuration(v);
+    } catch (err) {
+      return fail([...at, field], (err as Error).message);
+    }
+  };
+  const requestMs = ms(doc.request, 'request');
+  const backendRequestMs = ms(doc.backendRequest, 'backendRequest');
+  if (requestMs && backendRequestMs && backendRequestMs > requestMs) fail([...at, 'backendRequest'], 'backendRequest timeout cannot be longer than request timeout');
+  return { requestMs, backendRequestMs };
+}
+
+function compileRetry(doc: NonNullable<RuleDoc['retry']>, at: FieldPath, fail: Fail): RuleRetry {
+  let backoffMs: number | undefined;
+  if (doc.backoff !== undefined && doc.backoff !== null) {
+    try {
+      backoffMs = parseDuration(doc.backoff);
+    } catch (err) {
+      fail([...at, 'backoff'], (err as Error).message);
+    }
+  }
+  return { attempts: doc.attempts ?? undefined, codes: Object.freeze([...(doc.codes ?? [])]), backoffMs };
+}
+
+/** Compile header or query matches, keeping only the first of equivalent names (the spec's rule). */
+function valueMatchers(
+  docs: readonly { type?: string | null; name: string; value: string }[] | null | undefined,
+  at: FieldPath,
+  lower: boolean,
+  fail: Fail,
+): ValueMatcher[] {
+  const out: ValueMatcher[] = [];
+  const names = new Set<string>();
+  (docs ?? []).forEach((d, i) => {
+    const name = lower ? d.name.toLowerCase() : d.name;
+    if (names.has(name)) return;
+    names.add(name);
+    if (d.type === 'RegularExpression') {
+      try {
+        out.push({ name, exact: undefined, re: compileRegex(d.value) });
+      } catch (err) {
+        fail([...at, i, 'value'], (err as Error).message);
+      }
+    } else out.push({ name, exact: d.value, re: undefined });
+  });
+  return out;
+}
+
+function httpMatch(doc: HttpMatchDoc, rule: CompiledRule, at: FieldPath, fail: Fail): CompiledMatch {
+  const type = doc.path?.type ?? 'PathPrefix';
+  const value = doc.path?.value ?? '/';
+  let path: PathMatcher;
+  if (type === 'RegularExpression') {
+    try {
+      path = { kind: 'RegularExpression', value, re: compileRegex(value) };
+    } catch (err) {
+      return fail([...at, 'path', 'value'], (err as Error).message);
+    }
+  } else {
+    if (!value.startsWith('/')) fail([...at, 'path', 'value'], `must be an absolute path starting with "/", got ${JSON.stringify(value)}`);
+    if (value.includes('//') || /\/\.\.?(\/|$)/.test(value)) fail([...at, 'path', 'value'], `must not contain "//", "/./" or "/../", got ${JSON.stringify(value)}`);
+    if (value.includes('?') || value.includes('#')) fail([...at, 'path', 'value'], `must not contain "?" or "#", got ${JSON.stringify(value)}`);
+    path = type === 'Exact' ? { kind: 'Exact', value, re: undefined } : { kind: 'PathPrefix', value: normalizePrefix(value), re: undefined };
+  }
+  return {
+    path,
+    method: doc.method ?? undefined,
+    headers: valueMatchers(doc.headers, [...at, 'headers'], true, fail),
+    query: valueMatchers(doc.queryParams, [...at, 'queryParams'], false, fail),
+    rule,
+  };
+}
+
+const GRPC_SERVICE = /^(?:[A-Za-z_][A-Za-z_0-9]*\.)*[A-Za-z_][A-Za-z_0-9]*$/;
+const GRPC_METHOD = /^[A-Za-z_][A-Za-z_0-9]*$/;
+
+/**
+ * A GRPCMethodMatch as a path match, as Istio converts GRPCRoutes (IS:pilot/pkg/config/kube/gateway
+ * conversion.go `createGRPCURIMatch`): service and method → exact `/<service>/<method>`; service
+ * only → prefix `/<service>/`; method only or regular expressions → `/<service re>/<method re>`
+ * with `[^/]+` for the missing part. No method match: every path.
+ */
+function grpcMatch(doc: GrpcMatchDoc, rule: CompiledRule, at: FieldPath, fail: Fail): CompiledMatch {
+  const m = doc.method;
+  let path: PathMatcher = { kind: 'PathPrefix', value: '', re: undefined };
+  if (m) {
+    const mat = [...at, 'method'];
+    const service = m.service ?? undefined;
+    const method = m.method ?? undefined;
+    if (!service && !method) fail(mat, 'one or both of service or method must be specified');
+    if ((m.type ?? 'Exact') === 'Exact') {
+      if (service && !GRPC_SERVICE.test(service)) fail([...mat, 'service'], `must be a gRPC service name such as "pkg.Service", got ${JSON.stringify(service)}`);
+      if (method && !GRPC_METHOD.test(method)) fail([...mat, 'method'], `must be a gRPC method name, got ${JSON.stringify(method)}`);
+      if (service && method) path = { kind: 'Exact', value: `/${service}/${method}`, re: undefined };
+      else if (service) path = { kind: 'StringPrefix', value: `/${service}/`, re: undefined };
+      else {
+        const src = `/[^/]+/${method}`;
+        path = { kind: 'RegularExpression', value: src, re: compileRegex(src) };
+      }
+    } else {
+      const src = `/${service || '[^/]+'}/${method || '[^/]+'}`;
+      try {
+        path = { kind: 'RegularExpression', value: src, re: compileRegex(src) };
+      } catch (err) {
+        return fail(mat, (err as Error).message);
+      }
+    }
+  }
+  return { path, method: undefined, headers: valueMatchers(doc.headers, [...at, 'headers'], true, fail), query: [], rule };
+}
