@@ -28,6 +28,7 @@
  * such a rule; the mesh file plays the API server here.)
  */
 import { ConfigError } from '../errors.ts';
+import { locateField } from '../state/resource-location.ts';
 import type { KeptResource, MeshSnapshot, Service, Target } from '../state/types.ts';
 import { formatFieldPath, type FieldPath } from '../state/yaml-locate.ts';
 import { defaultTrafficPolicy, type ClusterTrafficPolicy, type LbAlgorithm, type TrafficPolicySource } from '../upstream/traffic-policy.ts';
@@ -41,6 +42,8 @@ export interface DestinationRule {
   readonly name: string;
   /** `DestinationRule/<ns>/<name>`, for messages. */
   readonly ref: string;
+  /** The kept resource it was read from (its `locate` maps fields to file lines). */
+  readonly resource: Pick<KeptResource, 'locate'>;
   /** `spec.host` resolved to a FQDN (short names relative to the namespace) or a wildcard. */
   readonly host: string;
   /** `exportTo` with `.` replaced by the rule's namespace; empty = the default (everywhere). */
@@ -84,7 +87,7 @@ export function resolveHost(host: string, namespace: string, domain: string): st
 export function parseDestinationRule(r: KeptResource, domain: string): DestinationRule {
   const ref = `DestinationRule/${r.namespace}/${r.name}`;
   const fail: Fail = (path, message) => {
-    throw new ConfigError(message, { object: ref, field: formatFieldPath(path) || undefined });
+    throw new ConfigError(message, locateField(r, ref, path));
   };
   const parsed = DestinationRuleSpecSchema.safeParse(r.object.spec);
   if (!parsed.success) {
@@ -120,6 +123,7 @@ export function parseDestinationRule(r: KeptResource, domain: string): Destinati
     namespace: r.namespace,
     name: r.name,
     ref,
+    resource: { locate: r.locate },
     host: resolveHost(spec.host, r.namespace, domain),
     exportTo,
     hasWorkloadSelector,
@@ -270,7 +274,7 @@ export function compileDestinationRules(snapshot: MeshSnapshot, fallback: LbAlgo
 function portPolicy(rule: MergedRule, port: number, key: string, fallback: LbAlgorithm): ClusterTrafficPolicy {
   const src = rule.policySource;
   const fail: Fail = (path, message) => {
-    throw new ConfigError(message, { object: src.ref, field: formatFieldPath(path) || undefined });
+    throw new ConfigError(message, locateField(src.resource, src.ref, path));
   };
   const { doc, at } = policyForPort(rule.trafficPolicy, port);
   return Object.freeze({

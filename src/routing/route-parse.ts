@@ -16,6 +16,7 @@
  * ReferenceGrant) keep their weight and answer 500 for their share.
  */
 import { ConfigError } from '../errors.ts';
+import { locateField } from '../state/resource-location.ts';
 import type { KeptResource } from '../state/types.ts';
 import { formatFieldPath, type FieldPath } from '../state/yaml-locate.ts';
 import { log } from '../util/log.ts';
@@ -60,7 +61,7 @@ export function parseRoute(resource: KeptResource, resolver: BackendResolver): P
   const kind = resource.kind as RouteKind;
   const ref = `${kind}/${resource.namespace}/${resource.name}`;
   const fail: Fail = (path, message) => {
-    throw new ConfigError(message, { object: ref, ...(path.length ? { field: formatFieldPath(path) } : {}) });
+    throw new ConfigError(message, locateField(resource, ref, path));
   };
   const schema = kind === 'GRPCRoute' ? GrpcRouteSchema : HttpRouteSchema;
   const parsed = schema.safeParse(resource.object);

@@ -84,6 +84,9 @@ describe('validation (refused, naming the rule and field)', () => {
     const err = refused(spec);
     expect(err.location.object).toBe('DestinationRule/foo/bad');
     expect(err.location.field).toBe(field);
+    // The file and the line of the field (or of its nearest existing parent) in the mesh file.
+    expect(err.location.file).toBe('dr-test.yaml');
+    expect(err.location.line).toBeGreaterThan(30);
     expect(err.message).toMatch(message);
   });
 

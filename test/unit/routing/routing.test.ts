@@ -254,6 +254,8 @@ describe('validation: invalid routes are ignored with the reason', () => {
     expect(c.rejected).toHaveLength(1);
     expect(c.rejected[0].route).toBe('HTTPRoute/shop/bad');
     expect(c.rejected[0].reason).toMatch(/HTTPRoute\/shop\/bad: field spec/);
+    // File and line of the field in the mesh text: the `rules:` line of the route (line 39).
+    expect(c.rejected[0].reason).toMatch(/^<inline>:39: document 5: /);
     expect(c.rejected[0].reason).toMatch(reason);
   });
 
