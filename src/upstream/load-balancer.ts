@@ -24,7 +24,7 @@ export class LoadBalancer {
   readonly policy: LoadBalancerPolicy;
   /** Active requests per endpoint authority (survives snapshot swaps, which rebuild Endpoint objects). */
   private readonly active = new Map<string, number>();
-  private readonly cursors = new WeakMap<readonly Endpoint[], number>();
+  private readonly cursors = new WeakMap<readonly Endpoint[], RoundRobinCursor>();
 
   constructor(policy: LoadBalancerPolicy) {
     this.policy = policy;
@@ -40,15 +40,27 @@ export class LoadBalancer {
         cursor.rr = i + 1;
         return endpoints[i];
       }
-      const i = this.cursors.get(endpoints) ?? 0;
-      this.cursors.set(endpoints, (i + 1) % n);
-      return endpoints[i % n];
+      const c = this.cursorFor(endpoints);
+      const i = c.rr % n;
+      c.rr = i + 1;
+      return endpoints[i];
     }
     if (algorithm === 'RANDOM') return endpoints[(Math.random() * n) | 0];
     const a = endpoints[(Math.random() * n) | 0];
     let b = endpoints[(Math.random() * (n - 1)) | 0];
     if (b === a) b = endpoints[n - 1];
     return (this.active.get(a.authority) ?? 0) <= (this.active.get(b.authority) ?? 0) ? a : b;
+  }
+
+  /**
+   * The round-robin position of an endpoint list (one per service port per snapshot). A caller
+   * that picks from a filtered copy (retry avoidance, NetworkPolicy admission) passes the cursor
+   * of the full list, so the rotation goes on instead of restarting with every new copy.
+   */
+  cursorFor(endpoints: readonly Endpoint[]): RoundRobinCursor {
+    let c = this.cursors.get(endpoints);
+    if (!c) this.cursors.set(endpoints, (c = { rr: 0 }));
+    return c;
   }
 
   /** Active requests (or TCP tunnels) to `authority` now. */

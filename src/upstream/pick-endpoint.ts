@@ -31,14 +31,16 @@ export function pickEndpoint(lb: LoadBalancer, t: Target, address: string, avoid
   const opts: PickOptions | undefined = typeof options === 'function' ? { admit: options } : options;
   const admit = opts?.admit;
   if (t.kind === 'service') {
-    let all = t.service.endpoints.get(t.port.port) ?? [];
-    if (admit && all.length > 0) all = all.filter(admit);
+    const listed = t.service.endpoints.get(t.port.port) ?? [];
+    const all = admit && listed.length > 0 ? listed.filter(admit) : listed;
     if (opts?.cluster) return opts.cluster.pick(all, lb, opts.hash, avoid);
+    // Filtered copies keep the full list's round-robin place.
+    const cursor = lb.cursorFor(listed);
     if (avoid && avoid.length > 0 && all.length > 1) {
       const others = all.filter((ep) => !avoid.includes(ep.authority));
-      if (others.length > 0) return lb.pick(others);
+      if (others.length > 0) return lb.pick(others, undefined, cursor);
     }
-    return lb.pick(all);
+    return lb.pick(all, undefined, cursor);
   }
   if (!t.workload.healthy) return undefined;
   const ep: Endpoint = { workload: t.workload, address, targetPort: t.port, tunnel: t.workload.tunnelProtocol, authority: formatHostPort(address, t.port) };

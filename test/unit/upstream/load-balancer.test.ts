@@ -176,3 +176,18 @@ describe('RANDOM and a cluster cursor', () => {
     expect(lb.pick([A, C], 'ROUND_ROBIN', cursor)).toBe(C);
   });
 });
+
+describe('pickEndpoint with an admission filter (NetworkPolicy mode)', () => {
+  test('ROUND_ROBIN keeps rotating over the admitted endpoints (the filtered copy is new each time)', async () => {
+    const { pickEndpoint } = await import('../../../src/upstream/pick-endpoint.ts');
+    const D = ep('10.0.0.4');
+    const list = [A, B, C, D];
+    const target = { kind: 'service', service: { endpoints: new Map([[80, list]]) }, port: { port: 80 } } as never;
+    const lb = new LoadBalancer('ROUND_ROBIN');
+    const admitted = new Set([A, C, D]);
+    const seen: Endpoint[] = [];
+    for (let i = 0; i < 6; i++) seen.push(pickEndpoint(lb, target, '', undefined, (e) => admitted.has(e))!);
+    expect(new Set(seen)).toEqual(admitted);
+    for (const e of admitted) expect(seen.filter((s) => s === e)).toHaveLength(2);
+  });
+});
