@@ -9,11 +9,11 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { log } from '../../../src/util/log.ts';
 import type { CheckRequest } from '../../../src/authz/ext-authz/proto.ts';
 import { startGrpcAuthz, type CheckReply } from '../ext-authz/helpers.ts';
-import { AuthzWaypoint, eventually, spiffe, startHttpBackend, type Received } from './harness.ts';
+import { AuthzWaypoint, HTTP_PORT, meshYaml, servicePolicy, spiffe, startAll, type HttpBackend } from './harness.ts';
 
 log.level = 'silent';
 
@@ -23,70 +23,19 @@ const C = `${NET}.100:80`;
 const J = `${NET}.101:80`;
 const ISSUER = 'https://issuer.test';
 
-function meshYaml(jwks: string): string {
-  return `apiVersion: v1
-kind: ConfigMap
-metadata: { name: istio, namespace: istio-system }
-data:
-  mesh: |
-    extensionProviders:
-    - name: test-grpc
-      envoyExtAuthzGrpc: { service: ext-authz.foo.svc.cluster.local, port: 9000, timeout: 2s }
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: { name: waypoint, namespace: foo }
-spec:
-  gatewayClassName: istio-waypoint
-  listeners: [{ name: mesh, port: 15008, protocol: HBONE }]
----
-apiVersion: v1
-kind: Namespace
-metadata: { name: foo, labels: { istio.io/use-waypoint: waypoint, istio.io/dataplane-mode: none } }
----
-apiVersion: v1
-kind: Service
-metadata: { name: ext-authz, namespace: foo }
-spec: { clusterIP: "${NET}.120", selector: { app: ext-authz }, ports: [{ name: grpc, port: 9000, targetPort: 9000 }] }
----
-apiVersion: v1
-kind: Pod
-metadata: { name: ext-authz-1, namespace: foo, labels: { app: ext-authz } }
-spec: { serviceAccountName: ext-authz }
-status: { podIP: "${NET}.20" }
----
-apiVersion: v1
-kind: Service
-metadata: { name: c, namespace: foo }
-spec: { clusterIP: "${NET}.100", selector: { app: c }, ports: [{ name: http, port: 80, targetPort: 8080 }] }
----
-apiVersion: v1
-kind: Pod
-metadata: { name: c-1, namespace: foo, labels: { app: c } }
-spec: { serviceAccountName: c }
-status: { podIP: "${NET}.11" }
----
-apiVersion: v1
-kind: Service
-metadata: { name: j, namespace: foo }
-spec: { clusterIP: "${NET}.101", selector: { app: j }, ports: [{ name: http, port: 80, targetPort: 8080 }] }
----
-apiVersion: v1
-kind: Pod
-metadata: { name: j-1, namespace: foo, labels: { app: j } }
-spec: { serviceAccountName: j }
-status: { podIP: "${NET}.12" }
----
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: c-ext-authz, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: c }]
-  action: CUSTOM
-  provider: { name: test-grpc }
-  rules: [{ to: [{ operation: { paths: ["/checked/*"] } }] }]
----
-apiVersion: security.istio.io/v1
+const mesh = (jwks: string) =>
+  meshYaml({
+    meshConfig: `extensionProviders:
+- name: test-grpc
+  envoyExtAuthzGrpc: { service: ext-authz.foo.svc.cluster.local, port: 9000, timeout: 2s }`,
+    apps: [
+      { name: 'ext-authz', vip: `${NET}.120`, podIp: `${NET}.20`, ports: ['{ name: grpc, port: 9000, targetPort: 9000 }'] },
+      { name: 'c', vip: `${NET}.100`, podIp: `${NET}.11`, ports: [HTTP_PORT] },
+      { name: 'j', vip: `${NET}.101`, podIp: `${NET}.12`, ports: [HTTP_PORT] },
+    ],
+    docs: [
+      servicePolicy('c-ext-authz', 'c', 'action: CUSTOM\nprovider: { name: test-grpc }\nrules: [{ to: [{ operation: { paths: ["/checked/*"] } }] }]'),
+      `apiVersion: security.istio.io/v1
 kind: RequestAuthentication
 metadata: { name: j-jwt, namespace: foo }
 spec:
@@ -95,15 +44,10 @@ spec:
   - issuer: "${ISSUER}"
     jwks: '${jwks}'
     outputClaimToHeaders: [{ header: x-jwt-sub, claim: sub }]
----
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: j-alice, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: j }]
-  rules: [{ from: [{ source: { requestPrincipals: ["${ISSUER}/alice"] } }] }]
-`;
-}
+`,
+      servicePolicy('j-alice', 'j', `rules: [{ from: [{ source: { requestPrincipals: ["${ISSUER}/alice"] } }] }]`),
+    ],
+  });
 
 function reply(req: CheckRequest): CheckReply {
   const path = req.attributes?.request?.http?.path ?? '';
@@ -130,28 +74,20 @@ function reply(req: CheckRequest): CheckReply {
 
 let wp: AuthzWaypoint;
 let authz: Awaited<ReturnType<typeof startGrpcAuthz>>;
-let c: { received: Received[]; close(): Promise<void> };
-let j: { received: Received[]; close(): Promise<void> };
+let c: HttpBackend;
+let j: HttpBackend;
 let sign: (sub: string) => Promise<string>;
 
-beforeAll(async () => {
+startAll(async (start) => {
   const { publicKey, privateKey } = await generateKeyPair('RS256');
   const jwk = { ...(await exportJWK(publicKey)), kid: 'k1', alg: 'RS256', use: 'sig' };
   sign = (sub) =>
     new SignJWT({}).setProtectedHeader({ alg: 'RS256', kid: 'k1' }).setIssuer(ISSUER).setSubject(sub).setIssuedAt().setExpirationTime('1h').sign(privateKey);
-  authz = await startGrpcAuthz(`${NET}.20:9000`, reply);
-  c = await startHttpBackend(`${NET}.11`, 8080);
-  j = await startHttpBackend(`${NET}.12`, 8080);
-  wp = await AuthzWaypoint.start({ ip: `${NET}.1`, mesh: meshYaml(JSON.stringify({ keys: [jwk] })) });
+  authz = start.add(await startGrpcAuthz(`${NET}.20:9000`, reply));
+  c = await start.http(`${NET}.11`, 8080);
+  j = await start.http(`${NET}.12`, 8080);
+  wp = await start.waypoint({ ip: `${NET}.1`, mesh: mesh(JSON.stringify({ keys: [jwk] })) });
 });
-afterAll(async () => {
-  await wp?.close();
-  await authz?.close();
-  await c?.close();
-  await j?.close();
-});
-
-const record = (path: string) => eventually(() => wp.rec.streams.find((r) => r.path === path), `the record of ${path}`);
 
 describe('CUSTOM through the waypoint’s ext_authz client', () => {
   test('allowed: reaches the backend with the header the server added', async () => {
@@ -167,7 +103,7 @@ describe('CUSTOM through the waypoint’s ext_authz client', () => {
     expect(r.status).toBe(418);
     expect(r.body).toBe('go away');
     expect(r.headers['x-denied-by']).toBe('test-authz');
-    expect(await record('/checked/deny')).toMatchObject({ code: 418, flags: 'UAEX', details: 'ext_authz_denied' });
+    expect(await wp.record('/checked/deny')).toMatchObject({ code: 418, flags: 'UAEX', details: 'ext_authz_denied' });
     expect(c.received.some((q) => q.url === '/checked/deny')).toBe(false);
   });
 
@@ -186,7 +122,7 @@ describe('RequestAuthentication + ALLOW requestPrincipals', () => {
     const got = j.received.find((q) => q.url === '/jwt/valid');
     expect(got?.headers['x-jwt-sub']).toBe('alice');
     expect(got?.headers.authorization).toBeUndefined();
-    expect((await record('/jwt/valid')).result?.decision).toBe('ALLOW');
+    expect((await wp.record('/jwt/valid')).result?.decision).toBe('ALLOW');
   });
 
   test('a valid token of another principal: 403 RBAC', async () => {
@@ -199,7 +135,7 @@ describe('RequestAuthentication + ALLOW requestPrincipals', () => {
     const r = await wp.http(X, J, { path: '/jwt/none' });
     expect(r.status).toBe(403);
     expect(r.body).toBe('RBAC: access denied');
-    expect((await record('/jwt/none')).details).toBe('rbac_access_denied_matched_policy[none]');
+    expect((await wp.record('/jwt/none')).details).toBe('rbac_access_denied_matched_policy[none]');
   });
 
   test('a bad token: 401 with www-authenticate; the backend never sees it', async () => {
@@ -209,18 +145,18 @@ describe('RequestAuthentication + ALLOW requestPrincipals', () => {
     expect(r.status).toBe(401);
     expect(r.body).toBe('Jwt verification fails');
     expect(r.headers['www-authenticate']).toMatch(/^Bearer realm="http:\/\/.*\/jwt\/bad", error="invalid_token"$/);
-    expect((await record('/jwt/bad')).details).toMatch(/^jwt_authn_access_denied/);
+    expect((await wp.record('/jwt/bad')).details).toMatch(/^jwt_authn_access_denied/);
     expect(j.received.some((q) => q.url === '/jwt/bad')).toBe(false);
   });
 });
 
 test('an invalid RequestAuthentication refuses the reload (the last good state stays)', async () => {
   const ok = wp.waypoint.mesh.current.version;
-  const applied = await wp.setMesh(meshYaml('{not json'));
+  const applied = await wp.setMesh(mesh('{not json'));
   expect(applied).toBe(false);
   expect(wp.waypoint.mesh.current.version).toBe(ok);
 });
 
 test('an invalid RequestAuthentication stops the start, naming it', async () => {
-  await expect(AuthzWaypoint.start({ ip: `127.0.181.1`, mesh: meshYaml('{not json') })).rejects.toThrow(/j-jwt|jwks/);
+  await expect(AuthzWaypoint.start({ ip: `127.0.181.1`, mesh: mesh('{not json') })).rejects.toThrow(/j-jwt|jwks/);
 });

@@ -10,6 +10,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import type { ClientHttp2Session, ClientHttp2Stream } from 'node:http2';
+import { afterAll, beforeAll } from 'vitest';
 import { Waypoint } from '../../../src/app.ts';
 import { AUTHZ_RESULT, TCP_AUTHZ_RESULT } from '../../../src/authz/slots.ts';
 import type { AuthzResult } from '../../../src/authz/types.ts';
@@ -144,8 +145,14 @@ export interface Received {
   body: Buffer;
 }
 
+/** An HTTP echo backend: every request it received. */
+export interface HttpBackend {
+  readonly received: Received[];
+  close(): Promise<void>;
+}
+
 /** An HTTP/1.1 backend answering 200 with a JSON description of the request; keeps every request seen. */
-export async function startHttpBackend(ip: string, port: number): Promise<{ received: Received[]; close(): Promise<void> }> {
+export async function startHttpBackend(ip: string, port: number): Promise<HttpBackend> {
   const received: Received[] = [];
   const server = http.createServer((req, res) => {
     const seen: Received = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body: Buffer.alloc(0) };
@@ -247,6 +254,16 @@ export class AuthzWaypoint {
     return this.waypoint.mesh.current.version !== before;
   }
 
+  /** The record of the first finished request to `path` (as sent), once there is one. */
+  record(path: string): Promise<StreamRecord> {
+    return eventually(() => this.rec.streams.find((r) => r.path === path), `the record of ${path}`);
+  }
+
+  /** The record of the `n`th finished tunnel from `peer` (a SPIFFE URI) to `authority`, once there is one. */
+  tunnelRecord(authority: string, peer: string, n = 0): Promise<TunnelRecord> {
+    return eventually(() => this.rec.tunnels.filter((t) => t.authority === authority && t.peer === peer)[n], `the tunnel record of ${peer} → ${authority}`);
+  }
+
   /** A client certificate for `principal` (a full `spiffe://` URI) from the mesh CA. */
   identity(principal: string): Promise<ClientIdentity> {
     let id = this.identities.get(principal);
@@ -306,6 +323,38 @@ export class AuthzWaypoint {
 /** `ns` / `sa` → the SPIFFE id. */
 export const spiffe = (ns: string, sa: string): string => `spiffe://cluster.local/ns/${ns}/sa/${sa}`;
 
+/** Starts what a test file needs; all of it is closed in `afterAll`. */
+export interface Starter {
+  http(ip: string, port: number): Promise<HttpBackend>;
+  tcp(ip: string, port: number): Promise<TcpBackend>;
+  waypoint(o: AuthzWaypointOptions): Promise<AuthzWaypoint>;
+  /** Anything else to close in `afterAll`. */
+  add<T extends { close(): unknown }>(closeable: T): T;
+}
+
+/**
+ * Runs `start` in `beforeAll`; `afterAll` closes what it started, the last first (the waypoint
+ * before the backends started ahead of it), and only what did start.
+ */
+export function startAll(start: (s: Starter) => Promise<void>): void {
+  const started: { close(): unknown }[] = [];
+  const add = <T extends { close(): unknown }>(closeable: T): T => {
+    started.push(closeable);
+    return closeable;
+  };
+  beforeAll(() =>
+    start({
+      http: async (ip, port) => add(await startHttpBackend(ip, port)),
+      tcp: async (ip, port) => add(await startTcpBackend(ip, port)),
+      waypoint: async (o) => add(await AuthzWaypoint.start(o)),
+      add,
+    }),
+  );
+  afterAll(async () => {
+    for (const c of started.reverse()) await c.close();
+  });
+}
+
 // ---- mesh files ---------------------------------------------------------------------------------
 
 /** One application of a test mesh: a Service and the Pod behind it (opted out of the mesh: plain TCP). */
@@ -313,35 +362,62 @@ export interface MeshApp {
   readonly name: string;
   /** The Service's cluster IP. */
   readonly vip: string;
-  readonly podIp: string;
-  /** Service ports as YAML flow mappings, e.g. `{ name: http, port: 80, targetPort: 8080 }`. */
+  /** The Pod's IP; without it no Pod is written (the Service selects another app's Pod, see `app`). */
+  readonly podIp?: string;
+  /** Service ports as YAML flow mappings, e.g. {@link HTTP_PORT}. */
   readonly ports: readonly string[];
+  /** The `app` label the Service selects and the Pod carries (default `name`). */
+  readonly app?: string;
   /** Default `foo`. */
   readonly namespace?: string;
 }
 
-/** The Service and Pod documents of `app` (Pod `<name>-1`, label `app: <name>`, service account `<name>`). */
+/** Service port 80 (`http`) to the Pod's 8080, where {@link startHttpBackend}s listen. */
+export const HTTP_PORT = '{ name: http, port: 80, targetPort: 8080 }';
+
+/**
+ * The Service and Pod documents of `app` (Pod `<app>-1`, label `app: <app>`, service account
+ * `<app>`, where `<app>` defaults to the name; no Pod without `podIp`).
+ */
 export function appYaml(app: MeshApp): string {
   const ns = app.namespace ?? 'foo';
-  return `apiVersion: v1
+  const label = app.app ?? app.name;
+  const service = `apiVersion: v1
 kind: Service
 metadata: { name: ${app.name}, namespace: ${ns} }
-spec: { clusterIP: "${app.vip}", selector: { app: ${app.name} }, ports: [${app.ports.join(', ')}] }
----
+spec: { clusterIP: "${app.vip}", selector: { app: ${label} }, ports: [${app.ports.join(', ')}] }
+`;
+  if (app.podIp === undefined) return service;
+  return `${service}---
 apiVersion: v1
 kind: Pod
-metadata: { name: ${app.name}-1, namespace: ${ns}, labels: { app: ${app.name} } }
-spec: { serviceAccountName: ${app.name} }
+metadata: { name: ${label}-1, namespace: ${ns}, labels: { app: ${label} } }
+spec: { serviceAccountName: ${label} }
 status: { podIP: "${app.podIp}" }
 `;
 }
 
+/** What {@link meshYaml} writes. */
+export interface MeshFile {
+  /** The MeshConfig `data.mesh` YAML (no ConfigMap without it). */
+  readonly meshConfig?: string;
+  /** The namespace using the waypoint, and the apps' default namespace (default `foo`). */
+  readonly namespace?: string;
+  /** The waypoint Gateway's namespace (default: `namespace`). */
+  readonly waypointNamespace?: string;
+  readonly apps: readonly MeshApp[];
+  /** Policies and anything else, as written. */
+  readonly docs?: readonly string[];
+}
+
 /**
- * A mesh file: the MeshConfig ConfigMap (when `meshConfig`, the `data.mesh` YAML, is given), the
- * waypoint Gateway `foo/waypoint`, namespace `foo` using it (Pods outside the mesh), `apps`, then
- * `docs` (policies, ...) as written.
+ * A mesh file: the MeshConfig ConfigMap (when `meshConfig` is given), the waypoint Gateway
+ * `<waypointNamespace>/waypoint`, the namespace using it (Pods outside the mesh), the waypoint's
+ * namespace when another one, `apps`, then `docs` as written.
  */
-export function meshYaml(o: { readonly meshConfig?: string; readonly apps: readonly MeshApp[]; readonly docs?: readonly string[] }): string {
+export function meshYaml(o: MeshFile): string {
+  const ns = o.namespace ?? 'foo';
+  const wpNs = o.waypointNamespace ?? ns;
   const parts: string[] = [];
   if (o.meshConfig !== undefined) {
     const body = o.meshConfig.trimEnd().split('\n').map((l) => `    ${l}`).join('\n');
@@ -355,18 +431,35 @@ ${body}
   }
   parts.push(`apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
-metadata: { name: waypoint, namespace: foo }
+metadata: { name: waypoint, namespace: ${wpNs} }
 spec:
   gatewayClassName: istio-waypoint
   listeners: [{ name: mesh, port: 15008, protocol: HBONE }]
 `);
+  const wpNsLabel = wpNs === ns ? '' : ` istio.io/use-waypoint-namespace: ${wpNs},`;
   parts.push(`apiVersion: v1
 kind: Namespace
-metadata: { name: foo, labels: { istio.io/use-waypoint: waypoint, istio.io/dataplane-mode: none } }
+metadata: { name: ${ns}, labels: { istio.io/use-waypoint: waypoint,${wpNsLabel} istio.io/dataplane-mode: none } }
 `);
-  for (const app of o.apps) parts.push(appYaml(app));
+  if (wpNs !== ns) parts.push(`apiVersion: v1\nkind: Namespace\nmetadata: { name: ${wpNs} }\n`);
+  for (const app of o.apps) parts.push(appYaml({ namespace: ns, ...app }));
   for (const d of o.docs ?? []) parts.push(d.endsWith('\n') ? d : `${d}\n`);
   return parts.join('---\n');
+}
+
+/**
+ * An AuthorizationPolicy `foo/<name>` bound to Service `foo/<service>` (targetRefs); `spec` is the
+ * rest of its spec, written at the left margin.
+ */
+export function servicePolicy(name: string, service: string, spec: string): string {
+  const body = spec.trimEnd().split('\n').map((l) => `  ${l}`).join('\n');
+  return `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: { name: ${name}, namespace: foo }
+spec:
+  targetRefs: [{ kind: Service, group: "", name: ${service} }]
+${body}
+`;
 }
 
 // ---- fixture addresses ----------------------------------------------------------------------------

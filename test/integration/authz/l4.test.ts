@@ -7,10 +7,10 @@
  * (the last good policies stay enforced) and at start-up. Addresses: 127.0.151.x.
  */
 import type { ClientHttp2Stream } from 'node:http2';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { ConfigError } from '../../../src/errors.ts';
 import { exchange } from '../../helpers/hbone-client.ts';
-import { AuthzWaypoint, eventually, spiffe, startHttpBackend, startTcpBackend, type Received, type TcpBackend } from './harness.ts';
+import { AuthzWaypoint, eventually, HTTP_PORT, meshYaml, spiffe, startAll, type HttpBackend, type TcpBackend } from './harness.ts';
 
 const NET = '127.0.151';
 const GOOD = spiffe('good', 'c');
@@ -21,92 +21,44 @@ const WEB = `${NET}.101:80`;
 const AUTO_TCP = `${NET}.102:7000`;
 const AUTO_WEB = `${NET}.103:80`;
 
-const BASE = `apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: { name: waypoint, namespace: infra }
-spec:
-  gatewayClassName: istio-waypoint
-  listeners: [{ name: mesh, port: 15008, protocol: HBONE }]
----
-apiVersion: v1
-kind: Namespace
-metadata: { name: app, labels: { istio.io/use-waypoint: waypoint, istio.io/use-waypoint-namespace: infra, istio.io/dataplane-mode: none } }
----
-apiVersion: v1
-kind: Namespace
-metadata: { name: infra }
----
-apiVersion: v1
-kind: Service
-metadata: { name: tcp, namespace: app }
-spec:
-  clusterIP: "${NET}.100"
-  selector: { app: tcp }
-  ports: [{ name: tcp, port: 9000, targetPort: 9000 }, { name: tcp-b, port: 9001, targetPort: 9001 }]
----
-apiVersion: v1
-kind: Service
-metadata: { name: web, namespace: app }
-spec: { clusterIP: "${NET}.101", selector: { app: web }, ports: [{ name: http, port: 80, targetPort: 8080 }] }
----
-# Undeclared protocols (port names Istio does not know): sniffed.
-apiVersion: v1
-kind: Service
-metadata: { name: auto-tcp, namespace: app }
-spec: { clusterIP: "${NET}.102", selector: { app: auto }, ports: [{ name: db, port: 7000, targetPort: 7000 }] }
----
-apiVersion: v1
-kind: Service
-metadata: { name: auto-web, namespace: app }
-spec: { clusterIP: "${NET}.103", selector: { app: web }, ports: [{ name: web, port: 80, targetPort: 8080 }] }
----
-apiVersion: v1
-kind: Pod
-metadata: { name: tcp-1, namespace: app, labels: { app: tcp } }
-spec: { serviceAccountName: tcp }
-status: { podIP: "${NET}.11" }
----
-apiVersion: v1
-kind: Pod
-metadata: { name: web-1, namespace: app, labels: { app: web } }
-spec: { serviceAccountName: web }
-status: { podIP: "${NET}.12" }
----
-apiVersion: v1
-kind: Pod
-metadata: { name: auto-1, namespace: app, labels: { app: auto } }
-spec: { serviceAccountName: auto }
-status: { podIP: "${NET}.13" }
-`;
-
-const policy = (name: string, spec: string) => `---
-apiVersion: security.istio.io/v1
+const policy = (name: string, spec: string) => `apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: { name: ${name}, namespace: infra }
 spec:
   targetRefs: [{ kind: Gateway, group: gateway.networking.k8s.io, name: waypoint }]
 ${spec}`;
 
+/** Namespace `app` uses the waypoint `infra/waypoint`; `policies` are bound to it. */
+const mesh = (...policies: string[]) =>
+  meshYaml({
+    namespace: 'app',
+    waypointNamespace: 'infra',
+    apps: [
+      { name: 'tcp', vip: `${NET}.100`, podIp: `${NET}.11`, ports: ['{ name: tcp, port: 9000, targetPort: 9000 }', '{ name: tcp-b, port: 9001, targetPort: 9001 }'] },
+      { name: 'web', vip: `${NET}.101`, podIp: `${NET}.12`, ports: [HTTP_PORT] },
+      // Undeclared protocols (port names Istio does not know): sniffed.
+      { name: 'auto-tcp', app: 'auto', vip: `${NET}.102`, podIp: `${NET}.13`, ports: ['{ name: db, port: 7000, targetPort: 7000 }'] },
+      { name: 'auto-web', app: 'web', vip: `${NET}.103`, ports: ['{ name: web, port: 80, targetPort: 8080 }'] },
+    ],
+    docs: policies,
+  });
+
 const ALLOW_GOOD = policy('allow-good', '  rules: [{ from: [{ source: { namespaces: ["good"] } }] }]\n');
 const DENY_IP = policy('deny-ip', `  action: DENY\n  rules: [{ from: [{ source: { ipBlocks: ["${NET}.52"] } }] }]\n`);
-const MESH = BASE + ALLOW_GOOD + DENY_IP;
+const MESH = mesh(ALLOW_GOOD, DENY_IP);
 
 let wp: AuthzWaypoint;
 let tcp: TcpBackend;
 let tcpB: TcpBackend;
 let auto: TcpBackend;
-let web: { received: Received[]; close(): Promise<void> };
+let web: HttpBackend;
 
-beforeAll(async () => {
-  tcp = await startTcpBackend(`${NET}.11`, 9000);
-  tcpB = await startTcpBackend(`${NET}.11`, 9001);
-  auto = await startTcpBackend(`${NET}.13`, 7000);
-  web = await startHttpBackend(`${NET}.12`, 8080);
-  wp = await AuthzWaypoint.start({ ip: `${NET}.1`, mesh: MESH });
-});
-afterAll(async () => {
-  await wp?.close();
-  for (const b of [tcp, tcpB, auto, web]) await b?.close();
+startAll(async (start) => {
+  tcp = await start.tcp(`${NET}.11`, 9000);
+  tcpB = await start.tcp(`${NET}.11`, 9001);
+  auto = await start.tcp(`${NET}.13`, 7000);
+  web = await start.http(`${NET}.12`, 8080);
+  wp = await start.waypoint({ ip: `${NET}.1`, mesh: MESH });
 });
 
 /** Write `data` and wait for the same bytes back (the backends echo). */
@@ -135,15 +87,12 @@ function closed(stream: ClientHttp2Stream): Promise<{ data: string; rstCode: num
   return new Promise((resolve) => (stream.destroyed ? resolve({ data, rstCode: stream.rstCode ?? 0 }) : stream.once('close', () => resolve({ data, rstCode: stream.rstCode ?? 0 }))));
 }
 
-const tunnelRecord = (authority: string, peer: string, n = 0) =>
-  eventually(() => wp.rec.tunnels.filter((t) => t.authority === authority && t.peer === peer)[n], `the tunnel record of ${peer} → ${authority}`);
-
 describe('pitfall I2: ALLOW from namespace good, bound to the waypoint', () => {
   test('TCP from bad: CONNECT 401, the backend gets no connection and no byte', async () => {
     const r = await wp.connect(BAD, TCP, `${NET}.51`);
     expect(r.status).toBe(401);
     expect(r.body).toBe('rbac_access_denied_matched_policy[none]');
-    const rec = await tunnelRecord(TCP, BAD);
+    const rec = await wp.tunnelRecord(TCP, BAD);
     expect(rec).toMatchObject({ rejectStatus: 401, details: 'rbac_access_denied_matched_policy[none]', bytesReceived: 0 });
     expect(rec.result?.decision).toBe('DENY');
     expect(tcp.connections).toBe(0);
@@ -172,7 +121,7 @@ describe('pitfall I2: ALLOW from namespace good, bound to the waypoint', () => {
     const end = closed(r.stream);
     r.stream.write('hello, not http\n');
     expect((await end).data).toBe('');
-    const rec = await tunnelRecord(AUTO_TCP, BAD);
+    const rec = await wp.tunnelRecord(AUTO_TCP, BAD);
     expect(rec).toMatchObject({ inner: 'TCP', details: 'rbac_access_denied_matched_policy[none]', bytesReceived: 0 });
     expect(auto.connections).toBe(0);
   });
@@ -210,9 +159,9 @@ describe('policy changes', () => {
     const aClosed = closed(a.stream);
 
     const deny9000 = policy('deny-9000', '  action: DENY\n  rules: [{ to: [{ operation: { ports: ["9000"] } }] }]\n');
-    expect(await wp.setMesh(MESH + deny9000)).toBe(true);
+    expect(await wp.setMesh(mesh(ALLOW_GOOD, DENY_IP, deny9000))).toBe(true);
     await aClosed;
-    const rec = await tunnelRecord(TCP, GOOD, 1);
+    const rec = await wp.tunnelRecord(TCP, GOOD, 1);
     expect(rec).toMatchObject({ inner: 'TCP', details: 'rbac_access_denied_matched_policy[ns[infra]-policy[deny-9000]-rule[0]]' });
     await eventually(() => (tcp.open === 0 ? true : undefined), 'the backend side of the closed tunnel to close');
     // The tunnel to 9001 is still allowed and still works.
@@ -229,7 +178,7 @@ describe('policy changes', () => {
     expect(t.status).toBe(200);
     expect((await exchange(t.stream, '/keep/1')).status).toBe(200);
     const denyWeb = policy('deny-web', '  action: DENY\n  rules: [{ to: [{ operation: { ports: ["80"], paths: ["/keep/*"] } }] }]\n');
-    expect(await wp.setMesh(MESH + denyWeb)).toBe(true);
+    expect(await wp.setMesh(mesh(ALLOW_GOOD, DENY_IP, denyWeb))).toBe(true);
     const denied = await exchange(t.stream, '/keep/2');
     expect([denied.status, denied.body]).toEqual([403, 'RBAC: access denied']);
     expect(await wp.setMesh(MESH)).toBe(true);
@@ -241,7 +190,7 @@ describe('policy changes', () => {
   test('an invalid policy is refused at reload: the last good policies stay enforced', async () => {
     const version = wp.waypoint.mesh.current.version;
     const broken = policy('broken', '  action: DENY\n'); // a DENY without rules is invalid
-    expect(await wp.setMesh(MESH.replace(ALLOW_GOOD, '') + broken)).toBe(false);
+    expect(await wp.setMesh(mesh(DENY_IP, broken))).toBe(false);
     expect(wp.waypoint.mesh.current.version).toBe(version);
     // Not "deny everything", not "allow-good removed": the old state decides.
     expect((await wp.connect(BAD, TCP, `${NET}.51`)).status).toBe(401);
@@ -249,7 +198,7 @@ describe('policy changes', () => {
     expect(ok.status).toBe(200);
     ok.stream.close();
     // A valid edit afterwards applies.
-    expect(await wp.setMesh(MESH.replace(ALLOW_GOOD, ''))).toBe(true);
+    expect(await wp.setMesh(mesh(DENY_IP))).toBe(true);
     const nowOpen = await wp.connect(BAD, TCP, `${NET}.51`);
     expect(nowOpen.status).toBe(200);
     nowOpen.stream.close();
@@ -258,7 +207,7 @@ describe('policy changes', () => {
 
   test('an invalid policy stops the start, naming the policy and the mesh file', async () => {
     const broken = policy('broken', '  action: DENY\n');
-    const err = await AuthzWaypoint.start({ ip: `${NET}.2`, mesh: BASE + broken }).then(
+    const err = await AuthzWaypoint.start({ ip: `${NET}.2`, mesh: mesh(broken) }).then(
       (w) => w.close().then(() => undefined),
       (e: unknown) => e,
     );

@@ -9,7 +9,7 @@ import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
 import { TunnelRole } from '../../../src/roles/tunnel.ts';
-import { AuthzWaypoint, eventually, spiffe, startHttpBackend, type Received } from './harness.ts';
+import { HTTP_PORT, meshYaml, servicePolicy, spiffe, startAll, type AuthzWaypoint, type HttpBackend } from './harness.ts';
 
 const NET = '127.0.150';
 const X = spiffe('a', 'x');
@@ -18,126 +18,67 @@ const S = `${NET}.100:80`;
 const T = `${NET}.101:80`;
 const G = `${NET}.102:9000`;
 
-const MESH = `apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: { name: waypoint, namespace: foo }
-spec:
-  gatewayClassName: istio-waypoint
-  listeners: [{ name: mesh, port: 15008, protocol: HBONE }]
----
-apiVersion: v1
-kind: Namespace
-metadata: { name: foo, labels: { istio.io/use-waypoint: waypoint, istio.io/dataplane-mode: none } }
----
-apiVersion: v1
-kind: Service
-metadata: { name: s, namespace: foo }
-spec: { clusterIP: "${NET}.100", selector: { app: s }, ports: [{ name: http, port: 80, targetPort: 8080 }] }
----
-apiVersion: v1
-kind: Service
-metadata: { name: t, namespace: foo }
-spec: { clusterIP: "${NET}.101", selector: { app: t }, ports: [{ name: http, port: 80, targetPort: 8080 }] }
----
-apiVersion: v1
-kind: Service
-metadata: { name: g, namespace: foo }
-spec: { clusterIP: "${NET}.102", selector: { app: g }, ports: [{ name: grpc, port: 9000, targetPort: 9000 }] }
----
-apiVersion: v1
-kind: Pod
-metadata: { name: s-1, namespace: foo, labels: { app: s } }
-spec: { serviceAccountName: s }
-status: { podIP: "${NET}.11" }
----
-apiVersion: v1
-kind: Pod
-metadata: { name: t-1, namespace: foo, labels: { app: t } }
-spec: { serviceAccountName: t }
-status: { podIP: "${NET}.12" }
----
-apiVersion: v1
-kind: Pod
-metadata: { name: g-1, namespace: foo, labels: { app: g } }
-spec: { serviceAccountName: g }
-status: { podIP: "${NET}.13" }
----
-# Pitfall I1: only X, only GET, on Service s.
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: s-x-get, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: s }]
-  rules:
-  - from: [{ source: { principals: ["cluster.local/ns/a/sa/x"] } }]
-    to: [{ operation: { methods: ["GET"] } }]
----
-# Selector policy: ztunnel's, never the waypoint's (it would deny everything on t).
-apiVersion: security.istio.io/v1
+const MESH = meshYaml({
+  apps: [
+    { name: 's', vip: `${NET}.100`, podIp: `${NET}.11`, ports: [HTTP_PORT] },
+    { name: 't', vip: `${NET}.101`, podIp: `${NET}.12`, ports: [HTTP_PORT] },
+    { name: 'g', vip: `${NET}.102`, podIp: `${NET}.13`, ports: ['{ name: grpc, port: 9000, targetPort: 9000 }'] },
+  ],
+  docs: [
+    // Pitfall I1: only X, only GET, on Service s.
+    servicePolicy(
+      's-x-get',
+      's',
+      `rules:
+- from: [{ source: { principals: ["cluster.local/ns/a/sa/x"] } }]
+  to: [{ operation: { methods: ["GET"] } }]`,
+    ),
+    // Selector policy: ztunnel's, never the waypoint's (it would deny everything on t).
+    `apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: { name: t-selector-deny-all, namespace: foo }
 spec:
   selector: { matchLabels: { app: t } }
   action: DENY
   rules: [{}]
----
-# Namespace-wide allow-nothing without targetRefs: also ztunnel's.
-apiVersion: security.istio.io/v1
+`,
+    // Namespace-wide allow-nothing without targetRefs: also ztunnel's.
+    `apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: { name: ns-allow-nothing, namespace: foo }
 spec: {}
----
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: t-deny-forbidden, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: t }]
-  action: DENY
-  rules:
-  - to: [{ operation: { paths: ["/forbidden"] } }]
-  - to: [{ operation: { paths: ["/xff"] } }]
-    when: [{ key: remote.ip, values: ["1.2.3.4"] }]
----
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: t-audit, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: t }]
-  action: AUDIT
-  rules: [{ to: [{ operation: { paths: ["/audited"] } }] }]
----
-apiVersion: security.istio.io/v1
+`,
+    servicePolicy(
+      't-deny-forbidden',
+      't',
+      `action: DENY
+rules:
+- to: [{ operation: { paths: ["/forbidden"] } }]
+- to: [{ operation: { paths: ["/xff"] } }]
+  when: [{ key: remote.ip, values: ["1.2.3.4"] }]`,
+    ),
+    servicePolicy('t-audit', 't', 'action: AUDIT\nrules: [{ to: [{ operation: { paths: ["/audited"] } }] }]'),
+    `apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: { name: t-shadow-deny, namespace: foo, annotations: { istio.io/dry-run: "true" } }
 spec:
   targetRefs: [{ kind: Service, group: "", name: t }]
   action: DENY
   rules: [{ to: [{ operation: { paths: ["/shadow"] } }] }]
----
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: g-only-x, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: g }]
-  rules: [{ from: [{ source: { principals: ["cluster.local/ns/a/sa/x"] } }] }]
-`;
+`,
+    servicePolicy('g-only-x', 'g', 'rules: [{ from: [{ source: { principals: ["cluster.local/ns/a/sa/x"] } }] }]'),
+  ],
+});
 
 let wp: AuthzWaypoint;
-let s: { received: Received[]; close(): Promise<void> };
-let t: { received: Received[]; close(): Promise<void> };
+let s: HttpBackend;
+let t: HttpBackend;
 
-beforeAll(async () => {
-  s = await startHttpBackend(`${NET}.11`, 8080);
-  t = await startHttpBackend(`${NET}.12`, 8080);
-  wp = await AuthzWaypoint.start({ ip: `${NET}.1`, mesh: MESH });
+startAll(async (start) => {
+  s = await start.http(`${NET}.11`, 8080);
+  t = await start.http(`${NET}.12`, 8080);
+  wp = await start.waypoint({ ip: `${NET}.1`, mesh: MESH });
 });
-afterAll(async () => {
-  await wp?.close();
-  await s?.close();
-  await t?.close();
-});
-
-const record = (path: string) => eventually(() => wp.rec.streams.find((r) => r.path === path), `the record of ${path}`);
 
 describe('pitfall I1: an L7 ALLOW (principal X, GET) on Service s', () => {
   test('X GET → 200, reaching the backend', async () => {
@@ -150,7 +91,7 @@ describe('pitfall I1: an L7 ALLOW (principal X, GET) on Service s', () => {
     const r = await wp.http(X, S, { method: 'DELETE', path: '/i1/x-delete' });
     expect(r.status).toBe(403);
     expect(r.body).toBe('RBAC: access denied');
-    const rec = await record('/i1/x-delete');
+    const rec = await wp.record('/i1/x-delete');
     expect(rec).toMatchObject({ code: 403, flags: '-', details: 'rbac_access_denied_matched_policy[none]' });
     expect(rec.result?.decision).toBe('DENY');
     expect(s.received.some((q) => q.url === '/i1/x-delete')).toBe(false);
@@ -174,21 +115,21 @@ describe('what a decision leaves for the access log and stats', () => {
   test('a matching DENY rule is named in the details', async () => {
     const r = await wp.http(X, T, { path: '/forbidden' });
     expect(r.status).toBe(403);
-    expect((await record('/forbidden')).details).toBe('rbac_access_denied_matched_policy[ns[foo]-policy[t-deny-forbidden]-rule[0]]');
+    expect((await wp.record('/forbidden')).details).toBe('rbac_access_denied_matched_policy[ns[foo]-policy[t-deny-forbidden]-rule[0]]');
   });
 
   test('AUDIT marks the request and never changes the decision', async () => {
     expect((await wp.http(X, T, { path: '/audited' })).status).toBe(200);
-    const rec = await record('/audited');
+    const rec = await wp.record('/audited');
     expect(rec.result).toMatchObject({ decision: 'ALLOW', audit: 'ns[foo]-policy[t-audit]-rule[0]' });
     expect(rec.details).toBe('via_upstream');
   });
 
   test('a dry-run DENY is recorded as the shadow result and not enforced', async () => {
     expect((await wp.http(X, T, { path: '/shadow' })).status).toBe(200);
-    expect((await record('/shadow')).result?.shadow).toEqual({ decision: 'DENY', policy: 'ns[foo]-policy[t-shadow-deny]-rule[0]' });
+    expect((await wp.record('/shadow')).result?.shadow).toEqual({ decision: 'DENY', policy: 'ns[foo]-policy[t-shadow-deny]-rule[0]' });
     expect((await wp.http(X, T, { path: '/no-shadow' })).status).toBe(200);
-    expect((await record('/no-shadow')).result?.shadow).toEqual({ decision: 'ALLOW' });
+    expect((await wp.record('/no-shadow')).result?.shadow).toEqual({ decision: 'ALLOW' });
   });
 });
 
@@ -243,7 +184,7 @@ describe('gRPC (pitfall I1 for gRPC: PERMISSION_DENIED, never a bare 403)', () =
     const denied = await call(y, 'from-y');
     expect(denied.err?.code).toBe(grpc.status.PERMISSION_DENIED);
     expect(denied.err?.details).toBe('RBAC: access denied');
-    const rec = await record('/test.Echo/Unary');
+    const rec = await wp.record('/test.Echo/Unary');
     expect(rec).toMatchObject({ code: 200, grpcStatus: '7', details: 'rbac_access_denied_matched_policy[none]' });
 
     const x = await clientAs(X, `${NET}.50`);

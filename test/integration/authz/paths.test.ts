@@ -10,61 +10,26 @@
  * are not special to Envoy's normalization either: `/admin;x=1` is allowed as is.
  * Addresses: 127.0.152.x.
  */
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { AuthzWaypoint, eventually, spiffe, startHttpBackend, type Received } from './harness.ts';
+import { describe, expect, test } from 'vitest';
+import { HTTP_PORT, meshYaml, servicePolicy, spiffe, startAll, type AuthzWaypoint, type HttpBackend } from './harness.ts';
 
 const NET = '127.0.152';
 const CLIENT = spiffe('foo', 'client');
 const SVC = `${NET}.100:80`;
 
-const mesh = (normalization?: string) => `apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: { name: waypoint, namespace: foo }
-spec:
-  gatewayClassName: istio-waypoint
-  listeners: [{ name: mesh, port: 15008, protocol: HBONE }]
----
-apiVersion: v1
-kind: ConfigMap
-metadata: { name: istio, namespace: istio-system }
-data:
-  mesh: |
-    trustDomain: cluster.local
-${normalization ? `    pathNormalization: { normalization: ${normalization} }\n` : ''}---
-apiVersion: v1
-kind: Namespace
-metadata: { name: foo, labels: { istio.io/use-waypoint: waypoint, istio.io/dataplane-mode: none } }
----
-apiVersion: v1
-kind: Service
-metadata: { name: app, namespace: foo }
-spec: { clusterIP: "${NET}.100", selector: { app: app }, ports: [{ name: http, port: 80, targetPort: 8080 }] }
----
-apiVersion: v1
-kind: Pod
-metadata: { name: app-1, namespace: foo, labels: { app: app } }
-spec: { serviceAccountName: app }
-status: { podIP: "${NET}.11" }
----
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: deny-admin, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: app }]
-  action: DENY
-  rules: [{ to: [{ operation: { paths: ["/admin", "/admin/*"] } }] }]
-`;
+const mesh = (normalization?: string) =>
+  meshYaml({
+    meshConfig: `trustDomain: cluster.local\n${normalization ? `pathNormalization: { normalization: ${normalization} }\n` : ''}`,
+    apps: [{ name: 'app', vip: `${NET}.100`, podIp: `${NET}.11`, ports: [HTTP_PORT] }],
+    docs: [servicePolicy('deny-admin', 'app', 'action: DENY\nrules: [{ to: [{ operation: { paths: ["/admin", "/admin/*"] } }] }]')],
+  });
 
 let wp: AuthzWaypoint;
-let backend: { received: Received[]; close(): Promise<void> };
+let backend: HttpBackend;
 
-beforeAll(async () => {
-  backend = await startHttpBackend(`${NET}.11`, 8080);
-  wp = await AuthzWaypoint.start({ ip: `${NET}.1`, mesh: mesh() });
-});
-afterAll(async () => {
-  await wp?.close();
-  await backend?.close();
+startAll(async (start) => {
+  backend = await start.http(`${NET}.11`, 8080);
+  wp = await start.waypoint({ ip: `${NET}.1`, mesh: mesh() });
 });
 
 /** Send `target` raw; the status, and what the backend received for it (undefined: nothing). */
@@ -107,10 +72,10 @@ describe('BASE (Istio’s default)', () => {
 
   test('the access log path and the record are the normalized ones; a malformed path is path_normalization_failed', async () => {
     await send('/public/../x?y=1', 'log');
-    const rec = await eventually(() => wp.rec.streams.find((s) => s.path === '/public/../x?y=1'), 'the record');
+    const rec = await wp.record('/public/../x?y=1');
     expect(rec.forwardPath).toBe('/x?y=1');
     await send('/x%00', 'nul');
-    const bad = await eventually(() => wp.rec.streams.find((s) => s.path === '/x%00'), 'the record');
+    const bad = await wp.record('/x%00');
     expect(bad).toMatchObject({ code: 400, details: 'path_normalization_failed' });
   });
 });
