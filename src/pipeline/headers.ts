@@ -62,6 +62,13 @@ const HOP_BY_HOP = new Set([
   'upgrade',
 ]);
 
+/** 1 at the index of each hop-by-hop name's length. */
+const HOP_BY_HOP_LENGTHS: Uint8Array = (() => {
+  const a = new Uint8Array(64);
+  for (const n of HOP_BY_HOP) a[n.length] = 1;
+  return a;
+})();
+
 /**
  * Copy a raw header list without hop-by-hop headers. `connectionValue` is the message's
  * `Connection` header (its tokens name more headers to drop). Returns a new flat list.
@@ -76,9 +83,13 @@ export function stripHopByHop(raw: readonly string[], connectionValue: string | 
   }
   const out: string[] = [];
   for (let i = 0; i < raw.length; i += 2) {
-    const lower = raw[i].toLowerCase();
-    if (HOP_BY_HOP.has(lower) || extra?.has(lower)) continue;
-    out.push(raw[i], raw[i + 1]);
+    const name = raw[i];
+    // Only names as long as a hop-by-hop one are lower-cased and looked up (most are not).
+    if (extra !== undefined || HOP_BY_HOP_LENGTHS[name.length] === 1) {
+      const lower = name.toLowerCase();
+      if (HOP_BY_HOP.has(lower) || extra?.has(lower)) continue;
+    }
+    out.push(name, raw[i + 1]);
   }
   return out;
 }

@@ -410,8 +410,13 @@ export class ClusterManager {
   }
 }
 
+/** Pool keys by endpoint: endpoints are immutable per snapshot, and the key was built twice per request. */
+const poolKeys = new WeakMap<Endpoint, string>();
+
 function poolKey(ep: Endpoint): string {
-  return `${ep.tunnel}|${ep.authority}|${ep.workload.identity}`;
+  let key = poolKeys.get(ep);
+  if (key === undefined) poolKeys.set(ep, (key = `${ep.tunnel}|${ep.authority}|${ep.workload.identity}`));
+  return key;
 }
 
 function workloadKey(tunnel: string, ip: string, identity: string): string {
