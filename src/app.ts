@@ -7,6 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
+import { routingConfigDump } from './admin/config-dump.ts';
 import { AdminServer } from './admin/server.ts';
 import type { BootstrapConfig } from './config/bootstrap.ts';
 import { RequestAuthn } from './authn/index.ts';
@@ -187,6 +188,7 @@ export class Waypoint {
         local: (ip) => waypointSelf(mesh.current, { pod: podName, ip: ip || '127.0.0.1' }),
         connectTimeoutMs: cfg.upstream.connectTimeoutMs,
       });
+      const metrics = createMetricsRegistry();
       const clusters = new ClusterManager({
         sessions,
         sidecar,
@@ -197,6 +199,7 @@ export class Waypoint {
         maxResponseHeadersBytes: cfg.http.maxRequestHeadersBytes,
         http2: cfg.http2,
         trafficPolicies: destinationRulePolicies(mesh, cfg.upstream.loadBalancer),
+        metrics,
       });
       cleanup.push(() => clusters.destroy());
 
@@ -206,7 +209,6 @@ export class Waypoint {
       cleanup.push(() => extAuthzClient.close());
       const authn = new RequestAuthn();
 
-      const metrics = createMetricsRegistry();
       const registry = registerBuiltinFilters(new FilterRegistry(), {
         authz: { extAuthz: createExtAuthzHook(extAuthzClient, mesh), authn, networkPolicy: cfg.networkPolicy.enforceOnOriginalIdentity },
       }).register(
@@ -302,6 +304,7 @@ export class Waypoint {
       mesh: this.mesh.current.toJSON(),
       certificate: { identity: this.mesh.current.waypoint.identity, notAfter: this.certificate.current.notAfter.toISOString(), caDir: this.caDir },
       upstream: { hboneConnections: this.sessions.connectionCount },
+      routing: routingConfigDump(this.mesh.current, this.clusters, this.bootstrap.upstream.loadBalancer),
       listeners: { hbone: addr(this.addresses.hbone), admin: addr(this.addresses.admin), readiness: this.addresses.readiness && addr(this.addresses.readiness) },
     };
   }

@@ -15,10 +15,15 @@
  * - ext_authz (CUSTOM): `envoy_http_ext_authz_ok`, `_denied`, `_error`, `_failure_mode_allowed`
  *   (an error under `failOpen` counts in both `error` and `failure_mode_allowed`, as Envoy's).
  *
- * TCP chain (network RBAC with Istio's `stat_prefix: tcp.` → `tcp.rbac.*`, tag `envoy_rbac_prefix`):
- * `envoy_rbac_allowed{envoy_rbac_prefix="tcp"}`, `envoy_rbac_denied{...}`, the dry-run counters
- * `envoy_rbac_istio_dry_run_*_shadow_*{...}`, and the network ext_authz's `ext_authz.tcp.*` as
- * `envoy_ext_authz_tcp_ok`, `_denied`, `_error`, `_failure_mode_allowed`.
+ * TCP chain (network RBAC with Istio's `stat_prefix: tcp.` → `tcp.rbac.*`, tag `envoy_rbac_prefix`
+ * from the `$.rbac.**` extractor): `envoy_rbac_allowed{envoy_rbac_prefix="tcp"}`,
+ * `envoy_rbac_denied{...}`, the dry-run counters `envoy_rbac_istio_dry_run_*_shadow_*{...}`.
+ * The network ext_authz has the same `stat_prefix: tcp.` (IS:pilot/pkg/security/authz/builder/
+ * extauthz.go) and names its stats `ext_authz.<stat_prefix>.<stat>` (ENV:source/extensions/filters/
+ * network/ext_authz/ext_authz.cc `generateStats`), so `ext_authz.tcp..ok`: no tag extractor matches
+ * it (EXT_AUTHZ_PREFIX is for `http.*.ext_authz.*` and `cluster.*.ext_authz.*` only, RBAC_PREFIX for
+ * `*.rbac.*`), and the Prometheus exporter turns each `.` into `_`: `envoy_ext_authz_tcp__ok`,
+ * `__denied`, `__error`, `__failure_mode_allowed`, without labels.
  *
  * The matching policy is not a label: Envoy names a policy in stats only with `rules_stat_prefix`
  * per-policy stats, which Istio does not configure; it is in the access log
@@ -29,6 +34,7 @@ import type { AuthzResult } from '../../src/authz/types.ts';
 
 /** What one ext_authz check ended with, as Envoy's ext_authz counters see it. */
 export type ExtAuthzStat = 'ok' | 'denied' | 'error' | 'failure_mode_allowed';
+const EXT_AUTHZ_STATS: readonly ExtAuthzStat[] = ['ok', 'denied', 'error', 'failure_mode_allowed'];
 
 const HCM = 'envoy_http_conn_manager_prefix';
 const RBAC_PREFIX = 'envoy_rbac_prefix';
@@ -80,7 +86,7 @@ export class AuthzStats {
   private readonly httpRbac: Record<'allowed' | 'denied' | ShadowStat, Family>;
   private readonly tcpRbac: Record<'allowed' | 'denied' | ShadowStat, Family>;
   private readonly httpExtAuthz: Record<ExtAuthzStat, Family>;
-  private readonly tcpExtAuthz: Record<ExtAuthzStat, Family>;
+  private readonly tcpExtAuthz: Record<ExtAuthzStat, Counter>;
 
   constructor(registry: Registry) {
     const rbac = (base: string, label: string, what: string) => {
@@ -90,13 +96,17 @@ export class AuthzStats {
     };
     const ext = (base: string, label: string, what: string) => {
       const out = {} as Record<ExtAuthzStat, Family>;
-      for (const k of ['ok', 'denied', 'error', 'failure_mode_allowed'] as const) out[k] = new Family(registry, `${base}${k}`, `${what} ext_authz checks: ${k.replace(/_/g, ' ')}.`, label);
+      for (const k of EXT_AUTHZ_STATS) out[k] = new Family(registry, `${base}${k}`, `${what} ext_authz checks: ${k.replace(/_/g, ' ')}.`, label);
       return out;
     };
     this.httpRbac = rbac('envoy_http_rbac', HCM, 'HTTP');
     this.tcpRbac = rbac('envoy_rbac', RBAC_PREFIX, 'TCP');
     this.httpExtAuthz = ext('envoy_http_ext_authz_', HCM, 'HTTP');
-    this.tcpExtAuthz = ext('envoy_ext_authz_tcp_', RBAC_PREFIX, 'TCP');
+    this.tcpExtAuthz = {} as Record<ExtAuthzStat, Counter>;
+    for (const k of EXT_AUTHZ_STATS) {
+      const name = `envoy_ext_authz_tcp__${k}`;
+      this.tcpExtAuthz[k] = (registry.getSingleMetric(name) as Counter | undefined) ?? new Counter({ name, help: `TCP ext_authz checks: ${k.replace(/_/g, ' ')}.`, registers: [registry] });
+    }
   }
 
   /** Count an HTTP request's enforced decision and its dry-run result; `chain` is the HCM prefix label. */
@@ -115,7 +125,7 @@ export class AuthzStats {
 
   /** Count one ext_authz check (HTTP: `chain` is the HCM prefix label; TCP: omit it). */
   extAuthz(outcome: ExtAuthzStat, chain?: string): void {
-    if (chain === undefined) this.tcpExtAuthz[outcome].inc(TCP_PREFIX);
+    if (chain === undefined) this.tcpExtAuthz[outcome].inc();
     else this.httpExtAuthz[outcome].inc(chain);
   }
 }

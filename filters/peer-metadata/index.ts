@@ -109,6 +109,8 @@ class PeerMetadata {
   private readonly certPeers = new WeakMap<object, PeerInfo>();
   /** Workload → its PeerInfo (workloads are immutable per snapshot). */
   private readonly workloadPeers = new WeakMap<Workload, PeerInfo>();
+  /** Workload peers without their principal, for plain-TCP endpoints (see {@link upstreamWorkloadPeer}). */
+  private readonly unverifiedPeers = new WeakMap<PeerInfo, PeerInfo>();
   /** Upstream CONNECT response headers → the peer their `baggage` names (null: none). */
   private readonly connectPeers = new WeakMap<IncomingHttpHeaders, PeerInfo | null>();
   /** `x-envoy-peer-metadata` value → decoded peer (null: undecodable), bounded. */
@@ -188,11 +190,11 @@ class PeerMetadata {
       let peer: PeerInfo | undefined;
       for (let i = 0; i < up.length && peer === undefined; i++) {
         const m = up[i];
-        if (m === WDS) peer = ep && this.workloadPeer(ep.workload);
+        if (m === WDS) peer = ep && this.upstreamWorkloadPeer(ep);
         else if (m === HEADERS) {
           const v = headers.get(PEER_METADATA_HEADER);
           peer = v === undefined ? undefined : this.headerPeer(v);
-          if (peer !== undefined && ep) peer = withVerifiedIdentity(peer, ep.workload.identity);
+          if (peer !== undefined && ep) peer = withVerifiedIdentity(peer, verifiedIdentity(ep));
         } else peer = this.connectBaggagePeer(stream.upstreamConnectHeaders, ep);
       }
       if (peer !== undefined) stream.set(UPSTREAM_PEER, peer);
@@ -214,11 +216,11 @@ class PeerMetadata {
     let peer: PeerInfo | undefined;
     for (let i = 0; i < this.up.length && peer === undefined; i++) {
       const m = this.up[i];
-      if (m === WDS) peer = ep && this.workloadPeer(ep.workload);
+      if (m === WDS) peer = ep && this.upstreamWorkloadPeer(ep);
       else if (m === HEADERS) {
         // TCP has no headers: the same Struct arrives in the sidecar's `istio-peer-exchange` frame.
         peer = conn.upstreamExchangePeer;
-        if (peer !== undefined && ep) peer = withVerifiedIdentity(peer, ep.workload.identity);
+        if (peer !== undefined && ep) peer = withVerifiedIdentity(peer, verifiedIdentity(ep));
       } else peer = this.connectBaggagePeer(conn.upstreamConnectHeaders, ep);
     }
     if (peer !== undefined) conn.set(TCP_UPSTREAM_PEER, peer);
@@ -239,6 +241,21 @@ class PeerMetadata {
       this.workloadPeers.set(w, p);
     }
     return p;
+  }
+
+  /**
+   * The upstream peer of `ep` from mesh state. An endpoint reached over plain TCP (tunnel protocol
+   * `NONE`, `istio.io/dataplane-mode: none`) presented no certificate, so it has no principal:
+   * Istio reports `destination_principal="unknown"` for it (the stats filter reads the upstream
+   * peer's principal only from the verified TLS connection, PX:extensions/common/metadata_object.cc
+   * / Envoy `upstreamSslConnection()->uriSanPeerCertificate()`), never the workload's service account.
+   */
+  private upstreamWorkloadPeer(ep: Endpoint): PeerInfo {
+    const p = this.workloadPeer(ep.workload);
+    if (ep.tunnel !== 'NONE' || p.identity === '') return p;
+    let q = this.unverifiedPeers.get(p);
+    if (q === undefined) this.unverifiedPeers.set(p, (q = Object.freeze({ ...p, identity: '' })));
+    return q;
   }
 
   /** A `baggage` value's peer; undefined when absent or when it names nothing we know. */
@@ -311,11 +328,20 @@ function withIdentity(peer: PeerInfo, identity: string): PeerInfo {
 
 /**
  * The upstream peer with the identity the endpoint had to present (its HBONE/mTLS certificate was
- * verified against it): metadata an upstream sends about itself never overrides that.
+ * verified against it): metadata an upstream sends about itself never overrides that. `identity`
+ * null (nothing verified: a plain-TCP endpoint) clears a claimed one.
  */
-function withVerifiedIdentity(peer: PeerInfo, identity: string): PeerInfo {
-  if (identity === '' || peer.identity === identity) return peer;
-  return Object.freeze({ ...peer, identity });
+function withVerifiedIdentity(peer: PeerInfo, identity: string | null): PeerInfo {
+  if (identity === '' || peer.identity === (identity ?? '')) return peer;
+  return Object.freeze({ ...peer, identity: identity ?? '' });
+}
+
+/**
+ * The identity `ep` proved: its workload's for HBONE and sidecar endpoints (the tunnel's
+ * certificate is verified against it), none for plain-TCP ones (tunnel protocol `NONE`).
+ */
+function verifiedIdentity(ep: Endpoint): string | null {
+  return ep.tunnel === 'NONE' ? null : ep.workload.identity;
 }
 
 /** A peer known only by its certificate. */

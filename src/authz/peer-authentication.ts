@@ -13,6 +13,9 @@
  * - `UNSET` (or no `mtls`) inherits from the parent scope; at the top it means PERMISSIVE;
  * - `portLevelMtls` (only on workload-scope policies, as validation requires a selector): keyed by
  *   workload (container) port; a port-level `UNSET` inherits the workload's effective mode;
+ * - an invalid PeerAuthentication (unknown mode such as `STRICTT`, `portLevelMtls` without a
+ *   selector, a bad port key, ...) is refused when the mesh file is compiled, as Kubernetes and
+ *   istiod refuse it ({@link validatePeerAuthentication}): at start, and on reload (state kept);
  * - `DISABLE` is not supported in ambient: it is treated as PERMISSIVE at every level (plaintext
  *   accepted, and HBONE stays mTLS whatever it says).
  *
@@ -20,8 +23,11 @@
  * plaintext connections (the `waypoint inbound` role's `--plaintext` listeners). Pure, no I/O;
  * compiled once per mesh snapshot.
  */
+import { z } from 'zod';
 import type { KeptResource, MeshSnapshot, Workload } from '../state/types.ts';
+import type { FieldPath } from '../state/yaml-locate.ts';
 import { log } from '../util/log.ts';
+import { mapping, show } from './policy-schema.ts';
 
 /** Effective mode as ztunnel applies it: only STRICT refuses plaintext. */
 export type EffectiveMtlsMode = 'STRICT' | 'PERMISSIVE';
@@ -53,44 +59,80 @@ export interface CompiledPeerAuthentication {
   explain(workload: Workload | undefined, port: number): { mode: EffectiveMtlsMode; policy: string | undefined };
 }
 
-const MODES = new Set<MtlsMode>(['UNSET', 'DISABLE', 'PERMISSIVE', 'STRICT']);
+const MODES = ['UNSET', 'DISABLE', 'PERMISSIVE', 'STRICT'] as const;
 
-function parseMode(value: unknown, where: string): MtlsMode {
-  if (value === undefined || value === null) return 'UNSET';
-  const v = String(value).toUpperCase() as MtlsMode;
-  if (MODES.has(v)) return v;
-  log.warn({ policy: where, mode: value }, 'PeerAuthentication: unknown mTLS mode, treated as UNSET');
-  return 'UNSET';
+/** `MutualTLS`: the mode is the CRD's enum (case-sensitive, as the API server checks it). */
+const MutualTlsSchema = mapping({
+  mode: z
+    .enum(MODES, { error: (iss) => `Unsupported value: ${show(iss.input)}: supported values: ${MODES.map((m) => `"${m}"`).join(', ')}` })
+    .nullish(),
+}).nullish();
+/** The fields of a PeerAuthentication the schema knows (API: security/v1beta1/peer_authentication.proto). */
+const PeerAuthenticationSpecSchema = mapping({
+  selector: mapping({ matchLabels: z.record(z.string(), z.string({ error: 'label values must be strings' })).nullish() }).nullish(),
+  mtls: MutualTlsSchema,
+  portLevelMtls: z.record(z.string(), MutualTlsSchema, { error: (iss) => `must be a mapping of port to mtls, got ${show(iss.input)}` }).nullish(),
+}).nullish();
+
+/**
+ * Refuse an invalid PeerAuthentication `body` as the API server and istiod's webhook do, so a typo
+ * never weakens mTLS (it used to be read as UNSET): the CRD schema (unknown fields, `mode` one of
+ * UNSET/DISABLE/PERMISSIVE/STRICT; `portLevelMtls` keys 1-65535 and at least one entry; "portLevelMtls
+ * requires selector" with non-empty `matchLabels`: API security/v1beta1/peer_authentication.proto
+ * XValidation rules) and istio/istio pkg/config/validation `ValidatePeerAuthentication` /
+ * `validateWorkloadSelector`, with their wording. `fail` gets the offending field's path.
+ */
+export function validatePeerAuthentication(body: unknown, fail: (path: FieldPath, message: string) => never): void {
+  const parsed = PeerAuthenticationSpecSchema.safeParse(record(body).spec);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    fail(['spec', ...issue.path.filter((p): p is string | number => typeof p !== 'symbol')], issue.message);
+  }
+  const spec = parsed.data ?? {};
+  const labels = spec.selector?.matchLabels ?? {};
+  const ports = spec.portLevelMtls;
+  if (ports != null) {
+    if (Object.keys(labels).length === 0) fail(['spec', 'portLevelMtls'], 'portLevelMtls requires selector');
+    if (Object.keys(ports).length === 0) fail(['spec', 'portLevelMtls'], 'port level mTLS, if defined, must have at least one element');
+    for (const key of Object.keys(ports)) {
+      const port = /^[0-9]+$/.test(key) ? Number(key) : NaN;
+      if (!(port >= 1 && port <= 65535)) fail(['spec', 'portLevelMtls', key], `port must be between 1-65535, got ${JSON.stringify(key)}`);
+    }
+  }
+  for (const [key, value] of Object.entries(labels)) {
+    const at = ['spec', 'selector', 'matchLabels', key];
+    if (key === '') fail(at, `empty key is not supported in selector: "${key}=${value}"`);
+    if (key.includes('*') || value.includes('*')) fail(at, `wildcard is not supported in selector: "${key}=${value}"`);
+  }
+}
+
+/** A validated mode (see {@link validatePeerAuthentication}); absent = UNSET. */
+function parseMode(value: unknown): MtlsMode {
+  return value == null ? 'UNSET' : (value as MtlsMode);
 }
 
 function record(v: unknown): Record<string, unknown> {
   return v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
 }
 
-/** Parse one kept `security.istio.io` PeerAuthentication; invalid parts are logged and skipped. */
+/**
+ * Read one kept `security.istio.io` PeerAuthentication, already validated when the mesh file was
+ * compiled (src/state/compile.ts refuses an invalid one with {@link validatePeerAuthentication}).
+ */
 export function parsePeerAuthentication(r: KeptResource): ParsedPeerAuthentication {
-  const where = `${r.namespace}/${r.name}`;
   const spec = record(r.object.spec);
   const metadata = record(r.object.metadata);
   const labels = record(record(spec.selector).matchLabels);
   const selector = Object.keys(labels).length > 0 ? Object.fromEntries(Object.entries(labels).map(([k, v]) => [k, String(v)])) : undefined;
   const ports = new Map<number, MtlsMode>();
-  for (const [key, value] of Object.entries(record(spec.portLevelMtls))) {
-    const port = Number(key);
-    if (!Number.isInteger(port) || port < 1 || port > 65535) {
-      log.warn({ policy: where, port: key }, 'PeerAuthentication: portLevelMtls port out of 1-65535, ignored');
-      continue;
-    }
-    ports.set(port, parseMode(record(value).mode, where));
-  }
-  if (ports.size > 0 && !selector) log.warn({ policy: where }, 'PeerAuthentication: portLevelMtls requires selector, ignored');
+  for (const [key, value] of Object.entries(record(spec.portLevelMtls))) ports.set(Number(key), parseMode(record(value).mode));
   const created = metadata.creationTimestamp;
   return {
     namespace: r.namespace,
     name: r.name,
     created: timestamp(created),
     selector,
-    mode: parseMode(record(spec.mtls).mode, where),
+    mode: parseMode(record(spec.mtls).mode),
     ports: selector ? ports : new Map(),
   };
 }

@@ -9,7 +9,8 @@
  */
 import { z } from 'zod';
 
-const show = (v: unknown): string => (v === undefined ? 'nothing' : JSON.stringify(v));
+/** A value as an error message shows it. */
+export const show = (v: unknown): string => (v === undefined ? 'nothing' : JSON.stringify(v));
 
 const text = (what = 'a string') =>
   z.string({
@@ -20,7 +21,8 @@ const text = (what = 'a string') =>
 const list = (what: string) =>
   z.array(text(`a ${what} string`), { error: (iss) => `must be a list of ${what} strings, got ${show(iss.input)}` }).nullish();
 
-const mapping = <T extends z.ZodRawShape>(shape: T) =>
+/** A strict mapping (unknown fields refused, named in the message); also PeerAuthentication's. */
+export const mapping = <T extends z.ZodRawShape>(shape: T) =>
   z.strictObject(shape, {
     error: (iss) =>
       iss.code === 'unrecognized_keys'

@@ -57,7 +57,8 @@ export function inboundCommand(): Command {
     .action(async (o: { listen: string; identity: string; ca: string; forward?: string; mesh?: string; plaintext?: string[] }) => {
       const certificate = await WorkloadCertificate.fromPrefix(o.identity, o.ca);
       // An invalid AuthorizationPolicy stops the start, and refuses a reload (the last good policies stay).
-      const mesh = o.mesh ? await MeshStore.open({ meshFile: o.mesh, watch: true, accept: (next) => ztunnelAuthzRefusal(next) }) : undefined;
+      // The destination ztunnel is no waypoint: the file needs no waypoint Gateway.
+      const mesh = o.mesh ? await MeshStore.open({ meshFile: o.mesh, withoutWaypoint: true, watch: true, accept: (next) => ztunnelAuthzRefusal(next) }) : undefined;
       if (mesh) {
         try {
           compileZtunnelAuthz(mesh.current);

@@ -84,21 +84,35 @@ export class HboneSessionPool {
   /**
    * Open a CONNECT stream to `authority` through `dst`. Resolves once the server answered 200, with
    * the stream and the response headers (ztunnel's response `baggage` lives there). Rejects with
-   * {@link HboneConnectError}. A stream refused because a pooled connection was going away, or
-   * lost because a pooled connection died under it before any answer (a stale connection: the peer
-   * vanished or its IP now belongs to someone who answers RST, pitfall F1), is retried once on a
-   * fresh connection. Nothing was sent inside the tunnel yet, so the retry is always safe.
+   * {@link HboneConnectError}. Nothing was sent inside the tunnel before the answer, so a CONNECT
+   * that got none may be sent again:
+   *  - lost because a pooled connection died under it (a stale connection: the peer vanished or
+   *    its IP now belongs to someone who answers RST, pitfall F1): retried once, on a fresh connection;
+   *  - refused (REFUSED_STREAM, or ENHANCE_YOUR_CALM, Node's refusal of a stream beyond its
+   *    SETTINGS_MAX_CONCURRENT_STREAMS: a Node server still counts streams that closed in the same
+   *    read until its JavaScript side let go of them, so a client that keeps within the limit can
+   *    still be refused in a burst): retried up to {@link REFUSED_RETRIES} times after a short
+   *    jittered back-off, by when the server has released its closed streams.
    */
   async connect(
     dst: HboneDestination,
     authority: string,
     headers?: OutgoingHttpHeaders,
   ): Promise<{ stream: ClientHttp2Stream; headers: IncomingHttpHeaders }> {
-    try {
-      return await this.tryConnect(dst, authority, headers);
-    } catch (err) {
-      if (err instanceof HboneConnectError && (err.reason === 'REFUSED_STREAM' || err.reason === STALE)) return this.tryConnect(dst, authority, headers);
-      throw err;
+    let stale = false;
+    for (let refused = 0; ; ) {
+      try {
+        return await this.tryConnect(dst, authority, headers);
+      } catch (err) {
+        if (!(err instanceof HboneConnectError)) throw err;
+        if (err.reason === STALE && !stale) {
+          stale = true;
+          continue;
+        }
+        if (err.reason !== 'REFUSED_STREAM' || refused >= REFUSED_RETRIES || this.closed) throw err;
+        await new Promise((r) => setTimeout(r, (Math.random() + 0.5) * REFUSED_BACKOFF_MS * 2 ** refused));
+        refused++;
+      }
     }
   }
 
@@ -277,6 +291,10 @@ export class HboneSessionPool {
 /** Reason of a CONNECT lost with its pooled connection before any answer (retried once). */
 const STALE = 'STALE_CONNECTION';
 
+/** Retries of a refused CONNECT, and the back-off base (ms) doubling between them (see HboneSessionPool.connect). */
+const REFUSED_RETRIES = 5;
+const REFUSED_BACKOFF_MS = 5;
+
 function isTlsError(err: Error & { code?: string }): boolean {
   return typeof err.code === 'string' && (err.code.startsWith('ERR_SSL') || err.code.includes('CERT') || err.code === 'ERR_TLS_CERT_ALTNAME_INVALID');
 }
@@ -290,7 +308,8 @@ function awaitResponse(stream: ClientHttp2Stream, where: string, timeoutMs: numb
     }, timeoutMs);
     const onError = (err: Error & { code?: string }) => {
       clearTimeout(timer);
-      const refused = stream.rstCode === http2.constants.NGHTTP2_REFUSED_STREAM;
+      // Node's server refuses a stream over its concurrency limit with ENHANCE_YOUR_CALM (node_http2.cc `OnBeginHeadersCallback`).
+      const refused = stream.rstCode === http2.constants.NGHTTP2_REFUSED_STREAM || stream.rstCode === http2.constants.NGHTTP2_ENHANCE_YOUR_CALM;
       reject(new HboneConnectError(refused ? 'REFUSED_STREAM' : 'CONNECT', `CONNECT ${where} failed: ${err.message}`, 0, { cause: err }));
     };
     const onClose = () => onError(new Error(`stream closed (code ${stream.rstCode})`));

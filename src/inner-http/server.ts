@@ -14,6 +14,7 @@ import http2, { type Http2ServerRequest, type Http2ServerResponse, type ServerHt
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { http2Settings, type Http2Params } from '../hbone/settings.ts';
+import { teardown } from '../hbone/relay.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import type { FilterChain } from '../pipeline/chain.ts';
 import { ConnectionContext, StreamContext } from '../pipeline/context.ts';
@@ -50,6 +51,9 @@ interface TunnelRef {
   active: number;
   /** The request being answered (HTTP/1.1 answers in order), for the idle timeout's 408. */
   current: StreamContext | undefined;
+  /** HTTP/1: the last request received, and whether it asked to keep the connection (see onTunnelEnd). */
+  last: StreamContext | undefined;
+  lastKeepAlive: boolean;
 }
 type TaggedSocket = Duplex & { [kTunnel]?: TunnelRef };
 type TaggedSession = ServerHttp2Session & { [kTunnel]?: TunnelRef };
@@ -142,7 +146,7 @@ export class InnerHttpServer {
    * speaks inside (`HTTP/2` = h2c with prior knowledge, else HTTP/1.x).
    */
   attach(stream: Duplex, conn: ConnectionContext, chain: FilterChain, protocol: 'HTTP/1.1' | 'HTTP/2'): void {
-    const ref: TunnelRef = { conn, chain, owner: this, stream, session: undefined, active: 0, current: undefined };
+    const ref: TunnelRef = { conn, chain, owner: this, stream, session: undefined, active: 0, current: undefined, last: undefined, lastKeepAlive: false };
     conn.innerProtocol = protocol;
     this.tunnels.add(ref);
     stream.once('close', () => this.tunnels.delete(ref));
@@ -164,7 +168,13 @@ export class InnerHttpServer {
       return;
     }
     (stream as TaggedSocket)[kTunnel] = ref;
+    // Node's HTTP server closes a connection after a `Connection: close` exchange with
+    // `destroySoon()` when the socket has one, else only `end()`: give the tunnel one, so the
+    // CONNECT stream is closed both ways, as Envoy closes the TCP connection (a client that keeps
+    // its side open must not hold the tunnel, and a drain, until the timeout).
+    (stream as Duplex & { destroySoon?: () => void }).destroySoon = () => closeTunnel(stream);
     this.server.emit('connection', joinWritev(stream));
+    stream.once('end', () => onTunnelEnd(ref));
     // Protocol detection left the stream paused (with its first bytes pushed back).
     stream.resume();
   }
@@ -178,7 +188,8 @@ export class InnerHttpServer {
     for (const t of this.tunnels) {
       // h2c: GOAWAY, open streams finish (trailers included: pitfall E2), then the session closes.
       if (t.session) t.session.close();
-      else if (t.active === 0) t.stream.end();
+      // Idle HTTP/1 tunnels are closed (Envoy closes idle HTTP/1 connections when draining).
+      else if (t.active === 0) closeTunnel(t.stream);
     }
   }
 }
@@ -189,6 +200,10 @@ function onRequest(req: IncomingMessage | Http2ServerRequest, res: ServerRespons
   ref.active++;
   if (!stream.http2) {
     ref.current ??= stream;
+    ref.last = stream;
+    // What the request itself asked for (Node derives it from the version and `Connection`),
+    // before draining or the HTTP/1.0 refusal turn keep-alive off.
+    ref.lastKeepAlive = (res as ServerResponse).shouldKeepAlive;
     if (ref.owner.draining) (res as ServerResponse).shouldKeepAlive = false;
     if (stream.protocol === 'HTTP/1.0' && ref.owner.rejectHttp10) {
       // Envoy without ISTIO_META_HTTP10: 426 Upgrade Required, then close.
@@ -280,14 +295,47 @@ function onStreamTimeout(s: StreamContext): void {
   s.abortUpstream?.cancel();
 }
 
+/**
+ * The client ended its side of an HTTP/1 tunnel (FIN through the source ztunnel, END_STREAM on the
+ * CONNECT stream) while a request is unanswered. After a request that asked to keep the
+ * connection (HTTP/1.1 without `Connection: close`), that is a client that went away (`curl -m`,
+ * a killed process): as Envoy's HTTP connection manager, which treats a downstream FIN as a
+ * disconnect (flag `DC`, details `downstream_remote_disconnect`), the tunnel is reset, which
+ * cancels the upstream request and any retry. After `Connection: close` (or an HTTP/1.0 request
+ * without keep-alive) the client half-closed on purpose and still gets its answer (pitfall B3,
+ * envoyproxy/envoy#2066).
+ */
+function onTunnelEnd(ref: TunnelRef): void {
+  const s = ref.last;
+  if (ref.active === 0 || !s || !ref.lastKeepAlive || s.res.writableEnded) return;
+  teardown(ref.stream);
+}
+
 function onResponseClose(stream: StreamContext, ref: TunnelRef): void {
   if (ref.current === stream) ref.current = undefined;
   if (--ref.active === 0 && ref.owner.draining && !ref.session) ref.stream.end();
   if (!stream.responseComplete) {
     if (stream.responseFlags === ResponseFlag.None) stream.addFlag(ResponseFlag.DownstreamConnectionTermination);
+    if (stream.responseCodeDetails === '') stream.responseCodeDetails = 'downstream_remote_disconnect';
     stream.abortUpstream?.cancel();
   }
   stream.chain.completeStream(stream);
+}
+
+/**
+ * Close an HTTP/1 tunnel as a server closes its connection: END_STREAM after the last bytes, then
+ * RST_STREAM(NO_ERROR) so the peer stops sending (RFC 9113 §8.1) and the stream is released even
+ * when the client keeps its side open.
+ */
+function closeTunnel(tunnel: Duplex): void {
+  const close = () => {
+    const h2 = tunnel as Duplex & { close?: (code?: number) => void };
+    if (typeof h2.close === 'function') h2.close(http2.constants.NGHTTP2_NO_ERROR);
+    else tunnel.destroy();
+  };
+  if (tunnel.writableFinished || tunnel.destroyed) return close();
+  tunnel.once('finish', close);
+  tunnel.end();
 }
 
 function filterFailed(stream: StreamContext, err: unknown): void {

@@ -14,7 +14,6 @@
  * It is the one filter that talks to the upstream; it gets the cluster manager from the core,
  * which never hands it to other filters.
  */
-import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Http2ServerRequest } from 'node:http2';
 import { Readable } from 'node:stream';
@@ -28,6 +27,7 @@ import { bodyAfterBuffer } from '../pipeline/request-body.ts';
 import type { Endpoint, Target } from '../state/types.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
 import { applyHeaderModifier, applyRequestHeaders, MirrorSender, routeRequest, routesFor, type CompiledRule, type HeaderModifier, type RoutedRequest } from '../routing/index.ts';
+import { MAX_TIMER_MS } from '../routing/duration.ts';
 import type { ClusterManager } from '../upstream/cluster-manager.ts';
 import { clusterName } from '../upstream/cluster-name.ts';
 import { UpstreamOverflowError } from '../upstream/cluster-state.ts';
@@ -137,6 +137,11 @@ function ruleRoute(base: CompiledRoute, rule: CompiledRule): CompiledRoute {
     perTryTimeoutMs: t?.backendRequestMs ?? 0,
   };
   if (!r) return out;
+  if (r.attempts === 0) {
+    // `attempts: 0`: Istio programs no retry policy at all (IS:conversion.go `createRetryPolicy`),
+    // so nothing is retried and nothing is flagged `URX`.
+    return { ...out, attempts: 0, onConnectFailure: false, onRefusedStream: false, onReset: false, onUnavailable: false, onCancelled: false, on5xx: false, onGatewayError: false, retriableStatus: new Set() };
+  }
   const codes = r.codes.length > 0;
   return {
     ...out,
@@ -246,10 +251,11 @@ class Router implements TerminalFilter {
         }
       }
     }
-    // Envoy keeps a client's x-request-id and generates one otherwise (UUID v4).
+    // x-request-id was kept or generated when the stream was created (StreamContext, as Envoy's
+    // connection manager); a filter may have changed or removed it since.
     const rid = headers.get('x-request-id');
     if (rid) stream.requestId = rid;
-    else headers.append('x-request-id', (stream.requestId = randomUUID()));
+    else headers.append('x-request-id', stream.requestId);
     if (this.route.appendForwardedFor) {
       const client = forwardedFor(conn.info.forwarded) ?? conn.info.downstreamAddress;
       const xff = headers.get('x-forwarded-for');
@@ -433,6 +439,8 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
   /** The current attempt's response is being discarded for a retry. */
   private discarding: boolean;
   private timer: NodeJS.Timeout | undefined;
+  /** The retry back-off between two attempts (cleared when the request ends: a gone client starts no attempt). */
+  private backoffTimer: NodeJS.Timeout | undefined;
   /** undici's resume function for this request (one per attempt, reused for every drain). */
   private resume: () => void;
   /** Trailers split off a gRPC trailers-only answer, sent when the response ends. */
@@ -473,6 +481,7 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     this.over = false;
     this.discarding = false;
     this.timer = undefined;
+    this.backoffTimer = undefined;
     this.resume = noop;
     this.pendingTrailers = null;
     const grpc = stream.isGrpc;
@@ -549,11 +558,16 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     this.timeout('upstream_per_try_timeout');
   }
 
-  /** Called by the core when the downstream went away before the response completed. */
+  /**
+   * Called by the core when the downstream went away before the response completed: the request
+   * timer, the per-try timer and a pending retry back-off are cleared and the current attempt is
+   * aborted, so no further attempt starts (Envoy's router `onDestroy` resets the upstream request
+   * and the retry state: ENV:source/common/router/router.cc `Filter::onDestroy`).
+   */
   cancel(): void {
-    this.over = true;
-    if (this.abort && !this.finished) this.abort(new Error('downstream disconnected'));
-    else this.end();
+    const abort = this.abort && !this.finished ? this.abort : undefined;
+    this.end();
+    abort?.(new Error('downstream disconnected'));
   }
 
   /** The request timeout fired: 504 `UT` before the response started, else a reset. */
@@ -640,8 +654,8 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
 
   onComplete(upstreamTrailers: string[] | null): void {
     this.release();
-    if (this.discarding) return this.retry();
     if (this.over) return;
+    if (this.discarding) return this.retry();
     this.end();
     const trailers = upstreamTrailers ?? this.pendingTrailers;
     const res = this.stream.res;
@@ -732,14 +746,22 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     return false;
   }
 
-  /** Next attempt after Envoy's default back-off (25 ms base, full jitter, doubling). */
+  /**
+   * Next attempt after Envoy's jittered exponential back-off: a random wait below
+   * `base × 2^(attempt-1)`, capped at `max_interval` (10 × base, Envoy's default; ENV:source/common/
+   * common/backoff_strategy.cc `JitteredExponentialBackOffStrategy`) and at Node's largest timer.
+   * The timer is kept so that a cancelled request clears it ({@link end}).
+   */
   private retry(): void {
+    if (this.over) return this.end();
     if (this.ep) (this.tried ??= []).push(this.ep.authority);
     // A streamed body that ended within the replay limit is resent from its copy (one never
     // pulled is still whole in its stream and goes as it is).
     if (isStream(this.body) && this.replay?.whole) this.body = this.replay.take();
     const base = this.route.backoffBaseMs * 2 ** (this.stream.attempts - 1);
-    setTimeout(retryLater, Math.random() * Math.min(base, this.route.backoffBaseMs * 10), this);
+    const wait = Math.random() * Math.min(base, this.route.backoffBaseMs * 10, MAX_TIMER_MS);
+    if (this.backoffTimer) clearTimeout(this.backoffTimer);
+    this.backoffTimer = setTimeout(retryLater, wait, this);
   }
 
   /** Release the current attempt's load-balancer slot (once). */
@@ -761,10 +783,15 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
       clearTimeout(this.tryTimer);
       this.tryTimer = undefined;
     }
+    if (this.backoffTimer) {
+      clearTimeout(this.backoffTimer);
+      this.backoffTimer = undefined;
+    }
   }
 
   /** Entry point for the back-off timer. */
   runRetry(): void {
+    this.backoffTimer = undefined;
     this.attempt();
   }
 }

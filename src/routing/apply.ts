@@ -28,7 +28,7 @@ export interface RoutedRequest {
   readonly backend: ResolvedBackend;
   /** Origin-form path to send (rewritten when the rule has a URLRewrite path). */
   readonly path: string;
-  /** The authority to send (rewritten by a URLRewrite hostname), or undefined to keep the request's. */
+  /** The authority to send (a URLRewrite hostname, else a `Host` header edit), or undefined to keep the request's. */
   readonly authority: string | undefined;
   /** Request header edits: the rule's, then the backend's. */
   readonly requestHeaders: readonly HeaderModifier[];
@@ -85,7 +85,8 @@ export function routeRequest(stream: StreamContext, routes: ServicePortRoutes, t
     match,
     backend: weighted.backend,
     path: rewrite?.path ? modifyPath(rewrite.path, match, bare, query) : path,
-    authority: rewrite?.hostname,
+    // URLRewrite's hostname wins over a `Host` header edit (Istio: IS:route.go `translateRoute`).
+    authority: rewrite?.hostname ?? weighted.requestAuthority ?? rule.requestAuthority,
     requestHeaders,
     responseHeaders,
   };

@@ -21,7 +21,8 @@
  * An invalid route is ignored with its error logged (istiod's `Accepted=False`); the rest of the
  * snapshot keeps working. {@link compileRoutes} also returns the rejections.
  */
-import type { ConfigError } from '../errors.ts';
+import { ConfigError } from '../errors.ts';
+import { locateField } from '../state/resource-location.ts';
 import type { KeptResource, MeshSnapshot, Service, Target } from '../state/types.ts';
 import { log } from '../util/log.ts';
 import { BackendResolver } from './backends.ts';
@@ -54,14 +55,57 @@ function isRoute(r: KeptResource): boolean {
   return (r.kind === 'HTTPRoute' || r.kind === 'GRPCRoute') && r.apiVersion.startsWith(`${GATEWAY_GROUP}/`);
 }
 
+/**
+ * Versions the Gateway API v1.3 CRDs serve (standard channel): HTTPRoute v1 and v1beta1, GRPCRoute
+ * v1. Another version is refused, as the API server would refuse it.
+ */
+const SERVED_VERSIONS: Readonly<Record<string, readonly string[]>> = { HTTPRoute: ['v1', 'v1beta1'], GRPCRoute: ['v1'] };
+
+/** Kinds of the Gateway API group (standard and experimental channels, v1.3); any other is most likely a typo. */
+const GATEWAY_KINDS = new Set([
+  'Gateway',
+  'GatewayClass',
+  'HTTPRoute',
+  'GRPCRoute',
+  'ReferenceGrant',
+  'TLSRoute',
+  'TCPRoute',
+  'UDPRoute',
+  'BackendTLSPolicy',
+  'BackendLBPolicy',
+  'XListenerSet',
+  'XBackendTrafficPolicy',
+  'ListenerSet',
+]);
+
+/** Warn (once per snapshot) about kept resources of the Gateway API group whose kind is not one of it (e.g. `HttpRoute`). */
+function warnUnknownKinds(snapshot: MeshSnapshot): void {
+  for (const kind of snapshot.kinds()) {
+    if (GATEWAY_KINDS.has(kind)) continue;
+    for (const r of snapshot.resources(kind)) {
+      if (!r.apiVersion.startsWith(`${GATEWAY_GROUP}/`)) continue;
+      log.warn(
+        { resource: `${kind}/${r.namespace}/${r.name}`, apiVersion: r.apiVersion, version: snapshot.version },
+        `routing: kind ${JSON.stringify(kind)} is not a kind of ${GATEWAY_GROUP}; ignored (kinds are case-sensitive: HTTPRoute, GRPCRoute, ...)`,
+      );
+    }
+  }
+}
+
 /** Compile the routes of `snapshot` (invalid routes are logged and left out). Cached as {@link routesFor}'s. */
 export function compileRoutes(snapshot: MeshSnapshot): CompiledRoutes {
   const resolver = new BackendResolver(snapshot);
   const parsed: ParsedRoute[] = [];
   const rejected: { route: string; reason: string }[] = [];
+  warnUnknownKinds(snapshot);
   for (const r of [...snapshot.resources('HTTPRoute'), ...snapshot.resources('GRPCRoute')]) {
     if (!isRoute(r)) continue;
     try {
+      const version = r.apiVersion.slice(GATEWAY_GROUP.length + 1);
+      const served = SERVED_VERSIONS[r.kind];
+      if (!served.includes(version)) {
+        throw new ConfigError(`apiVersion ${r.apiVersion} is not served for ${r.kind} (use ${served.map((v) => `${GATEWAY_GROUP}/${v}`).join(' or ')})`, locateField(r, `${r.kind}/${r.namespace}/${r.name}`, ['apiVersion']));
+      }
       parsed.push(parseRoute(r, resolver));
     } catch (err) {
       const reason = (err as ConfigError).toString();
@@ -141,12 +185,19 @@ function attachments(ref: ParentRefDoc, route: ParsedRoute, snapshot: MeshSnapsh
     }
     return [];
   }
+  if (services.length === 0 && kind !== 'Hostname') {
+    log.warn({ route: route.ref, parentRef: `${kind}/${namespace}/${ref.name}` }, `routing: parentRef ${kind} ${namespace}/${ref.name} not found; the route is not attached to it (istiod reports the parent Accepted=False)`);
+  }
   const out: [Service, number[]][] = [];
   for (const s of services) {
-    if (!s.servedByThisWaypoint) continue;
     let ports = s.ports.filter((p) => p.protocol !== 'UDP');
     if (ref.port !== undefined && ref.port !== null) ports = ports.filter((p) => p.port === ref.port);
     if (ref.sectionName) ports = ports.filter((p) => p.name === ref.sectionName);
+    if (ports.length === 0) {
+      const which = ref.sectionName ? `sectionName ${JSON.stringify(ref.sectionName)}` : `port ${ref.port}`;
+      log.warn({ route: route.ref, parentRef: `${kind}/${s.namespace}/${s.name}` }, `routing: parentRef ${kind} ${s.namespace}/${s.name} has no ${which}; the route is not attached to it (Istio: Accepted=False, NoMatchingParent)`);
+    }
+    if (!s.servedByThisWaypoint) continue;
     if (ports.length) out.push([s, ports.map((p) => p.port)]);
   }
   return out;

@@ -113,6 +113,7 @@ export function compileConnectionPool(cp: ConnectionPoolDoc | null | undefined, 
   const requests = nonNegative(http?.http2MaxRequests, [...h, 'http2MaxRequests'], 'http2 max requests must be non-negative', fail);
   const perConnection = nonNegative(http?.maxRequestsPerConnection, [...h, 'maxRequestsPerConnection'], 'max requests per connection must be non-negative', fail);
   const retries = nonNegative(http?.maxRetries, [...h, 'maxRetries'], 'max retries must be non-negative', fail);
+  if (http?.h2UpgradePolicy === 'UPGRADE' && http.useClientProtocol) fail([...h, 'useClientProtocol'], 'use client protocol must not be true when H2UpgradePolicy is UPGRADE');
   nonNegative(http?.maxConcurrentStreams, [...h, 'maxConcurrentStreams'], 'max concurrent streams must be non-negative', fail);
   const connections = nonNegative(tcp?.maxConnections, [...t, 'maxConnections'], 'max connections must be non-negative', fail);
   const httpIdle = http?.idleTimeout ? durationMs(http.idleTimeout, [...h, 'idleTimeout'], fail) : undefined;

@@ -92,7 +92,9 @@ export function parseDestinationRule(r: KeptResource, domain: string): Destinati
   const parsed = DestinationRuleSpecSchema.safeParse(r.object.spec);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    fail(['spec', ...issue.path.filter((p): p is string | number => typeof p !== 'symbol')], issue.message);
+    const path: FieldPath = ['spec', ...issue.path.filter((p): p is string | number => typeof p !== 'symbol')];
+    // An unknown field is named by its own path (the issue's is the mapping holding it).
+    fail(issue.code === 'unrecognized_keys' ? [...path, issue.keys[0]] : path, issue.message);
   }
   const spec = parsed.data!;
   const hostProblem = wildcardDomainProblem(spec.host);
@@ -323,5 +325,35 @@ export function destinationRulePolicies(mesh: { readonly current: MeshSnapshot }
   return {
     forTarget: (target) => destinationRulesFor(mesh.current, fallback).forTarget(target),
     all: (snapshot) => [...destinationRulesFor(snapshot, fallback).policies.values()],
+  };
+}
+
+/** One cluster's DestinationRule policy as `/config_dump` shows it (limits `unlimited` when unset). */
+export interface ClusterPolicyDump {
+  /** `ns/hostname|port`. */
+  readonly key: string;
+  readonly source: string;
+  readonly loadBalancer: unknown;
+  readonly connectionPool: unknown;
+  readonly outlierDetection: unknown;
+}
+
+/** `Infinity` (no limit: Istio's 2^32-1 thresholds) as `unlimited`, for JSON. */
+function finite<T extends object>(o: T): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(o).map(([k, v]) => [k, v === Infinity ? 'unlimited' : v]));
+}
+
+/** The DestinationRules of `snapshot` and the policy they give each cluster (`/config_dump`). */
+export function dumpDestinationRules(snapshot: MeshSnapshot, fallback: LbAlgorithm = 'LEAST_REQUEST'): { rules: string[]; clusters: ClusterPolicyDump[] } {
+  const c = destinationRulesFor(snapshot, fallback);
+  return {
+    rules: c.rules.map((r) => (r.hasWorkloadSelector ? `${r.ref} (workloadSelector: not applied by a waypoint)` : r.ref)),
+    clusters: [...c.policies.values()].map((p) => ({
+      key: p.key,
+      source: p.source,
+      loadBalancer: p.loadBalancer.consistentHash ? { consistentHash: p.loadBalancer.consistentHash } : { simple: p.loadBalancer.simple },
+      connectionPool: finite(p.connectionPool),
+      outlierDetection: p.outlierDetection ?? null,
+    })),
   };
 }

@@ -5,19 +5,93 @@
  */
 import type { HeaderList } from '../pipeline/headers.ts';
 import { normalizePrefix } from './match.ts';
+import type { FieldPath } from '../state/yaml-locate.ts';
 import type { HeaderFilterDoc } from './route-schema.ts';
 import type { CompiledMatch, HeaderModifier, PathModifier, Redirect } from './types.ts';
 
-/** Compile an HTTPHeaderFilter (names lower-cased); undefined when it changes nothing. */
-export function compileHeaderModifier(doc: HeaderFilterDoc | null | undefined): HeaderModifier | undefined {
-  if (!doc) return undefined;
-  const pair = (h: { name: string; value: string }) => Object.freeze([h.name.toLowerCase(), h.value] as const);
-  const m: HeaderModifier = {
-    set: (doc.set ?? []).map(pair),
-    add: (doc.add ?? []).map(pair),
-    remove: (doc.remove ?? []).map((n) => n.toLowerCase()),
+/**
+ * Headers a header modifier never changes (ignored, with a warning): the connection-specific ones
+ * Envoy's codecs own and refuse to forward (RFC 9113 §8.2.2; ENV:source/common/http/http2/codec_impl.cc)
+ * and the framing headers (`content-length`, `transfer-encoding`), which the proxy computes from
+ * the body it actually sends. Setting them would break the request or truncate the response.
+ */
+const NOT_MODIFIABLE = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'content-length']);
+
+/** Characters Envoy's `HTTP_HEADER_VALUE` validation refuses in a header value (ENV:api/envoy/config/core/v3/base.proto `HeaderValue`). */
+const BAD_VALUE = /[\0\r\n]/;
+
+/** A compiled HTTPHeaderFilter: the edits, and the authority a request `Host` set/add turns into. */
+export interface CompiledHeaderFilter {
+  readonly modifier: HeaderModifier | undefined;
+  /** Request filters only: the value of a `set` (else `add`) of `Host`, applied as an authority rewrite. */
+  readonly authority: string | undefined;
+  /** Entries ignored (`host` on responses or in `remove`, connection-specific and framing headers), for the log. */
+  readonly ignored: readonly string[];
+}
+
+/**
+ * Compile an HTTPHeaderFilter (names lower-cased), as Istio converts it
+ * (IS:pilot/pkg/config/kube/gateway/conversion.go `translateHeadersOperations`, then
+ * IS:pilot/pkg/networking/core/route/route.go `translateHeadersOperations`):
+ * - one action per header name, case-insensitively: a name twice in `set`, `add` or `remove`, or
+ *   both in `set` and `remove`, is refused (the CRD's `listType=map` keyed by name);
+ * - a value with CR, LF or NUL is refused (Envoy refuses such a `HeaderValueOption`);
+ * - a request `Host` set/add becomes an authority rewrite (`host_rewrite_literal`), so it applies to
+ *   HTTP/2 clients (`:authority`) as to HTTP/1.1 ones; `set` wins over `add`. `Host` on a response
+ *   or in `remove` is dropped, as Istio drops it (Envoy's `HeaderUtility::isModifiableHeader` /
+ *   `isRemovableHeader` refuse `host` and `:`-prefixed names, which the name pattern refuses here);
+ * - connection-specific and framing headers ({@link NOT_MODIFIABLE}) are ignored.
+ * @throws through `fail` (the route is not accepted).
+ */
+export function compileHeaderModifier(
+  doc: HeaderFilterDoc | null | undefined,
+  direction: 'request' | 'response',
+  at: FieldPath,
+  fail: (path: FieldPath, message: string) => never,
+): CompiledHeaderFilter {
+  const ignored: string[] = [];
+  let setAuthority: string | undefined;
+  let addAuthority: string | undefined;
+  if (!doc) return { modifier: undefined, authority: undefined, ignored };
+  const seen = { set: new Set<string>(), add: new Set<string>(), remove: new Set<string>() };
+  const claim = (name: string, field: 'set' | 'add' | 'remove', i: number) => {
+    const other = field === 'set' ? 'remove' : field === 'remove' ? 'set' : undefined;
+    if (seen[field].has(name)) fail([...at, field, i], `header ${JSON.stringify(name)} appears twice in ${field} (names are case-insensitive)`);
+    if (other && seen[other].has(name)) fail([...at, field, i], `header ${JSON.stringify(name)} is both set and removed: only one action per header name`);
+    seen[field].add(name);
   };
-  return m.set.length + m.add.length + m.remove.length === 0 ? undefined : m;
+  const keep = (name: string, field: string): boolean => {
+    if (name === 'host' && direction === 'request' && field !== 'remove') return false;
+    if (name === 'host' || NOT_MODIFIABLE.has(name)) {
+      ignored.push(`${field} ${name}`);
+      return false;
+    }
+    return true;
+  };
+  const pairs = (field: 'set' | 'add') => {
+    const out: (readonly [string, string])[] = [];
+    (doc[field] ?? []).forEach((h, i) => {
+      const name = h.name.toLowerCase();
+      claim(name, field, i);
+      if (BAD_VALUE.test(h.value)) fail([...at, field, i, 'value'], 'must not contain CR, LF or NUL');
+      if (name === 'host' && direction === 'request') {
+        if (field === 'set') setAuthority = h.value;
+        else addAuthority = h.value;
+      }
+      if (keep(name, field)) out.push(Object.freeze([name, h.value] as const));
+    });
+    return out;
+  };
+  const set = pairs('set');
+  const add = pairs('add');
+  const remove: string[] = [];
+  (doc.remove ?? []).forEach((n, i) => {
+    const name = n.toLowerCase();
+    claim(name, 'remove', i);
+    if (keep(name, 'remove')) remove.push(name);
+  });
+  const m: HeaderModifier = { set, add, remove };
+  return { modifier: set.length + add.length + remove.length === 0 ? undefined : m, authority: setAuthority ?? addAuthority, ignored };
 }
 
 /**

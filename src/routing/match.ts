@@ -3,26 +3,24 @@
  * and the ordering of matches across rules and routes.
  *
  * Regular expressions: Gateway API leaves the dialect to the implementation and Envoy uses RE2
- * with full-string matching (`safe_regex`). Here a pattern is compiled once as a JavaScript
- * RegExp anchored as `^(?:pattern)$`; patterns using what RE2 lacks (look-around,
- * back-references) are refused like Envoy refuses them, so a route that loads here behaves as
- * it would in Istio for the RE2 subset both engines share.
+ * with full-string matching (`safe_regex`, ENV:source/common/common/regex.cc `CompiledGoogleReMatcher`).
+ * Here a pattern is compiled once per mesh snapshot with re2js (a port of RE2: linear-time
+ * matching, so a pattern such as `(a+)+b` cannot stall the proxy on a crafted value) and matched
+ * against the whole value (`RE2JS.matches`). What RE2 refuses (look-around, back-references,
+ * repeat counts over 1000, ...) is refused, with RE2's own message, as Envoy refuses it.
  */
+import { RE2JS } from 're2js';
 import type { CompiledMatch, PathMatcher, ValueMatcher } from './types.ts';
 
-/** Features RE2 refuses: look-ahead/behind and back-references. */
-const NOT_RE2 = /\(\?<?[=!]|\\[1-9]|\\k</;
-
 /**
- * Compile `source` as a full-match regex.
- * @throws Error when it is not a valid pattern or uses features RE2 lacks.
+ * Compile `source` as a full-match RE2 regex.
+ * @throws Error when RE2 refuses the pattern.
  */
-export function compileRegex(source: string): RegExp {
-  if (NOT_RE2.test(source)) throw new Error(`regular expression ${JSON.stringify(source)} uses look-around or back-references, which RE2 (Envoy's regex engine) does not support`);
+export function compileRegex(source: string): RE2JS {
   try {
-    return new RegExp(`^(?:${source})$`);
+    return RE2JS.compile(source);
   } catch (err) {
-    throw new Error(`invalid regular expression ${JSON.stringify(source)}: ${(err as Error).message}`);
+    throw new Error(`invalid regular expression ${JSON.stringify(source)} (RE2 syntax, as Envoy's safe_regex): ${(err as Error).message}`);
   }
 }
 
@@ -45,13 +43,13 @@ export function pathMatches(m: PathMatcher, path: string): boolean {
     case 'StringPrefix':
       return path.startsWith(m.value);
     case 'RegularExpression':
-      return m.re!.test(path);
+      return m.re!.matches(path);
   }
 }
 
 function valueMatches(m: ValueMatcher, value: string | undefined): boolean {
   if (value === undefined) return false;
-  return m.re ? m.re.test(value) : value === m.exact;
+  return m.re ? m.re.matches(value) : value === m.exact;
 }
 
 /** A request as the matcher sees it. */

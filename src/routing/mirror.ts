@@ -3,8 +3,11 @@
  * (ENV:source/common/router/shadow_writer_impl.cc; Istio maps Gateway API RequestMirror to
  * `request_mirror_policies`): the copy carries the primary's upstream headers with the host
  * suffixed `-shadow`, its response is read and discarded, and it never delays or fails the
- * primary request. Copies in flight are bounded (beyond the bound a copy is dropped, logged at
- * debug) and each is aborted after a timeout.
+ * primary request. Copies in flight are bounded per mirror target cluster, as Envoy bounds
+ * requests per cluster (`circuit_breakers` `max_requests`, ENV:source/common/upstream/resource_manager_impl.h):
+ * one slow mirror target only loses its own copies. Beyond the bound a copy is dropped; the first
+ * drop of a target is logged at warn, then at most one warning per target a minute (with the
+ * count dropped since). Each copy is aborted after a timeout.
  */
 import type { Dispatcher } from 'undici';
 import { log } from '../util/log.ts';
@@ -16,7 +19,7 @@ import type { Mirror } from './types.ts';
 
 /** Bounds of mirrored requests. */
 export interface MirrorOptions {
-  /** Copies in flight at once (default 64); beyond it copies are dropped. */
+  /** Copies in flight at once to one mirror target cluster (default 64); beyond it that target's copies are dropped. */
   readonly maxInFlight?: number;
   /** A copy still running after this long (ms, default 30 s) is aborted. */
   readonly timeoutMs?: number;
@@ -40,7 +43,10 @@ export class MirrorSender {
   private readonly clusters: ClusterManager;
   private readonly maxInFlight: number;
   private readonly timeoutMs: number;
-  private inFlight = 0;
+  /** Copies in flight by mirror target cluster (entries removed at 0). */
+  private readonly inFlight = new Map<string, number>();
+  /** Dropped copies by cluster: when the last warning went out and how many were dropped since. */
+  private readonly drops = new Map<string, { warnedAt: number; since: number }>();
 
   constructor(clusters: ClusterManager, opts: MirrorOptions = {}) {
     this.clusters = clusters;
@@ -48,9 +54,28 @@ export class MirrorSender {
     this.timeoutMs = opts.timeoutMs ?? 30_000;
   }
 
-  /** Copies currently in flight. */
-  get active(): number {
-    return this.inFlight;
+  /** Copies currently in flight to `cluster`, or to every target when omitted. */
+  active(cluster?: string): number {
+    if (cluster !== undefined) return this.inFlight.get(cluster) ?? 0;
+    let n = 0;
+    for (const v of this.inFlight.values()) n += v;
+    return n;
+  }
+
+  /** Log a drop: warn at the first one of a target, then at most once a minute per target. */
+  private dropped(cluster: string, inFlight: number): void {
+    const now = Date.now();
+    const d = this.drops.get(cluster);
+    if (d && now - d.warnedAt < DROP_WARN_INTERVAL_MS) {
+      d.since++;
+      log.debug({ cluster, inFlight }, 'routing: mirror dropped, too many mirrored requests in flight to this target');
+      return;
+    }
+    log.warn(
+      { cluster, inFlight, dropped: (d?.since ?? 0) + 1 },
+      `routing: mirrored requests to ${cluster} dropped: ${this.maxInFlight} copies already in flight to it (the target is slow or unreachable); other mirror targets are not affected`,
+    );
+    this.drops.set(cluster, { warnedAt: now, since: 0 });
   }
 
   /**
@@ -59,10 +84,9 @@ export class MirrorSender {
    */
   send(mirror: Mirror, req: MirroredRequest, h2: boolean): void {
     if (mirror.fraction < 1 && Math.random() >= mirror.fraction) return;
-    if (this.inFlight >= this.maxInFlight) {
-      log.debug({ cluster: mirror.backend.cluster, inFlight: this.inFlight }, 'routing: mirror dropped, too many mirrored requests in flight');
-      return;
-    }
+    const cluster = mirror.backend.cluster;
+    const inFlight = this.inFlight.get(cluster) ?? 0;
+    if (inFlight >= this.maxInFlight) return this.dropped(cluster, inFlight);
     const ep = pickEndpoint(this.clusters.lb, mirror.backend.target, '', undefined);
     if (!ep) {
       log.debug({ cluster: mirror.backend.cluster }, 'routing: mirror dropped, no healthy endpoint');
@@ -71,8 +95,8 @@ export class MirrorSender {
     const authority = shadowAuthority(req.authority);
     const headers: string[] = [];
     for (let i = 0; i < req.headers.length; i += 2) if (req.headers[i].toLowerCase() !== 'host') headers.push(req.headers[i], req.headers[i + 1]);
-    this.inFlight++;
-    const handler = new MirrorHandler(() => this.inFlight--, this.timeoutMs);
+    this.inFlight.set(cluster, inFlight + 1);
+    const handler = new MirrorHandler(() => this.release(cluster), this.timeoutMs);
     try {
       if (h2) this.clusters.h2For(ep).dispatch({ method: req.method, path: req.path, authority, headers, body: req.body }, handler);
       else {
@@ -83,7 +107,16 @@ export class MirrorSender {
       handler.onError(err as Error);
     }
   }
+
+  private release(cluster: string): void {
+    const n = (this.inFlight.get(cluster) ?? 1) - 1;
+    if (n <= 0) this.inFlight.delete(cluster);
+    else this.inFlight.set(cluster, n);
+  }
 }
+
+/** A warning about dropped mirror copies at most this often per target (ms). */
+const DROP_WARN_INTERVAL_MS = 60_000;
 
 /** Reads and discards the mirror's answer; releases its slot once, on completion, error or timeout. */
 class MirrorHandler implements UpstreamHandler, Dispatcher.DispatchHandler {

@@ -22,7 +22,7 @@ import { formatFieldPath, type FieldPath } from '../state/yaml-locate.ts';
 import { log } from '../util/log.ts';
 import type { BackendResolver } from './backends.ts';
 import { parseDuration } from './duration.ts';
-import { compileHeaderModifier } from './filters.ts';
+import { compileHeaderModifier, type CompiledHeaderFilter } from './filters.ts';
 import { compileRegex, normalizePrefix } from './match.ts';
 import {
   GrpcRouteSchema,
@@ -30,6 +30,7 @@ import {
   type BackendRefDoc,
   type FilterDoc,
   type GrpcMatchDoc,
+  type HeaderFilterDoc,
   type HttpMatchDoc,
   type ParentRefDoc,
   type PathModifierDoc,
@@ -122,6 +123,7 @@ function compileRule(doc: RuleDoc, index: number, ctx: RuleContext): CompiledMat
   const { fail } = ctx;
   let requestHeaders: HeaderModifier | undefined;
   let responseHeaders: HeaderModifier | undefined;
+  let requestAuthority: string | undefined;
   let redirect: Redirect | undefined;
   let rewrite: Rewrite | undefined;
   let filterError: string | undefined;
@@ -146,11 +148,14 @@ function compileRule(doc: RuleDoc, index: number, ctx: RuleContext): CompiledMat
       seen.add(f.type);
     }
     switch (f.type) {
-      case 'RequestHeaderModifier':
-        requestHeaders = compileHeaderModifier(f.requestHeaderModifier);
+      case 'RequestHeaderModifier': {
+        const h = headerFilter(f.requestHeaderModifier, 'request', [...fat, 'requestHeaderModifier'], ctx);
+        requestHeaders = h.modifier;
+        requestAuthority = h.authority;
         break;
+      }
       case 'ResponseHeaderModifier':
-        responseHeaders = compileHeaderModifier(f.responseHeaderModifier);
+        responseHeaders = headerFilter(f.responseHeaderModifier, 'response', [...fat, 'responseHeaderModifier'], ctx).modifier;
         break;
       case 'RequestRedirect': {
         const r = f.requestRedirect!;
@@ -170,12 +175,13 @@ function compileRule(doc: RuleDoc, index: number, ctx: RuleContext): CompiledMat
       }
       case 'RequestMirror': {
         const m = f.requestMirror!;
+        if (m.percent !== undefined && m.percent !== null && m.fraction) fail([...fat, 'requestMirror'], 'only one of percent or fraction may be specified');
+        if (m.fraction && m.fraction.numerator > (m.fraction.denominator ?? 100)) fail([...fat, 'requestMirror', 'fraction'], 'numerator must be less than or equal to denominator');
         const b = ctx.resolver.resolve(m.backendRef, ctx.kind, ctx.namespace);
         if (typeof b === 'string') {
           log.warn({ route: ctx.ref, field: formatFieldPath([...fat, 'requestMirror', 'backendRef']) }, `routing: ${b}; requests are not mirrored`);
           break;
         }
-        if (m.percent !== undefined && m.percent !== null && m.fraction) fail([...fat, 'requestMirror'], 'only one of percent or fraction may be specified');
         const fraction = m.fraction ? Math.min(1, m.fraction.numerator / (m.fraction.denominator ?? 100)) : m.percent !== undefined && m.percent !== null ? m.percent / 100 : 1;
         mirrors.push({ backend: b, fraction });
         break;
@@ -196,15 +202,19 @@ function compileRule(doc: RuleDoc, index: number, ctx: RuleContext): CompiledMat
     let invalid: string | undefined;
     let reqH: HeaderModifier | undefined;
     let resH: HeaderModifier | undefined;
-    (b.filters ?? []).forEach((f) => {
-      if (f.type === 'RequestHeaderModifier' && f.requestHeaderModifier) reqH = compileHeaderModifier(f.requestHeaderModifier);
-      else if (f.type === 'ResponseHeaderModifier' && f.responseHeaderModifier) resH = compileHeaderModifier(f.responseHeaderModifier);
+    let reqAuthority: string | undefined;
+    (b.filters ?? []).forEach((f, j) => {
+      if (f.type === 'RequestHeaderModifier' && f.requestHeaderModifier) {
+        const h = headerFilter(f.requestHeaderModifier, 'request', [...bat, 'filters', j, 'requestHeaderModifier'], ctx);
+        reqH = h.modifier;
+        reqAuthority = h.authority;
+      } else if (f.type === 'ResponseHeaderModifier' && f.responseHeaderModifier) resH = headerFilter(f.responseHeaderModifier, 'response', [...bat, 'filters', j, 'responseHeaderModifier'], ctx).modifier;
       else invalid ??= `backend filter ${f.type} is not supported by this waypoint`;
     });
     const resolved = ctx.resolver.resolve(b, ctx.kind, ctx.namespace);
     if (typeof resolved === 'string') invalid ??= resolved;
     if (invalid) log.warn({ route: ctx.ref, field: formatFieldPath(bat) }, `routing: ${invalid}; its share of requests answers 500`);
-    backends.push({ weight, backend: invalid ? undefined : (resolved as Exclude<typeof resolved, string>), invalid, requestHeaders: reqH, responseHeaders: resH });
+    backends.push({ weight, backend: invalid ? undefined : (resolved as Exclude<typeof resolved, string>), invalid, requestHeaders: reqH, responseHeaders: resH, requestAuthority: reqAuthority });
     totalWeight += weight;
   });
 
@@ -216,6 +226,7 @@ function compileRule(doc: RuleDoc, index: number, ctx: RuleContext): CompiledMat
     rewrite,
     requestHeaders,
     responseHeaders,
+    requestAuthority,
     mirrors: Object.freeze(mirrors),
     backends: Object.freeze(backends),
     totalWeight,
@@ -227,18 +238,44 @@ function compileRule(doc: RuleDoc, index: number, ctx: RuleContext): CompiledMat
   );
 }
 
+/** Compile a header filter, logging (warn) the entries a proxy never modifies (see `compileHeaderModifier`). */
+function headerFilter(doc: HeaderFilterDoc | null | undefined, direction: 'request' | 'response', at: FieldPath, ctx: RuleContext): CompiledHeaderFilter {
+  const h = compileHeaderModifier(doc, direction, at, ctx.fail);
+  if (h.ignored.length) {
+    log.warn({ route: ctx.ref, field: formatFieldPath(at) }, `routing: header edits ignored (connection-specific, framing or host headers are not modifiable, as in Envoy): ${h.ignored.join(', ')}`);
+  }
+  return h;
+}
+
 function pathModifier(doc: PathModifierDoc, at: FieldPath, prefixOk: boolean, fail: Fail): PathModifier {
   if (doc.type === 'ReplaceFullPath') {
     if (typeof doc.replaceFullPath !== 'string') fail([...at, 'replaceFullPath'], 'replaceFullPath must be specified when type is set to ReplaceFullPath');
     if (doc.replacePrefixMatch !== undefined && doc.replacePrefixMatch !== null) fail([...at, 'replacePrefixMatch'], 'type must be ReplacePrefixMatch when replacePrefixMatch is set');
     if (!doc.replaceFullPath!.startsWith('/')) fail([...at, 'replaceFullPath'], `must be an absolute path starting with "/", got ${JSON.stringify(doc.replaceFullPath)}`);
+    checkPathChars(doc.replaceFullPath!, [...at, 'replaceFullPath'], fail);
     return { type: 'ReplaceFullPath', value: doc.replaceFullPath! };
   }
   if (typeof doc.replacePrefixMatch !== 'string') fail([...at, 'replacePrefixMatch'], 'replacePrefixMatch must be specified when type is set to ReplacePrefixMatch');
   if (doc.replaceFullPath !== undefined && doc.replaceFullPath !== null) fail([...at, 'replaceFullPath'], 'type must be ReplaceFullPath when replaceFullPath is set');
-  if (!doc.replacePrefixMatch!.startsWith('/')) fail([...at, 'replacePrefixMatch'], `must be an absolute path starting with "/", got ${JSON.stringify(doc.replacePrefixMatch)}`);
+  // '' is allowed: the matched prefix is removed (`/foo/bar` with prefix `/foo` → `/bar`; GW HTTPPathModifier).
+  if (doc.replacePrefixMatch !== '') {
+    if (!doc.replacePrefixMatch!.startsWith('/')) fail([...at, 'replacePrefixMatch'], `must be an absolute path starting with "/" or empty, got ${JSON.stringify(doc.replacePrefixMatch)}`);
+    checkPathChars(doc.replacePrefixMatch!, [...at, 'replacePrefixMatch'], fail);
+  }
   if (!prefixOk) fail(at, 'when using ReplacePrefixMatch, exactly one PathPrefix match must be specified');
   return { type: 'ReplacePrefixMatch', value: doc.replacePrefixMatch! };
+}
+
+/**
+ * The characters the HTTPPathMatch CRD allows in Exact and PathPrefix values
+ * (GW:apis/v1/httproute_types.go `HTTPPathMatch` CEL rule), also required here of path modifier
+ * values, which go on the request line as they are.
+ */
+const PATH_CHARS = /^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$/;
+
+function checkPathChars(value: string, at: FieldPath, fail: Fail): void {
+  if (!PATH_CHARS.test(value)) fail(at, `must only contain valid characters (matching ${PATH_CHARS.source}), got ${JSON.stringify(value)}`);
+  if (/%2f/i.test(value)) fail(at, `must not contain "%2f" or "%2F", got ${JSON.stringify(value)}`);
 }
 
 function compileTimeouts(doc: NonNullable<RuleDoc['timeouts']>, at: FieldPath, fail: Fail): RuleTimeouts {
@@ -306,6 +343,7 @@ function httpMatch(doc: HttpMatchDoc, rule: CompiledRule, at: FieldPath, fail: F
     if (!value.startsWith('/')) fail([...at, 'path', 'value'], `must be an absolute path starting with "/", got ${JSON.stringify(value)}`);
     if (value.includes('//') || /\/\.\.?(\/|$)/.test(value)) fail([...at, 'path', 'value'], `must not contain "//", "/./" or "/../", got ${JSON.stringify(value)}`);
     if (value.includes('?') || value.includes('#')) fail([...at, 'path', 'value'], `must not contain "?" or "#", got ${JSON.stringify(value)}`);
+    checkPathChars(value, [...at, 'path', 'value'], fail);
     path = type === 'Exact' ? { kind: 'Exact', value, re: undefined } : { kind: 'PathPrefix', value: normalizePrefix(value), re: undefined };
   }
   return {

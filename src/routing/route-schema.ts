@@ -56,9 +56,10 @@ export type BackendObjectRefDoc = z.output<typeof BackendObjectRefSchema>;
 const headerName = text('a header name').regex(/^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$/, { error: (iss) => `must be a valid HTTP header name, got ${show(iss.input)}` });
 
 /** HTTPHeaderFilter: set/add/remove, at most 16 entries each. */
+const headerValue = text().max(4096, { error: 'must be at most 4096 characters' });
 export const HeaderFilterSchema = obj({
-  set: list(obj({ name: headerName, value: text() }), 'headers ({name, value})', 16),
-  add: list(obj({ name: headerName, value: text() }), 'headers ({name, value})', 16),
+  set: list(obj({ name: headerName, value: headerValue }), 'headers ({name, value})', 16),
+  add: list(obj({ name: headerName, value: headerValue }), 'headers ({name, value})', 16),
   remove: list(headerName, 'header names', 16),
 });
 export type HeaderFilterDoc = z.output<typeof HeaderFilterSchema>;

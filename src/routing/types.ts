@@ -2,6 +2,7 @@
  * Compiled route tables: immutable shapes built once per mesh snapshot by `compile.ts` and read
  * by the router on the data path (one Map lookup, then an ordered scan of the matches).
  */
+import type { RE2JS } from 're2js';
 import type { Service, ServicePort, Target } from '../state/types.ts';
 
 /** How a match tests the request path. `StringPrefix` is a plain string prefix (GRPCRoute service matches). */
@@ -11,8 +12,8 @@ export interface PathMatcher {
   readonly kind: PathKind;
   /** The path, prefix (trailing `/` removed for PathPrefix, except `/` itself) or regex source. */
   readonly value: string;
-  /** Anchored regex for `RegularExpression`. */
-  readonly re: RegExp | undefined;
+  /** RE2 regex for `RegularExpression`, matched against the whole path. */
+  readonly re: RE2JS | undefined;
 }
 
 /** A header or query parameter test: exact value, or a regex over the whole value. */
@@ -20,7 +21,8 @@ export interface ValueMatcher {
   /** Header names lower-case; query parameter names as written (case-sensitive, as the spec says). */
   readonly name: string;
   readonly exact: string | undefined;
-  readonly re: RegExp | undefined;
+  /** RE2 regex matched against the whole value. */
+  readonly re: RE2JS | undefined;
 }
 
 /** One match of one rule, with its precedence already applied (tables hold them sorted). */
@@ -77,6 +79,8 @@ export interface WeightedBackend {
   /** HTTPBackendRef filters (header modifiers only). */
   readonly requestHeaders: HeaderModifier | undefined;
   readonly responseHeaders: HeaderModifier | undefined;
+  /** A `Host` set by the backend's RequestHeaderModifier: an authority rewrite (see `compileHeaderModifier`). */
+  readonly requestAuthority: string | undefined;
 }
 
 export interface Mirror {
@@ -116,6 +120,8 @@ export interface CompiledRule {
   readonly rewrite: Rewrite | undefined;
   readonly requestHeaders: HeaderModifier | undefined;
   readonly responseHeaders: HeaderModifier | undefined;
+  /** A `Host` set by the rule's RequestHeaderModifier: an authority rewrite (see `compileHeaderModifier`). */
+  readonly requestAuthority: string | undefined;
   readonly mirrors: readonly Mirror[];
   /** Weighted backends (weight > 0 only); empty = every request answers 500. */
   readonly backends: readonly WeightedBackend[];

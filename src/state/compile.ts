@@ -3,6 +3,7 @@
  * `kubectl apply` — into a {@link MeshSnapshot}: the equivalent of what istiod would push over WDS
  * plus the resources later stages read (policies, routes) kept as-is.
  */
+import { validatePeerAuthentication } from '../authz/peer-authentication.ts';
 import { NAMESPACE_NAME_LABEL, parseNetworkPolicy } from '../netpol/policy.ts';
 import { log } from '../util/log.ts';
 import { DEFAULT_MESH_CONFIG, parseMeshConfig } from './mesh-config.ts';
@@ -12,7 +13,7 @@ import { createSnapshot } from './snapshot.ts';
 import { readObjects, type SourceObject } from './source.ts';
 import type { KeptResource, MeshConfig, MeshSnapshot, Service, Workload } from './types.ts';
 import { parseAs } from './validate.ts';
-import { isWaypointGateway, selectWaypointGateway, waypointIdentity } from './waypoint.ts';
+import { isWaypointGateway, NO_WAYPOINT, selectWaypointGateway, waypointIdentity } from './waypoint.ts';
 import { podWorkload, serviceEntryWorkloads, workloadEntryWorkload, type WorkloadContext } from './workloads.ts';
 
 /** Input of {@link compileMesh}. */
@@ -23,6 +24,11 @@ export interface CompileInput {
   readonly file: string;
   /** `namespace/name` of the waypoint Gateway to run as; required when the file has several. */
   readonly gateway?: string;
+  /**
+   * Compile for a role that is not a waypoint (`waypoint inbound`, the destination ztunnel): no
+   * waypoint Gateway is looked for or needed, `snapshot.waypoint` is {@link NO_WAYPOINT}.
+   */
+  readonly withoutWaypoint?: boolean;
   /** Explicit MeshConfig YAML; wins over the `istio` ConfigMap of the file. */
   readonly meshConfig?: { readonly text: string; readonly file: string };
   /** Snapshot version (default 1). */
@@ -35,6 +41,7 @@ export interface CompileInput {
 
 const NETWORKING_ISTIO = 'networking.istio.io';
 const NETWORKING_K8S = 'networking.k8s.io';
+const SECURITY_ISTIO = 'security.istio.io';
 
 /** API groups built into Kubernetes: objects of these groups that are not compiled are skipped. */
 function isBuiltInGroup(group: string): boolean {
@@ -50,13 +57,15 @@ function isBuiltInGroup(group: string): boolean {
  * Every other object of a non-built-in API group (AuthorizationPolicy, HTTPRoute, DestinationRule,
  * Istio or non-waypoint Gateways, ...) is kept as a {@link KeptResource}; all Gateway API Gateways
  * are kept too, so route code can see their listeners, and so are `networking.k8s.io`
- * NetworkPolicies (validated here as the API server does: src/netpol/policy.ts). Other built-in
+ * NetworkPolicies (validated here as the API server does: src/netpol/policy.ts; PeerAuthentications
+ * are validated here too: src/authz/peer-authentication.ts). Other built-in
  * kinds (Deployment, other ConfigMaps, ...) are skipped with a debug log. Every Namespace gets the
  * `kubernetes.io/metadata.name` label the API server sets.
  *
  * @throws ConfigError (with file, line, document, object and field when known) for YAML syntax
  *   errors, objects without apiVersion/kind/metadata.name, duplicate objects, invalid fields
- *   (IPs, ports, labels, ...), invalid NetworkPolicies, and a missing or ambiguous waypoint Gateway.
+ *   (IPs, ports, labels, ...), invalid NetworkPolicies and PeerAuthentications, and a missing or ambiguous waypoint Gateway
+ *   (unless `withoutWaypoint`).
  */
 export function compileMesh(input: CompileInput): MeshSnapshot {
   const objects = readObjects(input.text, input.file);
@@ -74,8 +83,9 @@ export function compileMesh(input: CompileInput): MeshSnapshot {
   }
   const namespaceLabels = (name: string) => namespaces.get(name) ?? {};
 
-  const gateway = selectWaypointGateway(objects.filter(isWaypointGateway), input.gateway, input.file);
-  const waypoint = waypointIdentity(gateway, trustDomain);
+  const waypoint = input.withoutWaypoint
+    ? NO_WAYPOINT
+    : waypointIdentity(selectWaypointGateway(objects.filter(isWaypointGateway), input.gateway, input.file), trustDomain);
 
   const wctx: WorkloadContext = { clusterId: input.clusterId || 'Kubernetes', trustDomain, waypoint, namespaceLabels };
   const workloads: Workload[] = [];
@@ -171,6 +181,12 @@ function keptResources(objects: readonly SourceObject[], meshConfig: MeshConfig)
       });
       kept.push({ apiVersion: o.apiVersion, kind: o.kind, name: o.name, namespace: o.namespace, object: o.body, locate: (path) => o.locate(path) });
       continue;
+    }
+    if (o.group === SECURITY_ISTIO && o.kind === 'PeerAuthentication') {
+      // Refused here too, as the API server / istiod's webhook refuse it: a typo must not weaken mTLS.
+      validatePeerAuthentication(o.body, (path, message) => {
+        throw o.fail(message, path);
+      });
     }
     if (o.group === '' && o.kind === 'ConfigMap' && o.name === 'istio' && o.namespace === meshConfig.rootNamespace) continue;
     if (isBuiltInGroup(o.group)) {

@@ -95,6 +95,7 @@ export function createSnapshot(parts: SnapshotParts): MeshSnapshot {
     workloadByIp: (ip: string) => byIp.get(ip),
     serviceByHost: (namespace: string, hostname: string) => byHost.get(`${namespace}/${hostname}`),
     resources: (kind: string) => resources.get(kind) ?? none,
+    kinds: () => [...resources.keys()],
     toJSON: () => dump(parts, resources),
   };
   deepFreeze(resources);

@@ -19,6 +19,8 @@ export interface MeshStoreOptions {
   readonly meshConfigFile?: string;
   /** `namespace/name` of the waypoint Gateway, when the file has several. */
   readonly gateway?: string;
+  /** Not a waypoint (the inbound role): no waypoint Gateway needed (`CompileInput.withoutWaypoint`). */
+  readonly withoutWaypoint?: boolean;
   /** Cluster id of the workloads (default `Kubernetes`). */
   readonly clusterId?: string;
   /** Watch the files and publish a new snapshot on every valid change. */
@@ -138,14 +140,18 @@ export class MeshStore {
     try {
       // Once running, the waypoint stays the Gateway it started as: adding another istio-waypoint
       // Gateway to the file must not make the choice ambiguous (and freeze every later update).
-      const gateway = opts.gateway ?? `${prev.waypoint.namespace}/${prev.waypoint.name}`;
+      const gateway = opts.withoutWaypoint ? undefined : (opts.gateway ?? `${prev.waypoint.namespace}/${prev.waypoint.name}`);
       const read = await readInput({ ...opts, gateway }, prev.version + 1);
       key = read.key;
       if (key === this.#lastInput) return; // touched but unchanged
       next = compileMesh(read.input);
     } catch (err) {
-      const text = err instanceof ConfigError ? err.toString() : String(err);
-      log.error({ file: opts.meshFile, version: prev.version }, `mesh: reload failed, keeping version ${prev.version}: ${text}`);
+      // Invalid input (YAML, an invalid resource such as a NetworkPolicy or PeerAuthentication) is
+      // refused with the same words as a snapshot `accept` refuses (an invalid AuthorizationPolicy,
+      // ...); "failed" is kept for errors that say nothing about the input (an unreadable file).
+      const invalid = err instanceof ConfigError;
+      const text = invalid ? err.toString() : String(err);
+      log.error({ file: opts.meshFile, version: prev.version }, `mesh: reload ${invalid ? 'refused' : 'failed'}, keeping version ${prev.version}: ${text}`);
       return;
     }
     if (this.#closed) return;
@@ -184,6 +190,7 @@ async function readInput(opts: MeshStoreOptions, version: number): Promise<{ inp
     text,
     file: opts.meshFile,
     gateway: opts.gateway,
+    withoutWaypoint: opts.withoutWaypoint,
     clusterId: opts.clusterId,
     version,
     meshConfig: meshConfigText === undefined ? undefined : { text: meshConfigText, file: opts.meshConfigFile! },

@@ -185,6 +185,8 @@ export interface MeshSnapshot {
   serviceByHost(namespace: string, hostname: string): Service | undefined;
   /** Kept resources of one kind (e.g. `AuthorizationPolicy`), in file order. */
   resources(kind: string): readonly KeptResource[];
+  /** The kinds of the kept resources (e.g. to report a mistyped kind). */
+  kinds(): readonly string[];
   /** A JSON-able dump for `/config_dump`. */
   toJSON(): unknown;
 }

@@ -72,6 +72,12 @@ function noWaypointMessage(file: string, namespace: string, name: string): strin
 }
 
 /**
+ * `snapshot.waypoint` of a mesh compiled for a role that is not a waypoint (`withoutWaypoint`, the
+ * inbound role): no name, no identity, `waypoint-for: none`, so nothing names it and it serves nothing.
+ */
+export const NO_WAYPOINT: WaypointIdentity = Object.freeze({ namespace: '', name: '', serviceAccount: '', identity: '', waypointFor: 'none' });
+
+/**
  * Identity of the selected Gateway: service account = Gateway name,
  * `spiffe://<trustDomain>/ns/<namespace>/sa/<name>`, and `istio.io/waypoint-for` (default `service`).
  * @throws ConfigError when `istio.io/waypoint-for` is not service, workload, all or none.

@@ -10,13 +10,18 @@
 import type { IncomingHttpHeaders } from 'node:http2';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
+import type { Registry } from 'prom-client';
 import { Pool, type Dispatcher } from 'undici';
+import { isHttpProtocol } from '../state/protocol.ts';
 import type { Endpoint, MeshSnapshot, Target } from '../state/types.ts';
 import { HboneConnectError, type HboneSessionPool } from '../hbone/pool.ts';
 import type { Http2Params } from '../hbone/settings.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import { log } from '../util/log.ts';
+import { clusterName } from './cluster-name.ts';
 import { ClusterState, TrackedAttempt } from './cluster-state.ts';
+import { ClusterStats } from './cluster-stats.ts';
+import type { Ejection } from './outlier-detector.ts';
 import { H2Upstream, type UpstreamHandler, type UpstreamRequest } from './h2-upstream.ts';
 import { LoadBalancer, type LoadBalancerPolicy } from './load-balancer.ts';
 import { poolSignature, type TrafficPolicySource } from './traffic-policy.ts';
@@ -65,6 +70,23 @@ export interface ClusterManagerOptions {
   readonly http2: Http2Params;
   /** DestinationRule traffic policies per cluster; absent: every cluster uses the defaults above. */
   readonly trafficPolicies?: TrafficPolicySource;
+  /** The waypoint's registry: Envoy's `envoy_cluster_*` outlier and circuit-breaker stats go there (see cluster-stats.ts). */
+  readonly metrics?: Registry;
+}
+
+/** The runtime state of one DestinationRule-shaped cluster, as `/config_dump` shows it. */
+export interface ClusterRuntimeDump {
+  readonly name: string;
+  readonly key: string;
+  /** `DestinationRule/<ns>/<name>` whose policy applies. */
+  readonly source: string;
+  readonly activeRequests: number;
+  readonly pendingRequests: number;
+  readonly activeRetries: number;
+  readonly activeConnections: number;
+  readonly hosts: number;
+  /** Hosts ejected by outlier detection now (empty without outlier detection). */
+  readonly ejectedHosts: readonly Ejection[];
 }
 
 /** A pooled upstream client and what it was made for. */
@@ -99,10 +121,27 @@ export class ClusterManager {
    * workload, so any of them describes it.
    */
   private readonly connectHeaders = new Map<string, IncomingHttpHeaders>();
+  private readonly stats: ClusterStats | undefined;
 
   constructor(opts: ClusterManagerOptions) {
     this.opts = opts;
     this.lb = new LoadBalancer(opts.loadBalancer);
+    this.stats = opts.metrics ? new ClusterStats(opts.metrics) : undefined;
+  }
+
+  /** The runtime state of every DestinationRule-shaped cluster (`/config_dump`). */
+  dumpClusters(): ClusterRuntimeDump[] {
+    return [...this.clusters.values()].map((c) => ({
+      name: c.name,
+      key: c.key,
+      source: c.policy.source,
+      activeRequests: c.activeRequests,
+      pendingRequests: c.pendingRequests,
+      activeRetries: c.activeRetries,
+      activeConnections: c.activeConnections,
+      hosts: c.hostCount,
+      ejectedHosts: c.outlier?.ejections() ?? [],
+    }));
   }
 
   /** Largest response header block (bytes) accepted from an endpoint, for every upstream client. */
@@ -120,7 +159,7 @@ export class ClusterManager {
     const policy = source.forTarget(target);
     if (policy.key === '') return undefined;
     let state = this.clusters.get(policy.key);
-    if (!state) this.clusters.set(policy.key, (state = new ClusterState(policy)));
+    if (!state) this.clusters.set(policy.key, (state = new ClusterState(policy, clusterName(target, isHttpProtocol(target.port.protocol) ? 'http' : 'tcp'), this.stats)));
     else state.update(policy);
     state.hostCount = target.service.endpoints.get(target.port.port)?.length ?? 0;
     return state;

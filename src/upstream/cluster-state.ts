@@ -11,8 +11,10 @@ import { WaypointError } from '../errors.ts';
 import type { Endpoint } from '../state/types.ts';
 import type { UpstreamHandler } from './h2-upstream.ts';
 import type { LoadBalancer } from './load-balancer.ts';
+import { log } from '../util/log.ts';
+import type { ClusterStats } from './cluster-stats.ts';
 import { MaglevTable } from './maglev.ts';
-import { OutlierDetector } from './outlier-detector.ts';
+import { OutlierDetector, type OutlierEvents } from './outlier-detector.ts';
 import { RingHash } from './ring-hash.ts';
 import { poolSignature, type ClusterTrafficPolicy, type ConsistentHashPolicy } from './traffic-policy.ts';
 
@@ -39,6 +41,8 @@ type HashTable = RingHash | MaglevTable;
 
 export class ClusterState {
   readonly key: string;
+  /** Envoy's cluster name (`inbound-vip|<port>|<http|tcp>|<hostname>`): stats tag and log field. */
+  readonly name: string;
   policy: ClusterTrafficPolicy;
   /** `poolSignature` of the policy's connection pool ('' = the shared endpoint pools). */
   poolSignature: string;
@@ -54,12 +58,28 @@ export class ClusterState {
   hostCount = 0;
   private tablesByList = new WeakMap<readonly Endpoint[], HashTable>();
   private readonly tablesByKey = new Map<string, HashTable>();
+  private readonly stats: ClusterStats | undefined;
+  private readonly events: OutlierEvents;
 
-  constructor(policy: ClusterTrafficPolicy) {
+  /** `name`: Envoy's cluster name (defaults to the key); `stats`: where its Envoy stats go. */
+  constructor(policy: ClusterTrafficPolicy, name: string = policy.key, stats?: ClusterStats) {
     this.key = policy.key;
+    this.name = name;
     this.policy = policy;
+    this.stats = stats;
     this.poolSignature = poolSignature(policy.connectionPool);
-    this.outlier = policy.outlierDetection ? new OutlierDetector(policy.outlierDetection) : undefined;
+    // Envoy logs ejections to its outlier event log (`outlier_detection.event_log_path`); here at info.
+    this.events = {
+      ejected: (host, reason, ejectionMs, active) => {
+        stats?.ejected(name, reason);
+        log.info({ cluster: name, host, reason, ejectionMs, ejectedHosts: active }, 'outlier detection: host ejected');
+      },
+      returned: (host, ejectedForMs, active) => {
+        log.info({ cluster: name, host, ejectedForMs, ejectedHosts: active }, 'outlier detection: host returned to service');
+      },
+    };
+    this.outlier = policy.outlierDetection ? new OutlierDetector(policy.outlierDetection, undefined, this.events) : undefined;
+    stats?.added(name, this);
   }
 
   /** Take the policy of a newer snapshot (limits, algorithm, outlier settings); counts and ejections stay. */
@@ -76,7 +96,7 @@ export class ClusterState {
       this.outlier?.close();
       this.outlier = undefined;
     } else if (this.outlier) this.outlier.update(policy.outlierDetection);
-    else this.outlier = new OutlierDetector(policy.outlierDetection);
+    else this.outlier = new OutlierDetector(policy.outlierDetection, undefined, this.events);
   }
 
   /** Forget outlier state of hosts that left the cluster; stop timers when the cluster is gone (`authorities` empty). */
@@ -86,6 +106,7 @@ export class ClusterState {
 
   close(): void {
     this.outlier?.close();
+    this.stats?.removed(this.name);
   }
 
   /**
@@ -131,14 +152,24 @@ export class ClusterState {
   /** Why a new request must be refused now (`max_requests`, `max_pending_requests`), or undefined. */
   requestOverflow(): UpstreamOverflowError | undefined {
     const p = this.policy.connectionPool;
-    if (this.activeRequests >= p.maxRequests) return new UpstreamOverflowError(this.key, 'max_requests', p.maxRequests);
-    if (this.pendingRequests >= p.maxPendingRequests) return new UpstreamOverflowError(this.key, 'max_pending_requests', p.maxPendingRequests);
+    // Envoy counts both as `upstream_rq_pending_overflow` (its `max_requests` breaker fails the pending request).
+    if (this.activeRequests >= p.maxRequests) {
+      this.stats?.overflow(this.name, 'rq_pending');
+      return new UpstreamOverflowError(this.key, 'max_requests', p.maxRequests);
+    }
+    if (this.pendingRequests >= p.maxPendingRequests) {
+      this.stats?.overflow(this.name, 'rq_pending');
+      return new UpstreamOverflowError(this.key, 'max_pending_requests', p.maxPendingRequests);
+    }
     return undefined;
   }
 
   /** Count a TCP connection under `tcp.maxConnections`; false (nothing counted) when full. Pair with {@link releaseConnection}. */
   admitConnection(): boolean {
-    if (this.activeConnections >= this.policy.connectionPool.maxConnections) return false;
+    if (this.activeConnections >= this.policy.connectionPool.maxConnections) {
+      this.stats?.overflow(this.name, 'cx');
+      return false;
+    }
     this.activeConnections++;
     return true;
   }
@@ -149,7 +180,9 @@ export class ClusterState {
 
   /** Whether one more retry fits under `max_retries`. */
   retryAllowed(): boolean {
-    return this.activeRetries < this.policy.connectionPool.maxRetries;
+    if (this.activeRetries < this.policy.connectionPool.maxRetries) return true;
+    this.stats?.overflow(this.name, 'rq_retry');
+    return false;
   }
 }
 

@@ -6,7 +6,7 @@
  *
  * Pool rules as for HBONE connections (ztunnel's pool): a new session is opened when every
  * pooled one is at its stream limit (min of ours and the peer's SETTINGS_MAX_CONCURRENT_STREAMS);
- * a session that received GOAWAY or closed is never used again (requests already on it finish,
+ * a session that received GOAWAY, closed or saw its transport end (peer FIN) is never used again (requests already on it finish,
  * new ones go to a fresh session: pitfall F2); idle sessions close after `idleTimeoutMs`.
  *
  * It speaks undici's dispatch-handler protocol (onConnect/onHeaders/onData/onComplete/onError)
@@ -207,6 +207,11 @@ export class H2Upstream {
       maxSessionMemory: this.opts.http2.maxSessionMemoryMb,
     });
     session.on('error', (err) => log.debug({ err: err.message, endpoint: this.opts.authority }, 'upstream h2c session error'));
+    // The peer's FIN (a server killed or restarted, a tunnel closed) ends the connection: nothing can
+    // arrive on it any more. Node's http2 does not act on it when the transport is half-open (our TCP
+    // sockets are, for the TCP relay), so the session would sit in CLOSE-WAIT taking requests that
+    // wait for their timeout; destroy it (it closes and is retired) as nghttp2-based clients do on EOF.
+    socket.once('end', () => session.destroy());
     session.unref();
     await new Promise<void>((resolve, reject) => {
       const onClose = () => reject(new UpstreamResetError(`h2c session to ${this.opts.authority} closed before it was ready`, 0, false));

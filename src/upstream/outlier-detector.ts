@@ -19,7 +19,27 @@
  * snapshots); hosts that left the cluster are forgotten by {@link OutlierDetector.retain}.
  */
 import type { Endpoint } from '../state/types.ts';
+import type { EjectionReason } from './cluster-stats.ts';
 import type { OutlierDetectionPolicy } from './traffic-policy.ts';
+
+/**
+ * What the detector tells its cluster (logs and Envoy's `outlier_detection.*` stats). `active`:
+ * hosts ejected after the event.
+ */
+export interface OutlierEvents {
+  ejected(host: string, reason: EjectionReason, ejectionMs: number, active: number): void;
+  returned(host: string, ejectedForMs: number, active: number): void;
+}
+
+/** One ejected host, for `/config_dump`. */
+export interface Ejection {
+  readonly host: string;
+  readonly reason: EjectionReason;
+  /** How long this ejection lasts (base ejection time × the host's ejection count, capped). */
+  readonly ejectionMs: number;
+  /** Wall-clock time (ISO 8601) after which the next sweep returns the host. */
+  readonly until: string;
+}
 
 /** Envoy's default `max_ejection_time` (ms). */
 const MAX_EJECTION_TIME_MS = 300_000;
@@ -33,6 +53,8 @@ interface HostState {
   ejectedAt: number | undefined;
   /** Monotonic ms of the last return to service; undefined if never ejected. */
   returnedAt: number | undefined;
+  /** Why the current (or last) ejection happened. */
+  reason: EjectionReason;
 }
 
 export class OutlierDetector {
@@ -41,11 +63,33 @@ export class OutlierDetector {
   private ejected = 0;
   private timer: NodeJS.Timeout | undefined;
   private readonly now: () => number;
+  private readonly events: OutlierEvents | undefined;
 
-  /** `now`: a monotonic clock in ms (tests pass their own). */
-  constructor(policy: OutlierDetectionPolicy, now: () => number = () => performance.now()) {
+  /** `now`: a monotonic clock in ms (tests pass their own). `events`: told of every ejection and return. */
+  constructor(policy: OutlierDetectionPolicy, now: () => number = () => performance.now(), events?: OutlierEvents) {
     this.policy = policy;
     this.now = now;
+    this.events = events;
+  }
+
+  /** The hosts ejected now, with why and until when. */
+  ejections(): Ejection[] {
+    if (this.ejected === 0) return [];
+    const now = this.now();
+    const wall = Date.now();
+    const out: Ejection[] = [];
+    for (const [host, h] of this.hosts) {
+      if (h.ejectedAt === undefined) continue;
+      const ejectionMs = this.ejectionMs(h);
+      out.push({ host, reason: h.reason, ejectionMs, until: new Date(wall + h.ejectedAt + ejectionMs - now).toISOString() });
+    }
+    return out;
+  }
+
+  /** Envoy's ejection time of a host: base × its multiplier, capped at `max(max_ejection_time, base)`. */
+  private ejectionMs(h: HostState): number {
+    const base = this.policy.baseEjectionTimeMs;
+    return Math.min(base * h.multiplier, Math.max(MAX_EJECTION_TIME_MS, base));
   }
 
   /** Hosts ejected now. */
@@ -90,11 +134,11 @@ export class OutlierDetector {
     }
     const p = this.policy;
     if (status === 502 || status === 503 || status === 504) {
-      if (++h.consecutiveGateway === p.consecutiveGatewayFailure && p.consecutiveGatewayFailure > 0) this.eject(h, hostCount);
+      if (++h.consecutiveGateway === p.consecutiveGatewayFailure && p.consecutiveGatewayFailure > 0) this.eject(authority, h, hostCount, 'consecutive_gateway_failure');
     } else {
       h.consecutiveGateway = 0;
     }
-    if (++h.consecutive5xx === p.consecutive5xx && p.consecutive5xx > 0) this.eject(h, hostCount);
+    if (++h.consecutive5xx === p.consecutive5xx && p.consecutive5xx > 0) this.eject(authority, h, hostCount, 'consecutive_5xx');
   }
 
   /** A locally originated failure toward `authority` (connect failure, reset before the response): a 503. */
@@ -121,36 +165,40 @@ export class OutlierDetector {
   sweep(): void {
     const now = this.now();
     const base = this.policy.baseEjectionTimeMs;
-    for (const h of this.hosts.values()) {
+    for (const [host, h] of this.hosts) {
       if (h.ejectedAt === undefined) {
         // In service for a whole base ejection time since it came back: the multiplier shrinks.
         if (h.multiplier > 0 && h.returnedAt !== undefined && now - h.returnedAt >= base) h.multiplier--;
         continue;
       }
-      if (Math.min(base * h.multiplier, Math.max(MAX_EJECTION_TIME_MS, base)) <= now - h.ejectedAt) {
+      if (this.ejectionMs(h) <= now - h.ejectedAt) {
+        const ejectedFor = now - h.ejectedAt;
         h.ejectedAt = undefined;
         h.returnedAt = now;
         h.consecutive5xx = 0;
         h.consecutiveGateway = 0;
         this.ejected--;
+        this.events?.returned(host, Math.round(ejectedFor), this.ejected);
       }
     }
     if (!this.needsTimer()) this.stopTimer();
   }
 
-  private eject(h: HostState, hostCount: number): void {
+  private eject(authority: string, h: HostState, hostCount: number, reason: EjectionReason): void {
     if (h.ejectedAt !== undefined) return;
     const hosts = Math.max(hostCount, this.ejected + 1);
     if ((100 * this.ejected) / hosts >= this.policy.maxEjectionPercent) return;
     h.ejectedAt = this.now();
+    h.reason = reason;
     if (this.policy.baseEjectionTimeMs * h.multiplier < MAX_EJECTION_TIME_MS) h.multiplier++;
     this.ejected++;
     this.startTimer();
+    this.events?.ejected(authority, reason, this.ejectionMs(h), this.ejected);
   }
 
   private host(authority: string): HostState {
     let h = this.hosts.get(authority);
-    if (!h) this.hosts.set(authority, (h = { consecutive5xx: 0, consecutiveGateway: 0, multiplier: 0, ejectedAt: undefined, returnedAt: undefined }));
+    if (!h) this.hosts.set(authority, (h = { consecutive5xx: 0, consecutiveGateway: 0, multiplier: 0, ejectedAt: undefined, returnedAt: undefined, reason: 'consecutive_5xx' }));
     return h;
   }
 

@@ -355,3 +355,28 @@ describe('stats without peer_metadata', () => {
     expect(series(all)).toEqual(sorted([BUILD, ['istio_requests_total', labels, 1], ...histograms(labels, 1)]));
   });
 });
+
+describe('an endpoint outside the mesh (istio.io/dataplane-mode: none; address 127.0.54.x)', () => {
+  let topo: TestTopology;
+  beforeAll(async () => {
+    topo = await startTestTopology(54, { podIps: ['127.0.54.11'], bootstrap: { filters: FILTERS } });
+  });
+  afterAll(async () => {
+    await topo?.close();
+  });
+
+  test('plain TCP proves no identity: destination_principal is unknown, the rest comes from the workload', async () => {
+    await Promise.all(topo.inbounds.map((i) => i.close(50)));
+    const text = fs.readFileSync(topo.meshFile, 'utf8').replaceAll('labels: { app: echo, version: v1 }', 'labels: { app: echo, version: v1, istio.io/dataplane-mode: none }');
+    const updated = new Promise<void>((resolve) => topo.waypoint!.mesh.subscribe(() => resolve()));
+    fs.writeFileSync(topo.meshFile, text);
+    await updated;
+    expect([...topo.waypoint!.mesh.current.services[0].endpoints.values()][0].map((e) => e.tunnel)).toEqual(['NONE']);
+
+    const res = await request(`http://${topo.entry.host}:${topo.entry.port}/plain`);
+    expect(res.statusCode).toBe(200);
+    await res.body.arrayBuffer();
+    const all = samplesOf(await scrape(topo.waypoint!.addresses.admin), 'istio_requests_total');
+    expect(series(all)).toEqual([['istio_requests_total', http('200', '-', { ...DEST, destination_principal: 'unknown' }), 1]]);
+  });
+});

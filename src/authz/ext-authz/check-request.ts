@@ -6,8 +6,10 @@
  * - `source` / `destination`: socket address and principal (the peer's URI SAN) of each side;
  * - `request.time`: request start; `request.http`: id, method, path (query included), host,
  *   scheme, size (bytes received), protocol, and every request header in a map with lower-case
- *   keys, pseudo-headers included (`:authority`, `:method`, `:path`, `:scheme`), repeated headers
- *   joined with `,`, a client-sent `x-envoy-auth-partial-body` dropped;
+ *   keys, pseudo-headers included (`:authority`, `:method`, `:path`, `:scheme`; Host is
+ *   `:authority` in Envoy's header map, so there is no `host` key), repeated headers joined with
+ *   `,`, a client-sent `x-envoy-auth-partial-body` dropped; `x-request-id` is there (the
+ *   connection manager set it before the filter ran);
  * - with a buffered body (`includeRequestBodyInCheck`): at most `maxRequestBytes` of it in `body`
  *   (UTF-8) or `raw_body` (`packAsBytes`), and `x-envoy-auth-partial-body: true|false` in the
  *   header map (true when more than `maxRequestBytes` were buffered).
@@ -34,9 +36,12 @@ export function checkHeaderMap(input: NonNullable<CheckInput['http']>): Record<s
   const raw = input.headers;
   for (let i = 0; i + 1 < raw.length; i += 2) {
     const name = raw[i].toLowerCase();
-    if (name.startsWith(':') || name === PARTIAL_BODY_HEADER) continue;
+    // Envoy's header map has no `host`: its codecs store HTTP/1's Host as `:authority`.
+    if (name.startsWith(':') || name === 'host' || name === PARTIAL_BODY_HEADER) continue;
     map[name] = map[name] === undefined ? raw[i + 1] : `${map[name]},${raw[i + 1]}`;
   }
+  // The connection manager's x-request-id (generated when the client sent none: StreamContext).
+  if (input.requestId && map['x-request-id'] === undefined) map['x-request-id'] = input.requestId;
   return { ...map };
 }
 

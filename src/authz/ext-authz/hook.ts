@@ -118,7 +118,7 @@ export function createExtAuthzHook(client: ExtAuthzClient, mesh: MeshSource): Ex
       const outcome = await client.check(snapshot, custom.provider, {
         ...peers(stream.conn, snapshot),
         http: {
-          ...(stream.requestId ? { id: stream.requestId } : {}),
+          ...(stream.requestId ? { id: stream.requestId, requestId: stream.requestId } : {}),
           method: stream.method,
           path: stream.forwardPath ?? stream.path,
           host: stream.authority,

@@ -38,6 +38,11 @@ export interface CheckBody {
 export interface CheckHttpRequest {
   /** Request id (Envoy: the stream id); a fresh one is made when omitted. */
   readonly id?: string;
+  /**
+   * The request's `x-request-id` (kept or generated before any filter ran), added to the header
+   * map when `headers` lack it, as Envoy's map has it.
+   */
+  readonly requestId?: string;
   /** `:method`. */
   readonly method: string;
   /** `:path` as forwarded upstream (normalized), query included. */

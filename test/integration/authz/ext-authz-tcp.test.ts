@@ -174,10 +174,14 @@ describe('authorization counters in /stats/prometheus', () => {
       await new Promise((r) => setTimeout(r, 20));
       text = await scrape();
     }
-    expect(value(text, 'envoy_ext_authz_tcp_ok', 'envoy_rbac_prefix="tcp"')).toBeGreaterThanOrEqual(1);
-    expect(value(text, 'envoy_ext_authz_tcp_denied', 'envoy_rbac_prefix="tcp"')).toBe(1);
-    expect(value(text, 'envoy_ext_authz_tcp_error', 'envoy_rbac_prefix="tcp"')).toBe(2); // closed + failed open
-    expect(value(text, 'envoy_ext_authz_tcp_failure_mode_allowed', 'envoy_rbac_prefix="tcp"')).toBe(1);
+    // Envoy's network ext_authz under Istio's `stat_prefix: tcp.`: `ext_authz.tcp..ok`, no tag
+    // extracted (only `rbac.*` stats get envoy_rbac_prefix), so no labels.
+    expect(text).toMatch(/^envoy_ext_authz_tcp__ok \d+$/m);
+    expect(text).not.toMatch(/^envoy_ext_authz_tcp_\w*\{/m);
+    expect(value(text, 'envoy_ext_authz_tcp__ok')).toBeGreaterThanOrEqual(1);
+    expect(value(text, 'envoy_ext_authz_tcp__denied')).toBe(1);
+    expect(value(text, 'envoy_ext_authz_tcp__error')).toBe(2); // closed + failed open
+    expect(value(text, 'envoy_ext_authz_tcp__failure_mode_allowed')).toBe(1);
     expect(value(text, 'envoy_rbac_allowed', 'envoy_rbac_prefix="tcp"')).toBeGreaterThanOrEqual(2);
     expect(value(text, 'istio_tcp_connections_opened_total', 'response_flags="UAEX"', 'destination_service_name="asked"')).toBe(1);
     expect(value(text, 'istio_tcp_connections_closed_total', 'response_flags="UAEX"', 'destination_service_name="asked"')).toBe(1);

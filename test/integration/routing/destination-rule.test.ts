@@ -13,6 +13,7 @@ import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 import { addToMesh, closeServer, extraEntry, listen, recorder, serviceYaml, sleep, track } from '../l7/l7-helpers.ts';
+import { httpBackend, send, type Entry, type Reply } from './dr-helpers.ts';
 
 const NET = 53;
 const PODS = [`127.0.${NET}.11`, `127.0.${NET}.12`, `127.0.${NET}.13`];
@@ -24,30 +25,7 @@ const failing = new Set<string>();
 /** TCP connections accepted per pod on 8080 (one per upstream HBONE CONNECT stream). */
 const connections = new Map<string, number>();
 
-type Entry = { host: string; port: number };
 const entries = new Map<string, Entry>();
-
-async function httpBackend(ip: string): Promise<void> {
-  const server = http.createServer((req, res) => {
-    const url = new URL(req.url ?? '/', 'http://x');
-    req.resume();
-    req.on('end', () => {
-      const answer = () => {
-        const status = url.pathname === '/flaky' && failing.has(ip) ? 500 : 200;
-        const body = JSON.stringify({ host: ip });
-        res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-        res.end(body);
-      };
-      const ms = Number(url.searchParams.get('ms') ?? 0);
-      if (ms > 0) setTimeout(answer, ms);
-      else answer();
-    });
-  });
-  server.on('connection', () => connections.set(ip, (connections.get(ip) ?? 0) + 1));
-  const sockets = track(server);
-  await listen(server, ip, 8080);
-  closers.push(() => closeServer(server, sockets));
-}
 
 async function tcpBackend(ip: string): Promise<void> {
   const server = net.createServer((s) => {
@@ -79,33 +57,6 @@ ${trafficPolicy
   .map((l) => `    ${l}`)
   .join('\n')}
 `;
-}
-
-interface Reply {
-  status: number;
-  host: string;
-  setCookie: string[] | undefined;
-  body: string;
-}
-
-function send(entry: Entry, path: string, headers: Record<string, string> = {}): Promise<Reply> {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: entry.host, port: entry.port, path, headers: { host: 'svc.demo', ...headers }, agent: false }, (res) => {
-      let b = '';
-      res.on('data', (c) => (b += c));
-      res.on('end', () => {
-        let host = '';
-        try {
-          host = (JSON.parse(b) as { host: string }).host;
-        } catch {
-          // a local reply
-        }
-        resolve({ status: res.statusCode!, host, setCookie: res.headers['set-cookie'], body: b });
-      });
-    });
-    req.on('error', reject);
-    req.end();
-  });
 }
 
 const SERVICES: [string, number, 'http' | 'http2ports' | 'tcp'][] = [
@@ -157,7 +108,7 @@ portLevelSettings:
 beforeAll(async () => {
   topo = await startTestTopology(NET, { podIps: PODS, backends: false, extraFilters: [rec.factory], bootstrap: { filters: rec.filters } });
   for (const ip of PODS) {
-    await httpBackend(ip);
+    await httpBackend(ip, failing, closers, () => connections.set(ip, (connections.get(ip) ?? 0) + 1));
     await tcpBackend(ip);
   }
   await addToMesh(topo, [...SERVICES.map(([n, o, k]) => service(n, `127.0.${NET}.${o}`, k)), ...RULES].join('---\n'));

@@ -1,12 +1,13 @@
 /**
  * PeerAuthentication as ztunnel applies it (authz.md §7.1, §7.2): scopes and precedence, oldest
  * wins within a scope, UNSET inherits, portLevelMtls, DISABLE as PERMISSIVE, root-namespace
- * selector policies ignored.
+ * selector policies ignored; invalid ones refused with file, line and field.
  */
 import { stringify } from 'yaml';
 import { describe, expect, test } from 'vitest';
 
 import { compilePeerAuthentication, peerAuthenticationFor } from '../../../src/authz/peer-authentication.ts';
+import { ConfigError } from '../../../src/errors.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { MeshSnapshot, Workload } from '../../../src/state/types.ts';
 
@@ -153,14 +154,37 @@ describe('PeerAuthentication: portLevelMtls', () => {
     expect(modes(m, 9091).web).toBe('PERMISSIVE');
   });
 
-  test('portLevelMtls without a selector is ignored (validation: requires selector)', () => {
-    const m = mesh(pa('foo', 'ns', { mode: 'STRICT', ports: { '9090': 'PERMISSIVE' } }));
-    expect(modes(m, 9090).web).toBe('STRICT');
-  });
+});
 
-  test('out-of-range ports are skipped', () => {
-    const m = mesh(pa('foo', 'web', { selector: { app: 'web' }, mode: 'STRICT', ports: { '0': 'PERMISSIVE', '70000': 'PERMISSIVE' } }));
-    expect(modes(m, 0).web).toBe('STRICT');
+describe('invalid PeerAuthentications are refused (CRD schema, istiod ValidatePeerAuthentication)', () => {
+  const refusal = (policy: object): ConfigError => {
+    try {
+      mesh(policy);
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      return err as ConfigError;
+    }
+    throw new Error('compiled');
+  };
+  const withSpec = (spec: object) => ({ apiVersion: 'security.istio.io/v1', kind: 'PeerAuthentication', metadata: { name: 'bad', namespace: 'foo' }, spec });
+
+  test.each([
+    ['an unknown mode (a typo)', pa('foo', 'bad', { mode: 'STRICTT' }), 'spec.mtls.mode', 'Unsupported value: "STRICTT": supported values: "UNSET", "DISABLE", "PERMISSIVE", "STRICT"'],
+    ['a lower-case mode (the enum is case-sensitive)', pa('foo', 'bad', { mode: 'strict' }), 'spec.mtls.mode', 'Unsupported value: "strict"'],
+    ['an unknown port-level mode', pa('foo', 'bad', { selector: { app: 'web' }, ports: { '9090': 'OFF' } }), 'spec.portLevelMtls["9090"].mode', 'Unsupported value: "OFF"'],
+    ['portLevelMtls without a selector', pa('foo', 'bad', { mode: 'STRICT', ports: { '9090': 'PERMISSIVE' } }), 'spec.portLevelMtls', 'portLevelMtls requires selector'],
+    ['portLevelMtls with an empty selector', withSpec({ selector: { matchLabels: {} }, portLevelMtls: { '9090': { mode: 'STRICT' } } }), 'spec.portLevelMtls', 'portLevelMtls requires selector'],
+    ['an empty portLevelMtls', withSpec({ selector: { matchLabels: { app: 'web' } }, portLevelMtls: {} }), 'spec.portLevelMtls', 'port level mTLS, if defined, must have at least one element'],
+    ['port 0', pa('foo', 'bad', { selector: { app: 'web' }, ports: { '0': 'PERMISSIVE' } }), 'spec.portLevelMtls["0"]', 'port must be between 1-65535'],
+    ['port 70000', pa('foo', 'bad', { selector: { app: 'web' }, ports: { '70000': 'PERMISSIVE' } }), 'spec.portLevelMtls["70000"]', 'port must be between 1-65535'],
+    ['a port that is not a number', pa('foo', 'bad', { selector: { app: 'web' }, ports: { http: 'PERMISSIVE' } }), 'spec.portLevelMtls.http', 'port must be between 1-65535'],
+    ['an unknown field', withSpec({ mtls: { mode: 'STRICT' }, portLevelMTLS: {} }), 'spec', 'unknown field "portLevelMTLS"'],
+    ['a wildcard in the selector', withSpec({ selector: { matchLabels: { app: 'web*' } }, mtls: { mode: 'STRICT' } }), 'spec.selector.matchLabels.app', 'wildcard is not supported in selector: "app=web*"'],
+  ])('%s', (_what, policy, field, message) => {
+    const err = refusal(policy);
+    expect(err.message).toContain(message);
+    expect(err.location).toMatchObject({ file: 'pa-test.yaml', object: 'PeerAuthentication/foo/bad', field });
+    expect(err.location.line).toBeGreaterThan(0);
   });
 });
 

@@ -118,7 +118,8 @@ function connection(info: Partial<ConnectInfo> = {}, mesh: MeshSnapshot = snap):
 }
 
 function stream(chain: FilterChain, conn: ConnectionContext, headers: Record<string, string> = {}): StreamContext {
-  const req = { headers, rawHeaders: Object.entries(headers).flat(), httpVersion: '1.1', method: 'GET', url: '/' } as unknown as IncomingMessage;
+  // A copy, as Node gives each request its own (StreamContext adds a generated x-request-id to it).
+  const req = { headers: { ...headers }, rawHeaders: Object.entries(headers).flat(), httpVersion: '1.1', method: 'GET', url: '/' } as unknown as IncomingMessage;
   return new StreamContext(conn, chain, req, {} as never);
 }
 

@@ -78,6 +78,21 @@ describe('validation (refused, naming the rule and field)', () => {
     { name: 'duplicate subsets', spec: { host: 'httpbin', subsets: [{ name: 'v1' }, { name: 'v1' }] }, field: 'spec.subsets[1].name', message: /duplicate subset/ },
     { name: 'invalid subset traffic policy', spec: { host: 'httpbin', subsets: [{ name: 'v1', trafficPolicy: { connectionPool: { http: { maxRetries: -1 } } } }] }, field: 'spec.subsets[0].trafficPolicy.connectionPool.http.maxRetries', message: /non-negative/ },
     { name: 'exportTo * with others', spec: { host: 'httpbin', exportTo: ['*', 'bar'] }, field: 'spec.exportTo', message: /both public/ },
+    // Unknown fields are named (the CRD's structural schema refuses them), not reported as an empty policy.
+    { name: 'unknown field in trafficPolicy', spec: { host: 'httpbin', trafficPolicy: { connectionPol: { tcp: { maxConnections: 1 } } } }, field: 'spec.trafficPolicy.connectionPol', message: /^unknown field "connectionPol"$/ },
+    { name: 'unknown field deep in connectionPool', spec: { host: 'httpbin', trafficPolicy: { connectionPool: { http: { http2MaxRequest: 10 } } } }, field: 'spec.trafficPolicy.connectionPool.http.http2MaxRequest', message: /unknown field "http2MaxRequest"/ },
+    { name: 'unknown field in a port-level entry', spec: { host: 'httpbin', trafficPolicy: { portLevelSettings: [{ port: { number: 8000 }, outlierDetections: {} }] } }, field: 'spec.trafficPolicy.portLevelSettings[0].outlierDetections', message: /unknown field "outlierDetections"/ },
+    { name: 'unknown field in spec', spec: { host: 'httpbin', trafficPolicies: {} }, field: 'spec.trafficPolicies', message: /unknown field "trafficPolicies"/ },
+    { name: 'unknown field in a subset', spec: { host: 'httpbin', subsets: [{ name: 'v1', label: { v: '1' } }] }, field: 'spec.subsets[0].label', message: /unknown field "label"/ },
+    // Integers by their proto type (API:networking/v1alpha3/destination_rule.proto).
+    { name: 'http2MaxRequests beyond int32', spec: { host: 'httpbin', trafficPolicy: { connectionPool: { http: { http2MaxRequests: 1099511627776 } } } }, field: 'spec.trafficPolicy.connectionPool.http.http2MaxRequests', message: /invalid value for int32 field: 1099511627776/ },
+    { name: 'maxConnections beyond int32', spec: { host: 'httpbin', trafficPolicy: { connectionPool: { tcp: { maxConnections: 2147483648 } } } }, field: 'spec.trafficPolicy.connectionPool.tcp.maxConnections', message: /int32/ },
+    { name: 'maxEjectionPercent beyond int32', spec: { host: 'httpbin', trafficPolicy: { outlierDetection: { maxEjectionPercent: 4294967396 } } }, field: 'spec.trafficPolicy.outlierDetection.maxEjectionPercent', message: /int32/ },
+    { name: 'consecutive5xxErrors beyond uint32', spec: { host: 'httpbin', trafficPolicy: { outlierDetection: { consecutive5xxErrors: 4294967296 } } }, field: 'spec.trafficPolicy.outlierDetection.consecutive5xxErrors', message: /less than or equal to 4294967295/ },
+    { name: 'negative consecutiveGatewayErrors', spec: { host: 'httpbin', trafficPolicy: { outlierDetection: { consecutiveGatewayErrors: -1 } } }, field: 'spec.trafficPolicy.outlierDetection.consecutiveGatewayErrors', message: /greater than or equal to 0/ },
+    { name: 'tcpKeepalive probes beyond uint32', spec: { host: 'httpbin', trafficPolicy: { connectionPool: { tcp: { tcpKeepalive: { probes: 2 ** 32 } } } } }, field: 'spec.trafficPolicy.connectionPool.tcp.tcpKeepalive.probes', message: /less than or equal/ },
+    { name: 'negative ring size (uint64)', spec: { host: 'httpbin', trafficPolicy: { loadBalancer: { consistentHash: { useSourceIp: true, ringHash: { minimumRingSize: -5 } } } } }, field: 'spec.trafficPolicy.loadBalancer.consistentHash.ringHash.minimumRingSize', message: /non-negative integer/ },
+    { name: 'useClientProtocol with UPGRADE', spec: { host: 'httpbin', trafficPolicy: { connectionPool: { http: { h2UpgradePolicy: 'UPGRADE', useClientProtocol: true } } } }, field: 'spec.trafficPolicy.connectionPool.http.useClientProtocol', message: /must not be true when H2UpgradePolicy is UPGRADE/ },
     { name: 'a string where an integer goes', spec: { host: 'httpbin', trafficPolicy: { connectionPool: { tcp: { maxConnections: 'ten' } } } }, field: 'spec.trafficPolicy.connectionPool.tcp.maxConnections', message: /integer/ },
   ];
   test.each(cases)('$name', ({ spec, field, message }) => {
@@ -93,6 +108,26 @@ describe('validation (refused, naming the rule and field)', () => {
   test('a reload with an invalid rule is refused with a reason; a valid one is accepted', () => {
     expect(destinationRuleRefusal(mesh([dr('bad', { host: 'httpbin', trafficPolicy: { connectionPool: { tcp: { maxConnections: -1 } } } })]))).toMatch(/invalid destination rule: .*DestinationRule\/foo\/bad/);
     expect(destinationRuleRefusal(mesh([dr('ok', { host: 'httpbin', trafficPolicy: { loadBalancer: { simple: 'RANDOM' } } })]))).toBeUndefined();
+  });
+
+  test('every field of the proto is known: a rule using all of them is accepted', () => {
+    const policy = {
+      loadBalancer: { simple: 'ROUND_ROBIN', localityLbSetting: { distribute: [{ from: 'r/z/*', to: { 'r/z/*': 100 } }], failover: [{ from: 'r', to: 's' }], failoverPriority: ['x'], enabled: true }, warmupDurationSecs: '10s', warmup: { duration: '10s', minimumPercent: 10, aggression: 1.5 } },
+      connectionPool: {
+        tcp: { maxConnections: 2147483647, connectTimeout: '1s', tcpKeepalive: { probes: 3, time: '10s', interval: '5s' }, maxConnectionDuration: '1h', idleTimeout: '0s' },
+        http: { http1MaxPendingRequests: 1, http2MaxRequests: 2147483647, maxRequestsPerConnection: 1, maxRetries: 3, idleTimeout: '10s', h2UpgradePolicy: 'DO_NOT_UPGRADE', useClientProtocol: true, maxConcurrentStreams: 100 },
+      },
+      outlierDetection: { consecutiveErrors: 5, splitExternalLocalOriginErrors: true, consecutiveLocalOriginFailures: 4294967295, consecutiveGatewayErrors: 0, consecutive5xxErrors: 5, interval: '1s', baseEjectionTime: '30s', maxEjectionPercent: 100, minHealthPercent: 0 },
+      tls: { mode: 'ISTIO_MUTUAL', subjectAltNames: ['a'], sni: 'x', insecureSkipVerify: false, credentialName: 'c', clientCertificate: 'a', privateKey: 'b', caCertificates: 'c', caCrl: 'd' },
+    };
+    const spec = {
+      host: 'httpbin',
+      trafficPolicy: { ...policy, portLevelSettings: [{ port: { number: 9000 }, ...policy }], tunnel: { protocol: 'CONNECT', targetHost: 'h', targetPort: 8080 }, proxyProtocol: { version: 'V2' } },
+      subsets: [{ name: 'v1', labels: { version: 'v1' }, trafficPolicy: { loadBalancer: { consistentHash: { httpCookie: { name: 'c', path: '/', ttl: '0s' }, maglev: { tableSize: 65537 } } } } }],
+      exportTo: ['*'],
+    };
+    const c = compileDestinationRules(mesh([dr('all', spec)]));
+    expect(c.policies.get(HTTPBIN)!.connectionPool.maxRequests).toBe(2147483647);
   });
 
   test('consistentHash without a key is accepted (Envoy picks at random), as Istio accepts it', () => {

@@ -102,7 +102,7 @@ describe('MeshStore', () => {
     await writeFile(file, GATEWAY + service('10.96.0.999'));
     await logged;
     const last = errors[errors.length - 1];
-    expect(last).toContain('mesh: reload failed, keeping version 2');
+    expect(last).toContain('mesh: reload refused, keeping version 2');
     expect(last).toContain(`${file}:13: document 2: Service/shop/reviews: field spec.clusterIP: "10.96.0.999" is not a valid IP address`);
     expect(store.current).toBe(next);
     expect(listener).not.toHaveBeenCalled();

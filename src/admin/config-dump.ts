@@ -1,0 +1,58 @@
+/**
+ * The routing and traffic-policy parts of `/config_dump` (Envoy's admin `/config_dump` shows the
+ * routes and clusters it runs; these are this waypoint's equivalents), per mesh snapshot:
+ * - `routes`: per served service port, the Envoy cluster it balances over, and the Gateway API
+ *   routes attached to it (producer routes, and consumer routes per client namespace) with the
+ *   number of rules in each table; `rejectedRoutes`: routes not accepted, with the reason
+ *   (istiod's `Accepted=False` condition);
+ * - `destinationRules`: every DestinationRule, and the policy each cluster gets (the source rule,
+ *   load balancer, connection-pool limits, outlier detection);
+ * - `clusters`: the runtime state of DestinationRule-shaped clusters (requests active and pending,
+ *   retries, connections, ejected hosts with the time they return), from the cluster manager.
+ */
+import { dumpDestinationRules } from '../routing/destination-rule.ts';
+import { routesFor } from '../routing/compile.ts';
+import type { RouteTable } from '../routing/types.ts';
+import { isHttpProtocol } from '../state/protocol.ts';
+import type { MeshSnapshot, Target } from '../state/types.ts';
+import type { ClusterManager } from '../upstream/cluster-manager.ts';
+import { clusterName } from '../upstream/cluster-name.ts';
+import type { LbAlgorithm } from '../upstream/traffic-policy.ts';
+
+interface TableDump {
+  readonly routes: readonly string[];
+  readonly rules: number;
+}
+
+function table(t: RouteTable): TableDump {
+  return { routes: t.routes, rules: new Set(t.matches.map((m) => m.rule)).size };
+}
+
+/** Routing and DestinationRule state of `snapshot`, and the clusters' runtime state. */
+export function routingConfigDump(snapshot: MeshSnapshot, clusters: ClusterManager | undefined, fallback: LbAlgorithm): unknown {
+  const compiled = routesFor(snapshot);
+  const routes = [];
+  for (const service of snapshot.services) {
+    if (!service.servedByThisWaypoint) continue;
+    for (const port of service.ports) {
+      if (port.protocol === 'UDP') continue;
+      const target: Target = { kind: 'service', service, port };
+      const attached = compiled.forTarget(target);
+      routes.push({
+        service: service.hostname,
+        port: port.port,
+        cluster: clusterName(target, isHttpProtocol(port.protocol) ? 'http' : 'tcp'),
+        producer: attached?.producer ? table(attached.producer) : null,
+        consumers: Object.fromEntries([...(attached?.consumers ?? [])].map(([ns, t]) => [ns, table(t)])),
+      });
+    }
+  }
+  return {
+    version: snapshot.version,
+    acceptedRoutes: compiled.routes,
+    rejectedRoutes: compiled.rejected,
+    routes,
+    destinationRules: dumpDestinationRules(snapshot, fallback),
+    clusters: clusters?.dumpClusters() ?? [],
+  };
+}
