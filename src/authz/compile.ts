@@ -21,6 +21,7 @@ import { normalizeRequestPath, PATH_NORMALIZATIONS, type NormalizedPath, type Pa
 import { parsePolicy, warnHttpOnlyDeny, type AuthorizationPolicy } from './policy.ts';
 import { extAuthzProviders, type ExtAuthzProvider } from './providers.ts';
 import { compileRule, MATCH_NEVER, type Flavour } from './rule.ts';
+import { compiledOnce } from '../state/per-snapshot.ts';
 
 /** The evaluators of one target: one per filter chain. */
 export interface TargetAuthz {
@@ -248,22 +249,17 @@ const cache = new WeakMap<MeshSnapshot, CompiledAuthz>();
  * closed) until a valid snapshot replaces it.
  */
 export function authzFor(snapshot: MeshSnapshot): CompiledAuthz {
-  let compiled = cache.get(snapshot);
-  if (compiled) return compiled;
-  try {
-    compiled = compileAuthz(snapshot);
-  } catch (err) {
-    log.error({ err: String(err), version: snapshot.version }, 'authz: policies do not compile; denying all traffic for this mesh version');
-    const denyAll = Object.freeze({ http: Evaluator.denyAll(), tcp: Evaluator.denyAll() });
-    compiled = Object.freeze({
-      version: snapshot.version,
-      pathNormalization: 'BASE' as const,
-      policies: [],
-      providers: new Map(),
-      forTarget: () => denyAll,
-      normalizePath: (requestTarget: string) => normalizeRequestPath(requestTarget, 'BASE'),
-    });
-  }
-  cache.set(snapshot, compiled);
-  return compiled;
+  return compiledOnce(cache, snapshot, compileAuthz, denyAllAuthz, 'authz: policies do not compile; denying all traffic for this mesh version');
+}
+
+function denyAllAuthz(snapshot: MeshSnapshot): CompiledAuthz {
+  const denyAll = Object.freeze({ http: Evaluator.denyAll(), tcp: Evaluator.denyAll() });
+  return Object.freeze({
+    version: snapshot.version,
+    pathNormalization: 'BASE' as const,
+    policies: [],
+    providers: new Map(),
+    forTarget: () => denyAll,
+    normalizePath: (requestTarget: string) => normalizeRequestPath(requestTarget, 'BASE'),
+  });
 }

@@ -31,6 +31,7 @@ import { Evaluator, type CompiledRule } from './evaluator.ts';
 import { parsePolicy, type AuthorizationPolicy } from './policy.ts';
 import { MATCH_NEVER, ztunnelRule } from './rule.ts';
 import type { AuthzResult } from './types.ts';
+import { compiledOnce } from '../state/per-snapshot.ts';
 
 /** ztunnel's `RbacScope`. */
 export type ZtunnelScope = 'GLOBAL' | 'NAMESPACE' | 'WORKLOAD_SELECTOR';
@@ -189,15 +190,10 @@ const cache = new WeakMap<MeshSnapshot, ZtunnelAuthz>();
  * denied (fail closed) until a valid snapshot replaces it.
  */
 export function ztunnelAuthzFor(snapshot: MeshSnapshot): ZtunnelAuthz {
-  let compiled = cache.get(snapshot);
-  if (compiled) return compiled;
-  try {
-    compiled = compileZtunnelAuthz(snapshot);
-  } catch (err) {
-    log.error({ err: String(err), version: snapshot.version }, 'authz(ztunnel): policies do not compile; denying all connections for this mesh version');
-    const denyAll = Evaluator.denyAll();
-    compiled = Object.freeze({ version: snapshot.version, policies: [], forWorkload: () => denyAll });
-  }
-  cache.set(snapshot, compiled);
-  return compiled;
+  return compiledOnce(cache, snapshot, compileZtunnelAuthz, denyAllZtunnel, 'authz(ztunnel): policies do not compile; denying all connections for this mesh version');
+}
+
+function denyAllZtunnel(snapshot: MeshSnapshot): ZtunnelAuthz {
+  const denyAll = Evaluator.denyAll();
+  return Object.freeze({ version: snapshot.version, policies: [], forWorkload: () => denyAll });
 }

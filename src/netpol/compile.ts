@@ -21,11 +21,11 @@
 import { ConfigError } from '../errors.ts';
 import type { Endpoint, MeshSnapshot, Workload } from '../state/types.ts';
 import { formatFieldPath } from '../state/yaml-locate.ts';
-import { log } from '../util/log.ts';
 import type { EndpointAdmission } from './admission.ts';
 import { NAMESPACE_NAME_LABEL, parseNetworkPolicy, type IngressRule, type NetworkPolicy, type Peer, type PortRule } from './policy.ts';
 import type { Labels } from './selector.ts';
 import type { OriginalSource } from './source.ts';
+import { compiledOnce } from '../state/per-snapshot.ts';
 
 /** The ingress rules that apply to one isolated pod. */
 export interface PodIngress {
@@ -185,21 +185,16 @@ const cache = new WeakMap<MeshSnapshot, CompiledNetworkPolicies>();
  * closed) until a valid snapshot replaces it.
  */
 export function networkPolicyFor(snapshot: MeshSnapshot): CompiledNetworkPolicies {
-  const hit = cache.get(snapshot);
-  if (hit) return hit;
-  try {
-    return compileNetworkPolicies(snapshot);
-  } catch (err) {
-    log.error({ err: String(err), version: snapshot.version }, 'netpol: NetworkPolicies do not compile; denying all traffic for this mesh version');
-    const denyAll: EndpointAdmission = Object.freeze({ admit: () => false });
-    const failed: CompiledNetworkPolicies = Object.freeze({
-      version: snapshot.version,
-      policies: Object.freeze([]),
-      ingressOf: () => Object.freeze({ policies: [], rules: [] }),
-      allows: () => false,
-      admission: () => denyAll,
-    });
-    cache.set(snapshot, failed);
-    return failed;
-  }
+  return compiledOnce(cache, snapshot, compileNetworkPolicies, denyAllNetworkPolicies, 'netpol: NetworkPolicies do not compile; denying all traffic for this mesh version');
+}
+
+function denyAllNetworkPolicies(snapshot: MeshSnapshot): CompiledNetworkPolicies {
+  const denyAll: EndpointAdmission = Object.freeze({ admit: () => false });
+  return Object.freeze({
+    version: snapshot.version,
+    policies: Object.freeze([]),
+    ingressOf: () => Object.freeze({ policies: [], rules: [] }),
+    allows: () => false,
+    admission: () => denyAll,
+  });
 }
