@@ -14,7 +14,6 @@ import http2, { type Http2ServerRequest, type Http2ServerResponse, type ServerHt
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { http2Settings, type Http2Params } from '../hbone/settings.ts';
-import { teardown } from '../hbone/relay.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import type { FilterChain } from '../pipeline/chain.ts';
 import { ConnectionContext, StreamContext } from '../pipeline/context.ts';
@@ -300,15 +299,17 @@ function onStreamTimeout(s: StreamContext): void {
  * CONNECT stream) while a request is unanswered. After a request that asked to keep the
  * connection (HTTP/1.1 without `Connection: close`), that is a client that went away (`curl -m`,
  * a killed process): as Envoy's HTTP connection manager, which treats a downstream FIN as a
- * disconnect (flag `DC`, details `downstream_remote_disconnect`), the tunnel is reset, which
- * cancels the upstream request and any retry. After `Connection: close` (or an HTTP/1.0 request
+ * disconnect (flag `DC`, details `downstream_remote_disconnect`), the tunnel is closed (END_STREAM
+ * then RST_STREAM(NO_ERROR), as for any closed connection: a lone RST_STREAM(CANCEL) after the
+ * client's END_STREAM left the source side open until shutdown), which cancels the upstream
+ * request and any retry. After `Connection: close` (or an HTTP/1.0 request
  * without keep-alive) the client half-closed on purpose and still gets its answer (pitfall B3,
  * envoyproxy/envoy#2066).
  */
 function onTunnelEnd(ref: TunnelRef): void {
   const s = ref.last;
   if (ref.active === 0 || !s || !ref.lastKeepAlive || s.res.writableEnded) return;
-  teardown(ref.stream);
+  closeTunnel(ref.stream);
 }
 
 function onResponseClose(stream: StreamContext, ref: TunnelRef): void {

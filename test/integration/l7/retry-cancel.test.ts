@@ -99,6 +99,9 @@ test('a client that closes its keep-alive connection during the back-off (curl -
   expect(hits.get(path)).toBe(seen);
   expect(r).toMatchObject({ flags: 'DC', code: 0, details: 'downstream_remote_disconnect' });
   expect(s.text).toBe('');
+  // The waypoint resets the tunnel, so the client's half-open connection is closed too (a tunnel
+  // left half-open would leak its CONNECT stream and hold a drain until its timeout).
+  await expect.poll(() => s.destroyed || s.readableEnded, { timeout: 3000 }).toBe(true);
 });
 
 test('a client that half-closes after `Connection: close` still gets the answer after the retries (pitfall B3)', async () => {
