@@ -36,6 +36,7 @@ import { waypointSelf } from './peer/self-peer.ts';
 import { log } from './util/log.ts';
 import { registerBuiltinFilters } from '../filters/index.ts';
 import { AUTHZ_FILTER_NAME } from '../filters/authz/index.ts';
+import { refusalOf } from './state/per-snapshot.ts';
 
 /** Inputs of {@link Waypoint.start}: the bootstrap config plus where mesh state and the CA come from. */
 export interface WaypointOptions {
@@ -335,22 +336,12 @@ export class Waypoint {
 
 /** Why the snapshot's AuthorizationPolicies cannot be enforced (compiling them also caches them), or undefined. */
 function authzRefusal(snapshot: MeshSnapshot): string | undefined {
-  try {
-    compileAuthz(snapshot);
-    return undefined;
-  } catch (err) {
-    return `invalid authorization policy: ${err instanceof ConfigError ? err.toString() : String(err)}`;
-  }
+  return refusalOf('invalid authorization policy', () => compileAuthz(snapshot));
 }
 
 /** Why the snapshot's RequestAuthentications cannot be enforced, or undefined. */
 function authnRefusal(snapshot: MeshSnapshot): string | undefined {
-  try {
-    RequestAuthn.validate(snapshot);
-    return undefined;
-  } catch (err) {
-    return `invalid request authentication: ${err instanceof ConfigError ? err.toString() : String(err)}`;
-  }
+  return refusalOf('invalid request authentication', () => RequestAuthn.validate(snapshot));
 }
 
 /** Build the filter chain (`core` filters first); configuration errors name the bootstrap file. */

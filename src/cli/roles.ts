@@ -11,6 +11,7 @@ import { MeshStore } from '../state/store.ts';
 import type { MeshSnapshot } from '../state/types.ts';
 import { addr } from '../app.ts';
 import { onTerminate } from './signals.ts';
+import { refusalOf } from '../state/per-snapshot.ts';
 
 /** The `tunnel` command (source ztunnel role); exits 1 with a message on bad flags or files. */
 export function tunnelCommand(): Command {
@@ -79,10 +80,5 @@ export function inboundCommand(): Command {
 
 /** Why the inbound role cannot enforce a snapshot's AuthorizationPolicies, or undefined. */
 function ztunnelAuthzRefusal(snapshot: MeshSnapshot): string | undefined {
-  try {
-    compileZtunnelAuthz(snapshot);
-    return undefined;
-  } catch (err) {
-    return `invalid authorization policy: ${err instanceof ConfigError ? err.toString() : String(err)}`;
-  }
+  return refusalOf('invalid authorization policy', () => compileZtunnelAuthz(snapshot));
 }

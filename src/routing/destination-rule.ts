@@ -35,6 +35,7 @@ import { defaultTrafficPolicy, type ClusterTrafficPolicy, type LbAlgorithm, type
 import { log } from '../util/log.ts';
 import { compileConnectionPool, compileLoadBalancer, compileOutlierDetection, policyForPort, validateTrafficPolicy, type Fail } from './destination-rule-policy.ts';
 import { DestinationRuleSpecSchema, type SubsetDoc, type TrafficPolicyDoc } from './destination-rule-schema.ts';
+import { refusalOf } from '../state/per-snapshot.ts';
 
 /** A validated DestinationRule. */
 export interface DestinationRule {
@@ -302,7 +303,7 @@ export function destinationRulesFor(snapshot: MeshSnapshot, fallback: LbAlgorith
   try {
     compiled = compileDestinationRules(snapshot, fallback);
   } catch (err) {
-    log.error({ version: snapshot.version }, `destination rules: ${err instanceof ConfigError ? err.toString() : String(err)}; applying none`);
+    log.error({ version: snapshot.version }, `destination rules: ${String(err)}; applying none`);
     const none = defaultTrafficPolicy(fallback);
     compiled = Object.freeze({ version: snapshot.version, rules: [], policies: new Map(), forTarget: () => none });
   }
@@ -312,12 +313,7 @@ export function destinationRulesFor(snapshot: MeshSnapshot, fallback: LbAlgorith
 
 /** Why `snapshot`'s DestinationRules cannot be applied (a reason for refusing a reload), or undefined. */
 export function destinationRuleRefusal(snapshot: MeshSnapshot, fallback: LbAlgorithm = 'LEAST_REQUEST'): string | undefined {
-  try {
-    cache.set(snapshot, { fallback, compiled: compileDestinationRules(snapshot, fallback) });
-    return undefined;
-  } catch (err) {
-    return `invalid destination rule: ${err instanceof ConfigError ? err.toString() : String(err)}`;
-  }
+  return refusalOf('invalid destination rule', () => cache.set(snapshot, { fallback, compiled: compileDestinationRules(snapshot, fallback) }));
 }
 
 /** The cluster manager's view of the current mesh's DestinationRules. */

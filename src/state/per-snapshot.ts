@@ -23,3 +23,16 @@ export function compiledOnce<T>(cache: WeakMap<MeshSnapshot, T>, snapshot: MeshS
   cache.set(snapshot, compiled);
   return compiled;
 }
+
+/**
+ * A store `accept` hook's answer: undefined when `check()` passes, else `<what>: <error>` (a
+ * ConfigError prints its file, line and field), the reason a start or reload is refused.
+ */
+export function refusalOf(what: string, check: () => unknown): string | undefined {
+  try {
+    check();
+    return undefined;
+  } catch (err) {
+    return `${what}: ${String(err)}`;
+  }
+}
