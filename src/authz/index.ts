@@ -17,3 +17,6 @@ export { normalizeRequestPath, type NormalizedPath, type PathNormalization } fro
 export { parsePolicy, type AuthorizationPolicy } from './policy.ts';
 export type { ExtAuthzProvider } from './providers.ts';
 export type { AuthzAction, AuthzResult, CustomCheck, Decision, HeaderLookup, JwtInfo, RequestAttributes, ShadowResult } from './types.ts';
+export { AUTHZ } from './compile.ts';
+export { PEER_AUTHENTICATION, peerAuthenticationFor, type CompiledPeerAuthentication } from './peer-authentication.ts';
+export { ZTUNNEL_AUTHZ, ztunnelAuthzFor, rejectionReason, type ZtunnelAuthz } from './selector.ts';

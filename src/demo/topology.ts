@@ -13,7 +13,7 @@ import { LocalCa } from '../identity/ca.ts';
 import { WorkloadCertificate } from '../identity/workload-certificate.ts';
 import type { Http2Params } from '../hbone/settings.ts';
 import type { FilterFactory } from '../pipeline/filter.ts';
-import { InboundRole } from '../roles/inbound.ts';
+import { INBOUND_PARTS, InboundRole } from '../roles/inbound.ts';
 import { formatHostPort } from '../state/ip.ts';
 import { MeshStore } from '../state/store.ts';
 import type { MeshSnapshot } from '../state/types.ts';
@@ -184,13 +184,12 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
       closers.push(() => wp.shutdown());
       waypoint = wp;
     }
-    // The tunnel describes the client workload in `baggage` from the mesh state.
-    mesh = waypoint?.mesh;
-    if (!mesh) {
-      const own = await MeshStore.open({ meshFile, watch: false });
-      closers.push(() => own.close());
-      mesh = own;
-    }
+    // The inbound roles read their own store (compiled with their parts: PeerAuthentication and
+    // ztunnel's AuthorizationPolicies), watched like the waypoint's; the tunnel describes the client
+    // workload in `baggage` from it.
+    const own = await MeshStore.open({ meshFile, watch: waypoint !== undefined, parts: INBOUND_PARTS });
+    closers.push(() => own.close());
+    mesh = own;
     const clientCert = await WorkloadCertificate.start(ca, `spiffe://${td}/ns/demo/sa/client`, 24 * 3600_000);
     closers.push(() => clientCert.close());
     const tunnel = await TunnelRole.start({

@@ -19,8 +19,12 @@ export interface ServiceContext {
   /** Cluster DNS suffix for `<name>.<ns>.svc.<domain>`, normally `cluster.local`. */
   readonly domainSuffix: string;
   namespaceLabels(namespace: string): Labels;
-  /** Pods and WorkloadEntries of a namespace: the candidates a selector picks from. */
-  selectable(namespace: string): readonly Workload[];
+  /**
+   * Pods and WorkloadEntries of a namespace that `selector` may select (at least every one it
+   * selects, in file order; the builder checks every label): an index keeps a big mesh from
+   * costing services × workloads.
+   */
+  selectable(namespace: string, selector: Labels): readonly Workload[];
 }
 
 /** Resolves one service port to a port on one workload; undefined = not an endpoint for that port. */
@@ -62,7 +66,7 @@ export function kubeService(obj: SourceObject, ctx: ServiceContext): Service {
   });
   const labels = svc.metadata.labels ?? {};
   const selector = spec.selector ?? {};
-  const selected = selectWorkloads(ctx.selectable(obj.namespace), selector);
+  const selected = selectWorkloads(ctx.selectable(obj.namespace, selector), selector);
   const targetPortOf: TargetPortOf = (w, port) => {
     if (w.kind === 'WorkloadEntry' && port.name && w.namedPorts[port.name] !== undefined) return w.namedPorts[port.name];
     return typeof port.targetPort === 'number' ? port.targetPort : w.namedPorts[port.targetPort];
@@ -103,7 +107,7 @@ export function serviceEntryService(
     protocol: parseProtocol(p.protocol ?? ''),
   }));
   const selector = spec.workloadSelector?.labels ?? {};
-  const selected = [...inline, ...selectWorkloads(ctx.selectable(obj.namespace), selector)];
+  const selected = [...inline, ...selectWorkloads(ctx.selectable(obj.namespace, selector), selector)];
   const targetPortOf: TargetPortOf = (w, port) =>
     (w.kind === 'WorkloadEntry' && port.name ? w.namedPorts[port.name] : undefined) ??
     (typeof port.targetPort === 'number' ? port.targetPort : port.port);

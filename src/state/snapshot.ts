@@ -1,12 +1,16 @@
 /**
- * Assemble a {@link MeshSnapshot} from compiled parts: build every lookup index once, then deep-freeze.
- * The data path only calls the index lookups below; none of them scans a list.
+ * Assemble a {@link MeshSnapshot} from its compiled data: build every lookup index once,
+ * deep-freeze, then compile the engines' parts (parts.ts) into it. The data path only calls the
+ * index lookups below; none of them scans a list.
  */
-import { deepFreeze } from '../util/freeze.ts';
+import { deepFreeze, deepFreezeStepwise } from '../util/freeze.ts';
+import { runNow, type Stepwise } from '../util/slices.ts';
 import { parseCidr, type Cidr } from './ip.ts';
+import { compilePartsStepwise, missingPart } from './parts.ts';
 import type {
   KeptResource,
   MeshConfig,
+  MeshPart,
   MeshSnapshot,
   Service,
   ServicePort,
@@ -28,19 +32,30 @@ export interface SnapshotParts {
 
 type PortMap = Map<number, Target>;
 
+/** Objects indexed between two pauses of {@link createSnapshotStepwise}. */
+const PER_STEP = 512;
+
 /**
  * Build the snapshot. Index rules (IS:listener_waypoint.go `buildWaypointInternal`):
  * - service targets: every VIP of every service this waypoint serves × each non-UDP port; the first
  *   service to claim a VIP:port wins. ServiceEntry CIDR addresses are checked after exact VIPs.
  * - workload targets: every address of every workload this waypoint serves (any port).
  * - `workloadByIp`: every address of every workload; the first workload to claim an address wins.
- * The result and everything reachable from it is frozen.
+ * The result and everything reachable from it is frozen; then `compiled` parts are compiled into
+ * it, in order (@throws PartCompileError for the first that throws).
  */
-export function createSnapshot(parts: SnapshotParts): MeshSnapshot {
+export function createSnapshot(parts: SnapshotParts, compiled: readonly MeshPart<unknown>[] = []): MeshSnapshot {
+  return runNow(createSnapshotStepwise(parts, compiled));
+}
+
+/** {@link createSnapshot}, pausing every few hundred objects and after each part. */
+export function* createSnapshotStepwise(parts: SnapshotParts, compiled: readonly MeshPart<unknown>[] = []): Stepwise<MeshSnapshot> {
   const vipIndex = new Map<string, PortMap>();
   const cidrIndex: { cidr: Cidr; ports: PortMap }[] = [];
   const byHost = new Map<string, Service>();
+  let n = 0;
   for (const service of parts.services) {
+    if (++n % PER_STEP === 0) yield;
     if (!byHost.has(`${service.namespace}/${service.hostname}`)) byHost.set(`${service.namespace}/${service.hostname}`, service);
     if (!service.servedByThisWaypoint) continue;
     const targets: [number, Target][] = service.ports
@@ -61,6 +76,7 @@ export function createSnapshot(parts: SnapshotParts): MeshSnapshot {
   const servedByIp = new Map<string, Workload>();
   const byIp = new Map<string, Workload>();
   for (const workload of parts.workloads) {
+    if (++n % PER_STEP === 0) yield;
     for (const address of workload.addresses) {
       if (!byIp.has(address)) byIp.set(address, workload);
       if (workload.servedByThisWaypoint && !servedByIp.has(address)) servedByIp.set(address, workload);
@@ -74,6 +90,9 @@ export function createSnapshot(parts: SnapshotParts): MeshSnapshot {
     list.push(r);
   }
   const none: readonly KeptResource[] = Object.freeze([]);
+  // Filled below, after the snapshot is frozen (parts compile against the finished snapshot);
+  // reachable only through `part()`, so nothing can change it once the snapshot is returned.
+  const partValues = new Map<object, unknown>();
 
   const snapshot: MeshSnapshot = {
     version: parts.version,
@@ -96,10 +115,17 @@ export function createSnapshot(parts: SnapshotParts): MeshSnapshot {
     serviceByHost: (namespace: string, hostname: string) => byHost.get(`${namespace}/${hostname}`),
     resources: (kind: string) => resources.get(kind) ?? none,
     kinds: () => [...resources.keys()],
+    part<T>(part: MeshPart<T>): T {
+      const value = partValues.get(part.key);
+      if (value === undefined && !partValues.has(part.key)) throw missingPart(part, parts.version);
+      return value as T;
+    },
     toJSON: () => dump(parts, resources),
   };
-  deepFreeze(resources);
-  return deepFreeze(snapshot);
+  yield* deepFreezeStepwise(resources);
+  yield* deepFreezeStepwise(snapshot);
+  yield* compilePartsStepwise(snapshot, compiled, partValues);
+  return snapshot;
 }
 
 /** A readable, JSON-able view for `/config_dump` and debugging. */

@@ -187,6 +187,45 @@ export interface MeshSnapshot {
   resources(kind: string): readonly KeptResource[];
   /** The kinds of the kept resources (e.g. to report a mistyped kind). */
   kinds(): readonly string[];
+  /**
+   * The compiled `part` of this snapshot (AuthorizationPolicy evaluators, route tables, ...), as
+   * compiled before the snapshot was published: a lookup, never a compile.
+   * @throws Error when the snapshot was not compiled with that part (a programming error: the
+   *   store or `compileMesh` was not given it).
+   */
+  part<T>(part: MeshPart<T>): T;
   /** A JSON-able dump for `/config_dump`. */
   toJSON(): unknown;
+}
+
+/**
+ * One compiled part of a mesh snapshot: what an engine makes of it (see parts.ts). Engines define
+ * their parts with `definePart`; readers pass the part to {@link MeshSnapshot.part}.
+ */
+export interface MeshPart<T> {
+  /** For messages (`authz`, `routes`, ...). */
+  readonly name: string;
+  /** What {@link MeshSnapshot.part} looks up: shared by every binding of the part (`with`). */
+  readonly key: object;
+  /**
+   * Compile the part for `snapshot` (parts listed before it are readable with `snapshot.part`).
+   * Throwing refuses the whole snapshot; a ConfigError names the file, line, object and field.
+   * Undefined for a part that must be bound (`with`) before it is given to the store.
+   */
+  readonly compile: ((snapshot: MeshSnapshot) => T) | undefined;
+  /**
+   * Bring runtime state in line with the part of a snapshot just published (before the store's
+   * subscribers are told): circuit breakers, outlier detectors, caches kept across snapshots.
+   */
+  publish?(value: T, snapshot: MeshSnapshot): void;
+  /** What an error of this part refuses a reload as (`invalid authorization policy`); undefined: the error alone. */
+  readonly refusal: string | undefined;
+  /** The same part (same key for readers) compiled, and optionally published, another way. */
+  with(how: PartBinding<T>): MeshPart<T>;
+}
+
+/** How a part's owner compiles (and publishes) it: see {@link MeshPart.with}. */
+export interface PartBinding<T> {
+  compile(snapshot: MeshSnapshot): T;
+  publish?(value: T, snapshot: MeshSnapshot): void;
 }

@@ -10,21 +10,16 @@
 import type { IncomingHttpHeaders } from 'node:http2';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
-import type { Registry } from 'prom-client';
 import { Pool, type Dispatcher } from 'undici';
-import { isHttpProtocol } from '../state/protocol.ts';
 import type { Endpoint, MeshSnapshot, Target } from '../state/types.ts';
 import { HboneConnectError, type HboneSessionPool } from '../hbone/pool.ts';
 import type { Http2Params } from '../hbone/settings.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import { log } from '../util/log.ts';
-import { clusterName } from './cluster-name.ts';
-import { ClusterState, TrackedAttempt } from './cluster-state.ts';
-import { ClusterStats } from './cluster-stats.ts';
-import type { Ejection } from './outlier-detector.ts';
+import { TrackedAttempt, type ClusterState } from './cluster-state.ts';
+import { ClusterTable, type ClusterRuntimeDump } from './cluster-table.ts';
 import { H2Upstream, type UpstreamHandler, type UpstreamRequest } from './h2-upstream.ts';
 import { LoadBalancer, type LoadBalancerPolicy } from './load-balancer.ts';
-import { poolSignature, type TrafficPolicySource } from './traffic-policy.ts';
 import type { PeerInfo } from '../peer/peer-info.ts';
 import type { SidecarProtocol, SidecarTransport } from './sidecar-transport.ts';
 
@@ -68,26 +63,14 @@ export interface ClusterManagerOptions {
   readonly maxResponseHeadersBytes: number;
   /** HTTP/2 settings of h2c sessions toward endpoints (http2/grpc ports). */
   readonly http2: Http2Params;
-  /** DestinationRule traffic policies per cluster; absent: every cluster uses the defaults above. */
-  readonly trafficPolicies?: TrafficPolicySource;
-  /** The waypoint's registry: Envoy's `envoy_cluster_*` outlier and circuit-breaker stats go there (see cluster-stats.ts). */
-  readonly metrics?: Registry;
+  /**
+   * The DestinationRule-shaped clusters (their part is given to the mesh store); absent: every
+   * cluster uses the defaults above.
+   */
+  readonly clusters?: ClusterTable;
 }
 
-/** The runtime state of one DestinationRule-shaped cluster, as `/config_dump` shows it. */
-export interface ClusterRuntimeDump {
-  readonly name: string;
-  readonly key: string;
-  /** `DestinationRule/<ns>/<name>` whose policy applies. */
-  readonly source: string;
-  readonly activeRequests: number;
-  readonly pendingRequests: number;
-  readonly activeRetries: number;
-  readonly activeConnections: number;
-  readonly hosts: number;
-  /** Hosts ejected by outlier detection now (empty without outlier detection). */
-  readonly ejectedHosts: readonly Ejection[];
-}
+export type { ClusterRuntimeDump };
 
 /** A pooled upstream client and what it was made for. */
 interface PoolEntry<P> {
@@ -113,35 +96,24 @@ export class ClusterManager {
   private readonly pools = new Map<string, PoolEntry<Pool>>();
   /** h2c upstreams, keyed and pruned like the HTTP/1.1 pools. */
   private readonly h2 = new Map<string, PoolEntry<H2Upstream>>();
-  /** Runtime state of DestinationRule-shaped clusters, by policy key (kept across snapshots). */
-  private readonly clusters = new Map<string, ClusterState>();
+  /** Runtime state of DestinationRule-shaped clusters (kept across snapshots). */
+  private readonly clusters: ClusterTable;
   /**
    * Response headers of the latest HBONE CONNECT of each endpoint's HTTP pool (same key), for
    * {@link connectHeadersFor}: every CONNECT to one endpoint reaches the same destination
    * workload, so any of them describes it.
    */
   private readonly connectHeaders = new Map<string, IncomingHttpHeaders>();
-  private readonly stats: ClusterStats | undefined;
 
   constructor(opts: ClusterManagerOptions) {
     this.opts = opts;
     this.lb = new LoadBalancer(opts.loadBalancer);
-    this.stats = opts.metrics ? new ClusterStats(opts.metrics) : undefined;
+    this.clusters = opts.clusters ?? new ClusterTable();
   }
 
   /** The runtime state of every DestinationRule-shaped cluster (`/config_dump`). */
   dumpClusters(): ClusterRuntimeDump[] {
-    return [...this.clusters.values()].map((c) => ({
-      name: c.name,
-      key: c.key,
-      source: c.policy.source,
-      activeRequests: c.activeRequests,
-      pendingRequests: c.pendingRequests,
-      activeRetries: c.activeRetries,
-      activeConnections: c.activeConnections,
-      hosts: c.hostCount,
-      ejectedHosts: c.outlier?.ejections() ?? [],
-    }));
+    return this.clusters.dump();
   }
 
   /** Largest response header block (bytes) accepted from an endpoint, for every upstream client. */
@@ -151,18 +123,11 @@ export class ClusterManager {
 
   /**
    * The runtime state of the cluster `target` belongs to when a DestinationRule shapes it;
-   * undefined for workload-addressed traffic and clusters without one (the defaults apply).
+   * undefined for workload-addressed traffic and clusters without one (the defaults apply). A
+   * lookup in the cluster table of the published snapshot (cluster-table.ts).
    */
   clusterFor(target: Target): ClusterState | undefined {
-    const source = this.opts.trafficPolicies;
-    if (!source || target.kind !== 'service') return undefined;
-    const policy = source.forTarget(target);
-    if (policy.key === '') return undefined;
-    let state = this.clusters.get(policy.key);
-    if (!state) this.clusters.set(policy.key, (state = new ClusterState(policy, clusterName(target, isHttpProtocol(target.port.protocol) ? 'http' : 'tcp'), this.stats)));
-    else state.update(policy);
-    state.hostCount = target.service.endpoints.get(target.port.port)?.length ?? 0;
-    return state;
+    return this.clusters.clusterFor(target);
   }
 
   /**
@@ -312,9 +277,9 @@ export class ClusterManager {
       const host = workloadKey('HBONE', dst.ip, dst.identity ?? '');
       return !liveHosts.has(host) && !servedWorkloads.has(host);
     });
-    // DestinationRule clusters: new settings for live ones (counts and ejections stay), state of
-    // removed ones dropped (attempts in flight keep their reference and finish normally).
-    const signatures = this.refreshClusters(snapshot);
+    // DestinationRule clusters were brought up to date when the snapshot was published (the
+    // cluster table's part); pools made under connection-pool settings that changed are stale.
+    const signatures = this.clusters.signatures();
     for (const map of [this.pools, this.h2] as Map<string, PoolEntry<{ close(): Promise<unknown> }>>[]) {
       for (const [key, entry] of map) {
         // A pool made for a cluster whose connection-pool settings changed is replaced: closed
@@ -330,36 +295,9 @@ export class ClusterManager {
     for (const key of this.connectHeaders.keys()) if (!bases.has(key)) this.connectHeaders.delete(key);
   }
 
-  /** Apply `snapshot`'s cluster policies to the cluster states; returns each live cluster's pool signature. */
-  private refreshClusters(snapshot: MeshSnapshot): Map<string, string> {
-    const signatures = new Map<string, string>();
-    const source = this.opts.trafficPolicies;
-    if (!source) return signatures;
-    for (const policy of source.all(snapshot)) {
-      const state = this.clusters.get(policy.key);
-      state?.update(policy);
-      signatures.set(policy.key, state?.poolSignature ?? poolSignature(policy.connectionPool));
-    }
-    const hosts = new Map<string, Set<string>>();
-    for (const svc of snapshot.services) {
-      for (const [port, eps] of svc.endpoints) hosts.set(`${svc.namespace}/${svc.hostname}|${port}`, new Set(eps.map((ep) => ep.authority)));
-    }
-    for (const [key, state] of this.clusters) {
-      if (!signatures.has(key)) {
-        state.close();
-        this.clusters.delete(key);
-        continue;
-      }
-      const live = hosts.get(key) ?? new Set<string>();
-      state.hostCount = live.size;
-      state.retain(live);
-    }
-    return signatures;
-  }
-
   /** Close every pool gracefully (in-flight requests finish). */
   async close(): Promise<void> {
-    for (const c of this.clusters.values()) c.close();
+    this.clusters.close();
     const all = [...this.pools.values(), ...this.h2.values()];
     this.pools.clear();
     this.h2.clear();
@@ -369,7 +307,7 @@ export class ClusterManager {
 
   /** Destroy every pool now. */
   async destroy(): Promise<void> {
-    for (const c of this.clusters.values()) c.close();
+    this.clusters.close();
     const all = [...this.pools.values(), ...this.h2.values()];
     this.pools.clear();
     this.h2.clear();

@@ -10,7 +10,7 @@ import { stringify } from 'yaml';
 import { compileAuthz, type CompiledAuthz } from '../../../src/authz/compile.ts';
 import type { AuthzResult, RequestAttributes } from '../../../src/authz/types.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
-import type { MeshSnapshot, Target } from '../../../src/state/types.ts';
+import type { MeshPart, MeshSnapshot, Target } from '../../../src/state/types.ts';
 
 export const HTTPBIN = { ip: '127.96.0.10', port: 8000 };
 export const OTHER = { ip: '127.96.0.12', port: 8000 };
@@ -79,10 +79,10 @@ export function baseObjects(mesh: MeshConfigOptions = {}): object[] {
   ];
 }
 
-/** A snapshot of the base mesh plus `policies` (any kept objects). */
-export function meshWith(policies: readonly object[], mesh: MeshConfigOptions = {}): MeshSnapshot {
+/** A snapshot of the base mesh plus `policies` (any kept objects), compiled with `parts`. */
+export function meshWith(policies: readonly object[], mesh: MeshConfigOptions = {}, parts: readonly MeshPart<unknown>[] = []): MeshSnapshot {
   const text = [...baseObjects(mesh), ...policies].map((o) => stringify(o)).join('---\n');
-  return compileMesh({ text, file: 'authz-test.yaml' });
+  return compileMesh({ text, file: 'authz-test.yaml', parts });
 }
 
 /** An AuthorizationPolicy object. */

@@ -8,11 +8,11 @@ import { stringify } from 'yaml';
 import { describe, expect, test } from 'vitest';
 
 import { compileAuthz } from '../../../src/authz/compile.ts';
-import { compileZtunnelAuthz, rejectionReason, ztunnelAuthzFor } from '../../../src/authz/selector.ts';
+import { compileZtunnelAuthz, rejectionReason, ZTUNNEL_AUTHZ, ztunnelAuthzFor } from '../../../src/authz/selector.ts';
 import type { AuthzResult, RequestAttributes } from '../../../src/authz/types.ts';
 import { ConfigError } from '../../../src/errors.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
-import type { MeshSnapshot } from '../../../src/state/types.ts';
+import type { MeshPart, MeshSnapshot } from '../../../src/state/types.ts';
 
 const WEB = '127.0.114.10'; // foo/web (app: web, tier: front)
 const DB = '127.0.114.11'; // foo/db (app: db)
@@ -29,7 +29,8 @@ const pod = (name: string, ns: string, ip: string, labels: Record<string, string
   status: { podIP: ip },
 });
 
-function mesh(policies: object[], meshConfig: Record<string, unknown> = {}): MeshSnapshot {
+/** The test mesh plus `policies`, compiled with ztunnel's authorization part (`parts`). */
+function mesh(policies: object[], meshConfig: Record<string, unknown> = {}, parts: readonly MeshPart<unknown>[] = [ZTUNNEL_AUTHZ]): MeshSnapshot {
   const docs = [
     { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'istio', namespace: 'istio-system' }, data: { mesh: stringify({ trustDomain: 'cluster.local', ...meshConfig }) } },
     {
@@ -45,7 +46,7 @@ function mesh(policies: object[], meshConfig: Record<string, unknown> = {}): Mes
     pod('api', 'bar', API, { app: 'web' }),
     ...policies,
   ];
-  return compileMesh({ text: docs.map((d) => stringify(d)).join('---\n'), file: 'ztunnel-test.yaml' });
+  return compileMesh({ text: docs.map((d) => stringify(d)).join('---\n'), file: 'ztunnel-test.yaml', parts });
 }
 
 const ap = (ns: string, name: string, spec: object, annotations?: Record<string, string>) => ({
@@ -272,14 +273,16 @@ describe('selector attachment (ztunnel scopes)', () => {
     expect(decision(snap, SLEEP)).toBe('DENY');
   });
 
-  test('an invalid policy throws a ConfigError naming it; ztunnelAuthzFor then fails closed', () => {
-    const snap = mesh([ap('foo', 'bad', { ...onWeb, rules: [{ from: [{ source: { ipBlocks: ['not-an-ip'] } }] }] })]);
+  test('an invalid policy throws a ConfigError naming it; a snapshot with it is refused whole', () => {
+    const bad = ap('foo', 'bad', { ...onWeb, rules: [{ from: [{ source: { ipBlocks: ['not-an-ip'] } }] }] });
+    const snap = mesh([bad], {}, []);
     expect(() => compileZtunnelAuthz(snap)).toThrow(ConfigError);
     try {
       compileZtunnelAuthz(snap);
     } catch (err) {
       expect(String(err)).toMatch(/AuthorizationPolicy\/foo\/bad.*ipBlocks.*bad IP address/);
     }
-    expect(decision(snap, SLEEP)).toBe('DENY');
+    expect(() => mesh([bad])).toThrow(ConfigError);
+    expect(() => ztunnelAuthzFor(snap)).toThrow(/not compiled with the ztunnelAuthz part/);
   });
 });
