@@ -10,9 +10,9 @@
  * stay on this thread because a snapshot is a graph of closures and shared objects that a worker
  * could not hand back without copying it (the copy alone would block longer than a slice).
  *
- * A file written in place (not renamed over) can be read half-written: a reload reads it until two
- * reads a quiet period apart agree; an update refused as invalid is retried once after that
- * period, so a file completed without a further change event is still picked up.
+ * A file written in place (not renamed over) can be read half-written: a reload a change triggers
+ * reads it until two reads a quiet period apart agree; an update refused as invalid is retried once
+ * after that period, so a file completed without a further change event is still picked up.
  */
 import { readFile } from 'node:fs/promises';
 
@@ -83,6 +83,8 @@ export class MeshStore {
   #stopWatching: (() => void) | undefined;
   #reloading: Promise<void> | undefined;
   #reloadAgain = false;
+  /** The next reload was asked for by a file change (or a retry): read until two reads agree. */
+  #settle = false;
   #closed = false;
 
   private constructor(snapshot: MeshSnapshot, opts: MeshStoreOptions | undefined, parts: readonly MeshPart<unknown>[], lastInput: string) {
@@ -102,7 +104,7 @@ export class MeshStore {
     const { input, key } = await readInput(opts, 1);
     let snapshot: MeshSnapshot;
     try {
-      snapshot = await runInSlices(compileMeshStepwise(input));
+      snapshot = await runInSlices(compileMeshStepwise({ ...input, parts: opts.parts }));
     } catch (err) {
       throw startError(err, opts.meshFile);
     }
@@ -110,7 +112,7 @@ export class MeshStore {
     log.info({ file: opts.meshFile, version: 1, services: snapshot.services.length, workloads: snapshot.workloads.length }, 'mesh: loaded');
     if (opts.watch) {
       const files = [opts.meshFile, ...(opts.meshConfigFile ? [opts.meshConfigFile] : [])];
-      store.#stopWatching = watchFiles(files, () => void store.reload(), opts.debounceMs ?? 100);
+      store.#stopWatching = watchFiles(files, () => void store.#changed(), opts.debounceMs ?? 100);
     }
     return store;
   }
@@ -147,10 +149,10 @@ export class MeshStore {
   }
 
   /**
-   * Re-read the files now and publish a new snapshot (version + 1) when they changed and compile.
-   * Unchanged files are logged (`mesh: unchanged, keeping version N`) and nothing is published; on
-   * failure logs an error and keeps the current snapshot. Concurrent calls are coalesced.
-   * No-op for stores made by {@link fromText}.
+   * Re-read the files now (SIGHUP) and publish a new snapshot (version + 1) when they changed and
+   * compile. Unchanged files are logged (`mesh: unchanged, keeping version N`) and nothing is
+   * published; on failure logs an error and keeps the current snapshot. Concurrent calls are
+   * coalesced. No-op for stores made by {@link fromText}.
    */
   reload(): Promise<void> {
     if (!this.#opts || this.#closed) return Promise.resolve();
@@ -161,7 +163,9 @@ export class MeshStore {
     const run = async (): Promise<void> => {
       do {
         this.#reloadAgain = false;
-        await this.#reloadOnce(this.#opts!);
+        const settle = this.#settle;
+        this.#settle = false;
+        await this.#reloadOnce(this.#opts!, settle);
       } while (this.#reloadAgain && !this.#closed);
     };
     this.#reloading = run().finally(() => {
@@ -170,7 +174,13 @@ export class MeshStore {
     return this.#reloading;
   }
 
-  async #reloadOnce(opts: MeshStoreOptions): Promise<void> {
+  /** A watched file changed (or a refused update is retried): reload once it reads the same twice. */
+  #changed(): Promise<void> {
+    this.#settle = true;
+    return this.reload();
+  }
+
+  async #reloadOnce(opts: MeshStoreOptions, settle: boolean): Promise<void> {
     const prev = this.#current;
     const quietMs = opts.debounceMs ?? 100;
     let next: MeshSnapshot;
@@ -179,7 +189,7 @@ export class MeshStore {
       // Once running, the waypoint stays the Gateway it started as: adding another istio-waypoint
       // Gateway to the file must not make the choice ambiguous (and freeze every later update).
       const gateway = opts.withoutWaypoint ? undefined : (opts.gateway ?? `${prev.waypoint.namespace}/${prev.waypoint.name}`);
-      const read = await readSettled({ ...opts, gateway }, prev.version + 1, quietMs);
+      const read = settle ? await readSettled({ ...opts, gateway }, prev.version + 1, quietMs) : await readInput({ ...opts, gateway }, prev.version + 1);
       if (this.#closed) return;
       key = read.key;
       if (key === this.#lastInput) {
@@ -222,7 +232,7 @@ export class MeshStore {
     if (this.#retry) clearTimeout(this.#retry);
     this.#retry = setTimeout(() => {
       this.#retry = undefined;
-      void this.reload();
+      void this.#changed();
     }, quietMs);
     this.#retry.unref();
   }

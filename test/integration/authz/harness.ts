@@ -18,7 +18,7 @@ import { defaultBootstrap, overrideBootstrap } from '../../../src/config/bootstr
 import { LocalCa } from '../../../src/identity/ca.ts';
 import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
 import { FilterStatus, type FilterFactory } from '../../../src/pipeline/filter.ts';
-import { InboundRole } from '../../../src/roles/inbound.ts';
+import { INBOUND_PARTS, InboundRole } from '../../../src/roles/inbound.ts';
 import { MeshStore } from '../../../src/state/store.ts';
 import { remapWith, type Remap } from '../../helpers/authz-cases.ts';
 import { connect, hboneSession, parseHttpResponse, readAll, type ClientIdentity } from '../../helpers/hbone-client.ts';
@@ -524,7 +524,7 @@ export class AuthzInbound {
       const { ca } = await LocalCa.ensure(path.join(dir, 'ca'), 'cluster.local');
       const meshFile = path.join(dir, 'mesh.yaml');
       fs.writeFileSync(meshFile, o.mesh);
-      const store = await MeshStore.open({ meshFile, watch: false });
+      const store = await MeshStore.open({ meshFile, watch: false, parts: INBOUND_PARTS });
       const own = store.current.workloadByIp(o.ip)?.identity ?? spiffe('default', 'inbound');
       const certificate = await WorkloadCertificate.start(ca, own, 3600_000);
       const role = await InboundRole.start({

@@ -11,6 +11,7 @@ import * as grpc from '@grpc/grpc-js';
 import { stringify } from 'yaml';
 import { CHECK_METHOD_PATH, CheckRequestSchema, CheckResponseSchema, type CheckRequest, type CheckResponse } from '../../../src/authz/ext-authz/proto.ts';
 import type { Dial } from '../../../src/authz/ext-authz/types.ts';
+import { EXT_AUTHZ_PROVIDERS } from '../../../src/authz/ext-authz/index.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { Endpoint, MeshSnapshot } from '../../../src/state/types.ts';
 
@@ -169,5 +170,5 @@ export function meshOf(extensionProviders: readonly object[], objects: readonly 
     { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'foo', labels: { 'istio.io/use-waypoint': 'waypoint' } } },
     ...objects,
   ];
-  return compileMesh({ text: docs.map((d) => stringify(d)).join('---\n'), file: 'ext-authz-test.yaml' });
+  return compileMesh({ text: docs.map((d) => stringify(d)).join('---\n'), file: 'ext-authz-test.yaml', parts: [EXT_AUTHZ_PROVIDERS] });
 }

@@ -18,7 +18,11 @@ import { FilterStatus, type Filter, type FilterEnv } from '../../../src/pipeline
 import { HeaderList } from '../../../src/pipeline/headers.ts';
 import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { log } from '../../../src/util/log.ts';
-import { HTTPBIN, HTTPBIN_POD, TCP_ECHO, meshWith, policy, wp, type MeshConfigOptions } from '../authz/mesh.ts';
+import { AUTHZ } from '../../../src/authz/compile.ts';
+import { HTTPBIN, HTTPBIN_POD, TCP_ECHO, meshWith as compiledMesh, policy, wp, type MeshConfigOptions } from '../authz/mesh.ts';
+
+/** The test mesh with its AuthorizationPolicies compiled in (the part the filter reads). */
+const meshWith = (policies: readonly object[], mesh?: MeshConfigOptions): MeshSnapshot => compiledMesh(policies, mesh, [AUTHZ]);
 import { terminal } from '../pipeline/fakes.ts';
 
 const CLIENT = 'spiffe://cluster.local/ns/foo/sa/sleep';
