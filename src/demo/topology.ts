@@ -16,7 +16,6 @@ import type { FilterFactory } from '../pipeline/filter.ts';
 import { INBOUND_PARTS, InboundRole } from '../roles/inbound.ts';
 import { formatHostPort } from '../state/ip.ts';
 import { MeshStore } from '../state/store.ts';
-import type { MeshSnapshot } from '../state/types.ts';
 import { TunnelRole } from '../roles/tunnel.ts';
 
 /** Addresses and knobs of one loopback topology. Ports default to 15008 (HBONE), 80 (service) and 8080 (pods). */
@@ -62,6 +61,8 @@ export interface Topology {
   readonly inbounds: InboundRole[];
   readonly backends: http.Server[];
   readonly tunnel: TunnelRole;
+  /** The mesh store the inbound roles and the tunnel read (compiled with the inbound role's parts). */
+  readonly roleMesh: MeshStore;
   readonly meshFile: string;
   readonly caDir: string;
   close(): Promise<void>;
@@ -168,7 +169,7 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
     const inbounds: InboundRole[] = [];
     // The inbound roles answer with the pod's `baggage` from the mesh state, known once the
     // waypoint (or our own store) has read the mesh file below.
-    let mesh: { readonly current: MeshSnapshot } | undefined;
+    let mesh: MeshStore | undefined;
     const meshView = { get current() { return mesh?.current; } };
     for (const ip of o.podIps) {
       const r = await InboundRole.start({ listen: formatHostPort(ip, hbonePort), certificate: echoCert, http2: o.roleHttp2, mesh: meshView });
@@ -203,7 +204,7 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
       http2: o.roleHttp2,
     });
     closers.push(() => tunnel.close());
-    return { waypoint, inbounds, backends, tunnel, meshFile, caDir, close };
+    return { waypoint, inbounds, backends, tunnel, roleMesh: own, meshFile, caDir, close };
   } catch (err) {
     await close();
     throw err;
