@@ -26,7 +26,7 @@ import type { Filter, FilterEnv, FilterFactory } from './pipeline/filter.ts';
 import { FilterRegistry } from './pipeline/registry.ts';
 import { NETWORK_POLICIES } from './netpol/index.ts';
 import { routerFactory } from './router/router.ts';
-import { compileDestinationRules, DESTINATION_RULES, ROUTES } from './routing/index.ts';
+import { compileDestinationRules, DESTINATION_RULES, destinationRulesFor, ROUTES } from './routing/index.ts';
 import { MeshStore } from './state/store.ts';
 import type { MeshPart } from './state/types.ts';
 import { AccessLogFilter, AccessLogSinks } from './telemetry/access-log.ts';
@@ -131,7 +131,7 @@ export class Waypoint {
     // and the DestinationRule-shaped clusters (their counts, ejections and stats outlive snapshots).
     const metrics = createMetricsRegistry();
     const authn = new RequestAuthn();
-    const clusterTable = new ClusterTable({ metrics });
+    const clusterTable = new ClusterTable({ metrics, clusters: (s) => destinationRulesFor(s).clusters });
     const mesh = await MeshStore.open({
       meshFile: opts.meshFile,
       meshConfigFile: opts.meshConfigFile,

@@ -19,7 +19,7 @@ import {
   type LbAlgorithm,
   type LoadBalancerSettings,
   type OutlierDetectionPolicy,
-} from './traffic-policy.ts';
+} from '../upstream/traffic-policy.ts';
 import type { ConnectionPoolDoc, LoadBalancerDoc, OutlierDetectionDoc, PortTrafficPolicyDoc, TrafficPolicyDoc } from './destination-rule-schema.ts';
 
 /** Reports a validation failure at `path` (relative to the DestinationRule object); never returns. */

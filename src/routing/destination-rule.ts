@@ -32,10 +32,10 @@ import { definePart } from '../state/parts.ts';
 import { locateField } from '../state/resource-location.ts';
 import type { KeptResource, MeshSnapshot, Service, ServicePort, Target } from '../state/types.ts';
 import { formatFieldPath, type FieldPath } from '../state/yaml-locate.ts';
+import { defaultTrafficPolicy, type ClusterTrafficPolicy, type LbAlgorithm } from '../upstream/traffic-policy.ts';
 import { log } from '../util/log.ts';
 import { compileConnectionPool, compileLoadBalancer, compileOutlierDetection, policyForPort, validateTrafficPolicy, type Fail } from './destination-rule-policy.ts';
 import { DestinationRuleSpecSchema, type SubsetDoc, type TrafficPolicyDoc } from './destination-rule-schema.ts';
-import { defaultTrafficPolicy, type ClusterTrafficPolicy, type LbAlgorithm } from './traffic-policy.ts';
 
 /** A validated DestinationRule. */
 export interface DestinationRule {

@@ -1,6 +1,6 @@
 /**
  * Gateway API HTTPRoute and GRPCRoute at the waypoint, and the DestinationRules that shape its
- * clusters (destination-rule.ts: one traffic policy per service port, see traffic-policy.ts).
+ * clusters (destination-rule.ts: one traffic policy per service port).
  * Both are compiled parts of every mesh snapshot (`ROUTES`, `DESTINATION_RULES`).
  *
  *   const routes = routesFor(snapshot).forTarget(target);   // the ROUTES part of the snapshot
@@ -30,15 +30,3 @@ export {
   type DestinationRule,
   type ShapedCluster,
 } from './destination-rule.ts';
-export {
-  defaultTrafficPolicy,
-  poolSignature,
-  UNLIMITED_POOL,
-  type ClusterTrafficPolicy,
-  type ConnectionPoolPolicy,
-  type ConsistentHashPolicy,
-  type HashKey,
-  type LbAlgorithm,
-  type LoadBalancerSettings,
-  type OutlierDetectionPolicy,
-} from './traffic-policy.ts';

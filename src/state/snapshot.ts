@@ -20,7 +20,7 @@ import type {
 } from './types.ts';
 
 /** Everything a snapshot holds, before indexing. */
-export interface SnapshotParts {
+export interface SnapshotData {
   readonly version: number;
   readonly meshConfig: MeshConfig;
   readonly waypoint: WaypointIdentity;
@@ -44,17 +44,17 @@ const PER_STEP = 512;
  * The result and everything reachable from it is frozen; then `compiled` parts are compiled into
  * it, in order (@throws PartCompileError for the first that throws).
  */
-export function createSnapshot(parts: SnapshotParts, compiled: readonly MeshPart<unknown>[] = []): MeshSnapshot {
-  return runNow(createSnapshotStepwise(parts, compiled));
+export function createSnapshot(data: SnapshotData, compiled: readonly MeshPart<unknown>[] = []): MeshSnapshot {
+  return runNow(createSnapshotStepwise(data, compiled));
 }
 
 /** {@link createSnapshot}, pausing every few hundred objects and after each part. */
-export function* createSnapshotStepwise(parts: SnapshotParts, compiled: readonly MeshPart<unknown>[] = []): Stepwise<MeshSnapshot> {
+export function* createSnapshotStepwise(data: SnapshotData, compiled: readonly MeshPart<unknown>[] = []): Stepwise<MeshSnapshot> {
   const vipIndex = new Map<string, PortMap>();
   const cidrIndex: { cidr: Cidr; ports: PortMap }[] = [];
   const byHost = new Map<string, Service>();
   let n = 0;
-  for (const service of parts.services) {
+  for (const service of data.services) {
     if (++n % PER_STEP === 0) yield;
     if (!byHost.has(`${service.namespace}/${service.hostname}`)) byHost.set(`${service.namespace}/${service.hostname}`, service);
     if (!service.servedByThisWaypoint) continue;
@@ -75,7 +75,7 @@ export function* createSnapshotStepwise(parts: SnapshotParts, compiled: readonly
 
   const servedByIp = new Map<string, Workload>();
   const byIp = new Map<string, Workload>();
-  for (const workload of parts.workloads) {
+  for (const workload of data.workloads) {
     if (++n % PER_STEP === 0) yield;
     for (const address of workload.addresses) {
       if (!byIp.has(address)) byIp.set(address, workload);
@@ -84,7 +84,7 @@ export function* createSnapshotStepwise(parts: SnapshotParts, compiled: readonly
   }
 
   const resources = new Map<string, KeptResource[]>();
-  for (const r of parts.kept) {
+  for (const r of data.kept) {
     let list = resources.get(r.kind);
     if (!list) resources.set(r.kind, (list = []));
     list.push(r);
@@ -95,12 +95,12 @@ export function* createSnapshotStepwise(parts: SnapshotParts, compiled: readonly
   const partValues = new Map<object, unknown>();
 
   const snapshot: MeshSnapshot = {
-    version: parts.version,
-    meshConfig: parts.meshConfig,
-    waypoint: parts.waypoint,
-    services: parts.services,
-    workloads: parts.workloads,
-    namespaces: parts.namespaces,
+    version: data.version,
+    meshConfig: data.meshConfig,
+    waypoint: data.waypoint,
+    services: data.services,
+    workloads: data.workloads,
+    namespaces: data.namespaces,
     resolveTarget(ip: string, port: number): Target | undefined {
       const exact = vipIndex.get(ip)?.get(port);
       if (exact) return exact;
@@ -117,10 +117,10 @@ export function* createSnapshotStepwise(parts: SnapshotParts, compiled: readonly
     kinds: () => [...resources.keys()],
     part<T>(part: MeshPart<T>): T {
       const value = partValues.get(part.key);
-      if (value === undefined && !partValues.has(part.key)) throw missingPart(part, parts.version);
+      if (value === undefined && !partValues.has(part.key)) throw missingPart(part, data.version);
       return value as T;
     },
-    toJSON: () => dump(parts, resources),
+    toJSON: () => dump(data, resources),
   };
   yield* deepFreezeStepwise(resources);
   yield* deepFreezeStepwise(snapshot);
@@ -129,13 +129,13 @@ export function* createSnapshotStepwise(parts: SnapshotParts, compiled: readonly
 }
 
 /** A readable, JSON-able view for `/config_dump` and debugging. */
-function dump(parts: SnapshotParts, resources: ReadonlyMap<string, readonly KeptResource[]>): unknown {
+function dump(data: SnapshotData, resources: ReadonlyMap<string, readonly KeptResource[]>): unknown {
   return {
-    version: parts.version,
-    waypoint: parts.waypoint,
-    meshConfig: parts.meshConfig,
-    namespaces: Object.fromEntries(parts.namespaces),
-    services: parts.services.map((s) => ({
+    version: data.version,
+    waypoint: data.waypoint,
+    meshConfig: data.meshConfig,
+    namespaces: Object.fromEntries(data.namespaces),
+    services: data.services.map((s) => ({
       kind: s.kind,
       name: s.name,
       namespace: s.namespace,
@@ -150,7 +150,7 @@ function dump(parts: SnapshotParts, resources: ReadonlyMap<string, readonly Kept
         ]),
       ),
     })),
-    workloads: parts.workloads,
+    workloads: data.workloads,
     resources: Object.fromEntries([...resources].map(([kind, list]) => [kind, list.length])),
   };
 }

@@ -77,7 +77,7 @@ export class MeshStore {
   readonly #opts: MeshStoreOptions | undefined;
   readonly #parts: readonly MeshPart<unknown>[];
   #lastInput: string;
-  /** Input of the last refused update: read again unchanged, it is not compiled (nor logged) again. */
+  /** Input of the last refused update: read again unchanged, it is not compiled again (only logged as unchanged). */
   #lastRefused: string | undefined;
   #retry: NodeJS.Timeout | undefined;
   #stopWatching: (() => void) | undefined;

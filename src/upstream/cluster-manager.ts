@@ -108,7 +108,7 @@ export class ClusterManager {
   constructor(opts: ClusterManagerOptions) {
     this.opts = opts;
     this.lb = new LoadBalancer(opts.loadBalancer);
-    this.clusters = opts.clusters ?? new ClusterTable();
+    this.clusters = opts.clusters ?? new ClusterTable({ clusters: () => [] });
   }
 
   /** The runtime state of every DestinationRule-shaped cluster (`/config_dump`). */

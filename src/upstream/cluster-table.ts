@@ -11,7 +11,6 @@
  * gone closed). The data path only looks a target's cluster up ({@link ClusterTable.clusterFor}).
  */
 import type { Registry } from 'prom-client';
-import { DESTINATION_RULES } from '../routing/index.ts';
 import { definePart } from '../state/parts.ts';
 import { isHttpProtocol } from '../state/protocol.ts';
 import type { Endpoint, MeshPart, MeshSnapshot, ServicePort, Target } from '../state/types.ts';
@@ -63,21 +62,34 @@ export interface ClusterRuntimeDump {
   readonly ejectedHosts: readonly Ejection[];
 }
 
+/** A service port a DestinationRule shapes, with its compiled policy. */
+export interface ClusterSpec {
+  readonly target: Extract<Target, { kind: 'service' }>;
+  readonly policy: ClusterTrafficPolicy;
+}
+
 export interface ClusterTableOptions {
+  /**
+   * The shaped service ports of a snapshot (the compiled DestinationRules' `clusters`: their part
+   * must be compiled before this table's).
+   */
+  readonly clusters: (snapshot: MeshSnapshot) => readonly ClusterSpec[];
   /** The waypoint's registry: Envoy's `envoy_cluster_*` outlier and circuit-breaker stats go there (see cluster-stats.ts). */
   readonly metrics?: Registry;
 }
 
 export class ClusterTable {
-  /** The {@link CLUSTERS} part bound to this table: give it to the store after the DestinationRules part. */
+  /** The {@link CLUSTERS} part bound to this table: give it to the store after the DestinationRules' part. */
   readonly part: MeshPart<ClusterPlan>;
   private readonly states = new Map<string, ClusterState>();
   /** The published snapshot's service ports → their cluster state (null: none). */
   private byPort: ReadonlyMap<ServicePort, ClusterState | null> = new Map();
   private published: ClusterPlan | undefined;
   private readonly stats: ClusterStats | undefined;
+  private readonly shaped: (snapshot: MeshSnapshot) => readonly ClusterSpec[];
 
-  constructor(opts: ClusterTableOptions = {}) {
+  constructor(opts: ClusterTableOptions) {
+    this.shaped = opts.clusters;
     this.stats = opts.metrics ? new ClusterStats(opts.metrics) : undefined;
     this.part = CLUSTERS.with({ compile: (snapshot) => this.plan(snapshot), publish: (plan) => this.apply(plan) });
   }
@@ -124,7 +136,7 @@ export class ClusterTable {
     const clusters = new Map<string, PlannedCluster>();
     const byPort = new Map<ServicePort, string | null>();
     for (const service of snapshot.services) for (const port of service.ports) byPort.set(port, null);
-    for (const { target, policy } of snapshot.part(DESTINATION_RULES).clusters) {
+    for (const { target, policy } of this.shaped(snapshot)) {
       byPort.set(target.port, policy.key);
       if (clusters.has(policy.key)) continue;
       const endpoints = target.service.endpoints.get(target.port.port) ?? [];

@@ -12,6 +12,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { afterAll, expect, test } from 'vitest';
 import { waypointParts } from '../../../src/app.ts';
 import { RequestAuthn } from '../../../src/authn/index.ts';
+import { destinationRulesFor } from '../../../src/routing/index.ts';
 import { MeshStore } from '../../../src/state/store.ts';
 import { ClusterTable } from '../../../src/upstream/cluster-table.ts';
 import { hugeMesh } from '../../helpers/huge-mesh.ts';
@@ -30,7 +31,8 @@ test('a 5k-service / 20k-pod reload never blocks the event loop for long', async
   dir = await mkdtemp(join(tmpdir(), 'wp-huge-'));
   const meshFile = join(dir, 'mesh.yaml');
   await writeFile(meshFile, hugeMesh(2, 1));
-  store = await MeshStore.open({ meshFile, parts: waypointParts(new RequestAuthn(), new ClusterTable(), 'LEAST_REQUEST') });
+  const clusters = new ClusterTable({ clusters: (s) => destinationRulesFor(s).clusters });
+  store = await MeshStore.open({ meshFile, parts: waypointParts(new RequestAuthn(), clusters, 'LEAST_REQUEST') });
   await writeFile(meshFile, hugeMesh(5000, 4));
 
   const delay = monitorEventLoopDelay({ resolution: 10 });
