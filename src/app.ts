@@ -24,7 +24,7 @@ import { waypointConnectHandler } from './listener/waypoint-listener.ts';
 import type { FilterChain } from './pipeline/chain.ts';
 import type { Filter, FilterEnv, FilterFactory } from './pipeline/filter.ts';
 import { FilterRegistry } from './pipeline/registry.ts';
-import { routerFactory } from './router/router.ts';
+import { routerFactory, TcpProxy } from './router/index.ts';
 import { compileDestinationRules, destinationRulePolicies, destinationRuleRefusal } from './routing/destination-rule.ts';
 import { MeshStore } from './state/store.ts';
 import type { MeshSnapshot } from './state/types.ts';
@@ -238,7 +238,7 @@ export class Waypoint {
         material: certificate.current,
         http2: cfg.http2,
         verifyPeer: (peer) => refuseDownstreamPeer(peer, mesh.current.meshConfig),
-        onConnect: waypointConnectHandler({ mesh, chain, inner, clusters, protocolDetectionTimeoutMs: cfg.http.protocolDetectionTimeoutMs }),
+        onConnect: waypointConnectHandler({ mesh, chain, inner, tcp: new TcpProxy(clusters), protocolDetectionTimeoutMs: cfg.http.protocolDetectionTimeoutMs }),
       });
       certificate.on('rotated', (m) => {
         hbone.updateMaterial(m);
