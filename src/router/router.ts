@@ -27,7 +27,7 @@ import { clusterName } from '../upstream/cluster-name.ts';
 import { dedicatedKind, expectsContinue, forwardDedicated, restoreUpgradeHeaders } from './dedicated-upstream.ts';
 import { originalClient } from './forwarded.ts';
 import { forwardWithBody, RequestForwarder } from './request-forwarder.ts';
-import { compileRoute, DEFAULT_ROUTER_OPTIONS, RouteSettings, type RouterOptions } from './retry-policy.ts';
+import { compileRoute, DEFAULT_ROUTER_OPTIONS, RouteSettings, type CompiledRoute, type RouterOptions } from './retry-policy.ts';
 
 /** The router's filter name, as Envoy's. */
 export const ROUTER_FILTER_NAME = 'envoy.filters.http.router';
@@ -73,6 +73,7 @@ class Router implements TerminalFilter {
     };
   }
 
+  /** Resolve the target and its route (backend, path, authority, settings), then {@link send}. */
   forward(stream: StreamContext): void {
     const conn = stream.conn;
     // A tunnel lives across mesh updates: use the current snapshot's view of its target, so new
@@ -84,7 +85,6 @@ class Router implements TerminalFilter {
       return;
     }
     stream.upstreamCluster = clusterName(target, 'http');
-    const req = stream.req;
     const head = requestHead(stream);
     if (!head) return;
     const headers = head.headers;
@@ -112,13 +112,23 @@ class Router implements TerminalFilter {
         }
       }
     }
+    this.send(stream, upstream, route, routed, headers, path, authority);
+  }
+
+  /**
+   * Finish the upstream header block (request id, `x-forwarded-for`, the rule's header edits, the
+   * upstream-request phases) and hand the request to its sender: a dedicated upstream tunnel
+   * (WebSocket upgrade, `Expect: 100-continue` to HTTP/1.1), or a {@link RequestForwarder}.
+   */
+  private send(stream: StreamContext, upstream: Target, route: CompiledRoute, routed: RoutedRequest | undefined, headers: HeaderList, path: string, authority: string): void {
+    const req = stream.req;
     // x-request-id was kept or generated when the stream was created (StreamContext, as Envoy's
     // connection manager); a filter may have changed or removed it since.
     const rid = headers.get('x-request-id');
     if (rid) stream.requestId = rid;
     else headers.append('x-request-id', stream.requestId);
     if (this.settings.base.appendForwardedFor) {
-      const client = originalClient(conn.info);
+      const client = originalClient(stream.conn.info);
       const xff = headers.get('x-forwarded-for');
       headers.set('x-forwarded-for', xff ? `${xff}, ${client}` : client);
     }
