@@ -16,6 +16,7 @@
  * core, which never hands it to other filters.
  */
 import type { ServerResponse } from 'node:http';
+import { originalClient } from '../peer/forwarded.ts';
 import type { FilterEnv, FilterFactory, TerminalFilter } from '../pipeline/filter.ts';
 import type { StreamContext } from '../pipeline/context.ts';
 import { HeaderList, stripHopByHop } from '../pipeline/headers.ts';
@@ -25,7 +26,6 @@ import { applyRequestHeaders, MirrorSender, routeRequest, routesFor, type Routed
 import type { ClusterManager } from '../upstream/cluster-manager.ts';
 import { clusterName } from '../upstream/cluster-name.ts';
 import { dedicatedKind, expectsContinue, forwardDedicated, restoreUpgradeHeaders } from './dedicated-upstream.ts';
-import { originalClient } from './forwarded.ts';
 import { forwardWithBody, RequestForwarder } from './request-forwarder.ts';
 import { compileRoute, DEFAULT_ROUTER_OPTIONS, RouteSettings, type CompiledRoute, type RouterOptions } from './retry-policy.ts';
 

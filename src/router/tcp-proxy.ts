@@ -19,6 +19,7 @@ import type { Duplex } from 'node:stream';
 import { relay } from '../hbone/relay.ts';
 import { respondAndClose } from '../hbone/server.ts';
 import { CONNECTION_ADMISSION } from '../netpol/admission.ts';
+import { originalClient } from '../peer/forwarded.ts';
 import type { ConnectionContext } from '../pipeline/context.ts';
 import type { ResponseFlagName } from '../telemetry/response-flags.ts';
 import { connectResponseHeaders, exchangePeer, type ClusterManager } from '../upstream/cluster-manager.ts';
@@ -28,7 +29,6 @@ import { connectionHash } from '../upstream/hash-policy.ts';
 import { leaseEndpoint, type UpstreamLease } from '../upstream/pick-endpoint.ts';
 import type { HashKey } from '../upstream/traffic-policy.ts';
 import { log } from '../util/log.ts';
-import { originalClient } from './forwarded.ts';
 
 /** What the TCP proxy calls back into: the tunnel's filter chain (`onUpstreamConnected`). */
 export interface TcpProxyChain {

@@ -10,6 +10,7 @@ import type { ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { STREAM_ADMISSION } from '../netpol/admission.ts';
+import { originalClient } from '../peer/forwarded.ts';
 import type { StreamContext } from '../pipeline/context.ts';
 import { HeaderList, stripHopByHop } from '../pipeline/headers.ts';
 import { defineSlot, type Slot } from '../pipeline/slots.ts';
@@ -20,7 +21,6 @@ import type { UpstreamHandler, UpstreamRequest as UpstreamMessage } from '../ups
 import { requestHash, type HashRequest } from '../upstream/hash-policy.ts';
 import { leaseEndpoint, type UpstreamLease } from '../upstream/pick-endpoint.ts';
 import type { HashKey } from '../upstream/traffic-policy.ts';
-import { originalClient } from './forwarded.ts';
 import type { GrpcFrameCounter } from './grpc-frames.ts';
 
 /** Where an attempt is (one state at a time; the last two are final). */
