@@ -24,7 +24,7 @@ import { GrpcFrameCounter } from './grpc-frames.ts';
 import { RetryState, type CompiledRoute } from './retry-policy.ts';
 import { counted, isStream, replayable, ReplayBuffer, SMALL_BODY_BYTES, startAttempt, UpstreamRequest, type AttemptOwner } from './upstream-request.ts';
 
-/** See the module comment. One object per request, no closures on the hot path. */
+/** See the module comment. One per request (and one UpstreamRequest per attempt); its timers call module functions, not closures. */
 export class RequestForwarder implements AttemptOwner {
   readonly stream: StreamContext;
   readonly clusters: ClusterManager;
