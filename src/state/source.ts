@@ -29,8 +29,9 @@ const CLUSTER_SCOPED: ReadonlySet<string> = new Set([
 
 /**
  * Every kind of the API groups whose kinds are all known here (Kubernetes built-ins the mesh file
- * plausibly holds, Gateway API standard and experimental channels, Istio's CRDs). A kind outside
- * its group's list is refused; groups not listed (other CRDs, other built-ins) are not checked.
+ * plausibly holds, Istio's CRDs). A kind outside its group's list is refused; groups not listed
+ * (other CRDs, other built-ins) are not checked. Gateway API kinds are only used for hints: its
+ * experimental channel keeps adding kinds, and the routing engine warns about ones it does not know.
  */
 const KINDS_BY_GROUP: ReadonlyMap<string, ReadonlySet<string>> = new Map(
   Object.entries({
@@ -42,13 +43,18 @@ const KINDS_BY_GROUP: ReadonlyMap<string, ReadonlySet<string>> = new Map(
     'networking.k8s.io': 'Ingress IngressClass IPAddress NetworkPolicy ServiceCIDR',
     'discovery.k8s.io': 'EndpointSlice',
     'rbac.authorization.k8s.io': 'ClusterRole ClusterRoleBinding Role RoleBinding',
-    'gateway.networking.k8s.io': 'BackendLBPolicy BackendTLSPolicy GRPCRoute Gateway GatewayClass HTTPRoute ListenerSet ReferenceGrant TCPRoute TLSRoute UDPRoute',
     'networking.istio.io': 'DestinationRule EnvoyFilter Gateway ProxyConfig ServiceEntry Sidecar VirtualService WorkloadEntry WorkloadGroup',
     'security.istio.io': 'AuthorizationPolicy PeerAuthentication RequestAuthentication',
     'telemetry.istio.io': 'Telemetry',
     'extensions.istio.io': 'WasmPlugin',
   }).map(([group, kinds]) => [group, new Set(kinds.split(' '))]),
 );
+
+/** Kinds named in hints only (`kind: HTTPRoute` under `apiVersion: v1`). */
+const HINT_KINDS: ReadonlyMap<string, ReadonlySet<string>> = new Map([
+  ...KINDS_BY_GROUP,
+  ['gateway.networking.k8s.io', new Set(['Gateway', 'GatewayClass', 'HTTPRoute', 'GRPCRoute', 'ReferenceGrant', 'TCPRoute', 'TLSRoute', 'UDPRoute', 'BackendTLSPolicy'])],
+]);
 
 /** Levenshtein distance, for "did you mean". */
 function distance(a: string, b: string): number {
@@ -68,7 +74,7 @@ function unknownKind(apiVersion: string, kind: string): string | undefined {
   const kinds = KINDS_BY_GROUP.get(group);
   if (!kinds || kinds.has(kind)) return undefined;
   const base = `no matches for kind "${kind}" in version "${apiVersion}"`;
-  const elsewhere = [...KINDS_BY_GROUP].filter(([, ks]) => ks.has(kind)).map(([g]) => `apiVersion: ${g === '' ? 'v1' : `${g}/${g === 'autoscaling' ? 'v2' : 'v1'}`}`);
+  const elsewhere = [...HINT_KINDS].filter(([, ks]) => ks.has(kind)).map(([g]) => `apiVersion: ${g === '' ? 'v1' : `${g}/${g === 'autoscaling' ? 'v2' : 'v1'}`}`);
   if (elsewhere.length) return `${base} (${kind} is \`${elsewhere.join('` or `')}\`)`;
   let best: string | undefined;
   let bestDistance = Infinity;
