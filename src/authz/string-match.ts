@@ -69,7 +69,7 @@ export function headerMatcher(value: string): ValuePredicate {
  * as two fields, `admin` matches and `user,admin` does not, while one field `user,admin` is still
  * one value. Before the fix the joined `user,admin` was the only thing tested, and a DENY on
  * `admin` let the request through. A header that is absent matches nothing; `notValues` negate the
- * result (Istio wraps them in RBAC `not_rule`), so `notValues: [admin]` holds only when no field is
+ * result (Istio negates them with RBAC `not_id`), so `notValues: [admin]` holds only when no field is
  * `admin`.
  */
 export function anyHeaderValue(m: ValuePredicate): (values: readonly string[] | undefined) => boolean {
