@@ -25,7 +25,7 @@ import type { FilterChain } from './pipeline/chain.ts';
 import type { Filter, FilterEnv, FilterFactory } from './pipeline/filter.ts';
 import { FilterRegistry } from './pipeline/registry.ts';
 import { NETWORK_POLICIES } from './netpol/index.ts';
-import { routerFactory } from './router/router.ts';
+import { routerFactory, TcpProxy } from './router/index.ts';
 import { compileDestinationRules, DESTINATION_RULES, destinationRulesFor, ROUTES } from './routing/index.ts';
 import { MeshStore } from './state/store.ts';
 import type { MeshPart } from './state/types.ts';
@@ -236,7 +236,7 @@ export class Waypoint {
         material: certificate.current,
         http2: cfg.http2,
         verifyPeer: (peer) => refuseDownstreamPeer(peer, mesh.current.meshConfig),
-        onConnect: waypointConnectHandler({ mesh, chain, inner, clusters, protocolDetectionTimeoutMs: cfg.http.protocolDetectionTimeoutMs }),
+        onConnect: waypointConnectHandler({ mesh, chain, inner, tcp: new TcpProxy(clusters), protocolDetectionTimeoutMs: cfg.http.protocolDetectionTimeoutMs }),
       });
       certificate.on('rotated', (m) => {
         hbone.updateMaterial(m);

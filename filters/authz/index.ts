@@ -45,10 +45,10 @@ import { authzFor } from '../../src/authz/compile.ts';
 import type { RequestAuthenticator, RequestAuthn } from '../../src/authn/index.ts';
 import type { ExtAuthzDecision, ExtAuthzHook } from '../../src/authz/ext-authz-hook.ts';
 import type { HeaderMutation } from '../../src/authz/ext-authz/types.ts';
-import { headersFromRaw } from '../../src/authz/headers.ts';
+import { headersFromRaw, withHeaderEdits } from '../../src/authz/headers.ts';
 import { rbacDeniedDetails } from '../../src/authz/evaluator.ts';
 import { AUTHZ_RESULT, REQUEST_JWT, TCP_AUTHZ_RESULT } from '../../src/authz/slots.ts';
-import type { AuthzResult, CustomCheck, HeaderLookup, RequestAttributes } from '../../src/authz/types.ts';
+import type { AuthzResult, CustomCheck, RequestAttributes } from '../../src/authz/types.ts';
 import type { ConnectionContext, StreamContext } from '../../src/pipeline/context.ts';
 import { FilterStatus, type Filter, type FilterEnv, type FilterFactory, type PhaseResult } from '../../src/pipeline/filter.ts';
 import type { HeaderList } from '../../src/pipeline/headers.ts';
@@ -105,13 +105,6 @@ const HCM_PREFIX = defineSlot<string>('istio.authz.hcm_prefix', 'stream');
 const TCP_CUSTOM_ALLOWED = defineSlot<boolean>('istio.authz.tcp_custom_allowed', 'connection');
 /** Headers of a local reply this filter sent (ext_authz denial, JWT rejection). */
 const LOCAL_REPLY_HEADERS = defineSlot<readonly (readonly [string, string])[]>('istio.authz.local_reply_headers', 'stream');
-
-/** Request headers as the engine sees them after earlier changes (ext_authz, JWT): `edits` win over `base`. */
-function overlayHeaders(base: HeaderLookup, edits: readonly [string, string | undefined][]): HeaderLookup {
-  const m = new Map<string, string | undefined>();
-  for (const [n, v] of edits) m.set(n, v);
-  return { get: (lowerName) => (m.has(lowerName) ? m.get(lowerName) : base.get(lowerName)) };
-}
 
 /** Build the factory; the registered default ({@link authzFactory}) has no ext_authz hook. */
 export function authzFilterFactory(opts: AuthzFilterOptions = {}): FilterFactory<AuthzFilterConfig> {
@@ -406,7 +399,7 @@ class AuthzFilter implements Filter {
   ): PhaseResult {
     if (!verifier) return result ? this.enforce(stream, result) : FilterStatus.Continue;
     const edits = stream.get(UPSTREAM_HEADER_EDITS);
-    const headers = edits ? overlayHeaders(attrs.headers!, edits) : attrs.headers!;
+    const headers = edits ? withHeaderEdits(attrs.headers!, edits) : attrs.headers!;
     return verifier
       .authenticate({
         method: stream.method,
@@ -430,7 +423,7 @@ class AuthzFilter implements Filter {
           if (r.jwt) stream.set(REQUEST_JWT, r.jwt);
           if (evaluator.empty) return FilterStatus.Continue;
           const all = stream.get(UPSTREAM_HEADER_EDITS);
-          const next = evaluator.evaluate({ ...attrs, jwt: r.jwt, headers: all ? overlayHeaders(attrs.headers!, all) : attrs.headers });
+          const next = evaluator.evaluate({ ...attrs, jwt: r.jwt, headers: all ? withHeaderEdits(attrs.headers!, all) : attrs.headers });
           // A CUSTOM provider already allowed this request: keep its mark on the result.
           const final = result?.custom && !next.custom ? { ...next, custom: result.custom } : next;
           stream.set(AUTHZ_RESULT, final);

@@ -1,7 +1,8 @@
 /**
- * The admin server (Istio's 15020 / Envoy admin, reduced): `/healthz/ready`, `/stats/prometheus`,
- * `/config_dump`. Also used, with only `/healthz/ready`, as the readiness server on 15021. Handlers
- * are cheap and never touch the data path.
+ * The admin server (Istio's 15020 / Envoy admin, reduced): `/` (the list of what it serves, as
+ * Envoy's admin home page), `/healthz/ready`, `/stats/prometheus`, `/config_dump`. Also used, with
+ * only `/healthz/ready`, as the readiness server on 15021. Handlers are cheap and never touch the
+ * data path.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -18,14 +19,26 @@ export interface AdminHandlers {
   configDump?(): unknown;
 }
 
+/** The endpoints a server with handlers `h` serves, with one line saying what each is. */
+function endpoints(h: AdminHandlers): [string, string][] {
+  const list: [string, string][] = [];
+  if (h.configDump) list.push(['/config_dump', 'bootstrap config, mesh state, certificate, listeners and routing in force (JSON)']);
+  if (h.metrics) list.push(['/stats/prometheus', 'metrics: process and istio_* (Prometheus text format)']);
+  list.push(['/healthz/ready', '200 when ready for traffic, 503 while draining']);
+  return list;
+}
+
 /**
- * An admin or readiness HTTP server. GET/HEAD only (405 otherwise), 404 for unknown paths, 503 on
- * `/healthz/ready` while draining.
+ * An admin or readiness HTTP server. GET/HEAD only (405 otherwise), `/` lists the endpoints, 404
+ * for unknown paths, 503 on `/healthz/ready` while draining.
  */
 export class AdminServer {
   readonly server: http.Server;
 
   constructor(h: AdminHandlers) {
+    const list = endpoints(h);
+    const width = Math.max(...list.map(([p]) => p.length));
+    const index = `node-waypoint admin\n\n${list.map(([p, what]) => `  ${p.padEnd(width)}  ${what}\n`).join('')}`;
     this.server = http.createServer((req, res) => {
       const path = (req.url ?? '/').split('?')[0];
       if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'text/plain', 'method not allowed\n');
@@ -38,6 +51,7 @@ export class AdminServer {
         );
         return;
       }
+      if (path === '/') return send(res, 200, 'text/plain; charset=utf-8', index);
       if (path === '/config_dump' && h.configDump) return send(res, 200, 'application/json', `${JSON.stringify(h.configDump(), null, 2)}\n`);
       send(res, 404, 'text/plain', 'not found\n');
     });

@@ -10,6 +10,9 @@ export type Predicate = (ctx: EvalContext) => boolean;
 
 const UNSET = Symbol('unset');
 
+/** Pseudo-headers a `request.headers[...]` condition reads from the request attributes, not the header list. */
+export const PSEUDO_HEADERS: ReadonlySet<string> = new Set([':authority', ':method', ':path']);
+
 /**
  * Mutable on purpose: an evaluator reuses one instance per check ({@link EvalContext.reset}) so a
  * decision allocates nothing but its result. Checks are synchronous, so no two overlap.
@@ -56,15 +59,18 @@ export class EvalContext {
   }
 
   /**
-   * A request header by lower-case name, duplicates joined with `,`. Envoy's header map also holds
-   * the pseudo-headers `:authority`, `:method` and `:path`.
+   * `:authority`, `:method` or `:path` (names in {@link PSEUDO_HEADERS}): Envoy's header map holds
+   * these pseudo-headers too, each with one value.
    */
-  header(name: string): string | undefined {
-    if (name.charCodeAt(0) === 0x3a) {
-      if (name === ':authority') return this.attrs.host;
-      if (name === ':method') return this.attrs.method;
-      if (name === ':path') return this.attrs.path;
-    }
-    return this.attrs.headers?.get(name);
+  pseudoHeader(name: string): string | undefined {
+    if (name === ':authority') return this.attrs.host;
+    if (name === ':method') return this.attrs.method;
+    if (name === ':path') return this.attrs.path;
+    return undefined;
+  }
+
+  /** The values of a request header by lower-case name, one per header field (see `HeaderLookup`). */
+  headerValues(name: string): readonly string[] | undefined {
+    return this.attrs.headers?.values(name);
   }
 }

@@ -4,12 +4,12 @@
  * one policy value into a {@link Predicate}; `httpOnly` attributes cannot be evaluated on a TCP
  * connection (authz.md §6.1, GEN's `"... is HTTP only"` errors).
  */
-import type { Predicate } from './context.ts';
+import { PSEUDO_HEADERS, type Predicate } from './context.ts';
 import { cidrMatcher } from './ip-match.ts';
 import { claimMatcher, parseClaimPath, requestPrincipalMatcher } from './jwt.ts';
 import { compilePathTemplate, isPathTemplate } from './path-template.ts';
 import { CLAIMS_KEY, EXPERIMENTAL_KEY, HEADER_KEY } from './policy.ts';
-import { escapeRegex, fullMatchRegex, headerMatcher, hostMatcher, stringMatcher } from './string-match.ts';
+import { anyHeaderValue, escapeRegex, fullMatchRegex, headerMatcher, hostMatcher, stringMatcher } from './string-match.ts';
 
 /** Builds matchers for one attribute key. */
 export interface Generator {
@@ -162,14 +162,19 @@ const sni: Generator = {
   },
 };
 
-/** `request.headers[<name>]` (GEN `requestHeaderGenerator`). */
+/**
+ * `request.headers[<name>]` (GEN `requestHeaderGenerator`): every field of the header is tested on
+ * its own ({@link anyHeaderValue}); `:authority`, `:method` and `:path` are one value each.
+ */
 function requestHeader(name: string): Generator {
   const lower = name.toLowerCase();
   return {
     httpOnly: true,
     value(v) {
       const m = headerMatcher(v);
-      return (ctx) => m(ctx.header(lower));
+      if (PSEUDO_HEADERS.has(lower)) return (ctx) => m(ctx.pseudoHeader(lower));
+      const any = anyHeaderValue(m);
+      return (ctx) => any(ctx.headerValues(lower));
     },
   };
 }

@@ -1,37 +1,88 @@
 /**
- * {@link HeaderLookup} adapters: request headers as `request.headers[...]` conditions see them,
- * every value of a name joined with `,` and no space (authz.md §5.5; Envoy's header matchers run
- * on the concatenated value). Names compare case-insensitively.
+ * {@link HeaderLookup} adapters: request headers as the engine sees them, one list of values per
+ * lower-case name, each header field's value on its own and in arrival order (HTTP/1.1 lines and
+ * HTTP/2 fields alike), so `request.headers[...]` conditions can test every value by itself as
+ * Envoy's header matcher does since GHSA-ghc4-35x6-crw5 (see `string-match.ts`
+ * {@link anyHeaderValue}). `get` keeps the comma-joined form for callers that read one string
+ * (JWT extraction).
+ *
+ * `cookie` is the exception: its fields are one value joined with `; `, as RFC 9113 §8.2.3
+ * requires of HTTP/2 cookie crumbs before any other use (an HTTP/1.1 client sends one line).
  */
 import type { HeaderLookup } from './types.ts';
+
+const COOKIE = 'cookie';
+
+function join(lowerName: string, values: readonly string[]): string {
+  return values.join(lowerName === COOKIE ? '; ' : ',');
+}
+
+/** Cookie crumbs as one value; every other header as its fields. */
+function asValues(lowerName: string, values: string[]): readonly string[] {
+  return lowerName === COOKIE && values.length > 1 ? [values.join('; ')] : values;
+}
 
 /**
  * Over a flat raw list `[name, value, name, value, ...]` (Node's `rawHeaders`, `HeaderList.raw`).
  * Linear scan per lookup: a request has few headers and only rules that name a header look one up.
  */
 export function headersFromRaw(raw: readonly string[]): HeaderLookup {
+  const values = (lowerName: string): readonly string[] | undefined => {
+    let found: string[] | undefined;
+    for (let i = 0; i < raw.length; i += 2) {
+      const name = raw[i];
+      if (name.length !== lowerName.length || name.toLowerCase() !== lowerName) continue;
+      (found ??= []).push(raw[i + 1]);
+    }
+    return found && asValues(lowerName, found);
+  };
   return {
-    get(lowerName: string): string | undefined {
-      let joined: string | undefined;
-      for (let i = 0; i < raw.length; i += 2) {
-        const name = raw[i];
-        if (name.length !== lowerName.length || name.toLowerCase() !== lowerName) continue;
-        joined = joined === undefined ? raw[i + 1] : `${joined},${raw[i + 1]}`;
-      }
-      return joined;
+    values,
+    get(lowerName) {
+      const v = values(lowerName);
+      return v && join(lowerName, v);
     },
   };
 }
 
-/** Over a record of name → value or values (names in any case); built once, then O(1) lookups. */
+/**
+ * Over a record of name → value or values (names in any case; a list = several fields, one string =
+ * one field even with commas in it); built once, then O(1) lookups.
+ */
 export function headersFromRecord(headers: Readonly<Record<string, string | readonly string[] | undefined>>): HeaderLookup {
-  const joined = new Map<string, string>();
+  const byName = new Map<string, string[]>();
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined) continue;
     const lower = name.toLowerCase();
-    const text = typeof value === 'string' ? value : value.join(',');
-    const prev = joined.get(lower);
-    joined.set(lower, prev === undefined ? text : `${prev},${text}`);
+    const list = byName.get(lower) ?? [];
+    if (typeof value === 'string') list.push(value);
+    else list.push(...value);
+    byName.set(lower, list);
   }
-  return { get: (lowerName: string) => joined.get(lowerName) };
+  const values = new Map<string, readonly string[]>();
+  for (const [name, list] of byName) values.set(name, asValues(name, list));
+  return {
+    values: (lowerName) => values.get(lowerName),
+    get(lowerName) {
+      const v = values.get(lowerName);
+      return v && join(lowerName, v);
+    },
+  };
+}
+
+/**
+ * `base` after earlier filters changed some headers (ext_authz, JWT output): each edit replaces every
+ * field of its name with one value (undefined: removed); the last edit of a name wins.
+ */
+export function withHeaderEdits(base: HeaderLookup, edits: readonly (readonly [string, string | undefined])[]): HeaderLookup {
+  const changed = new Map<string, string | undefined>();
+  for (const [name, value] of edits) changed.set(name.toLowerCase(), value);
+  return {
+    values(lowerName) {
+      if (!changed.has(lowerName)) return base.values(lowerName);
+      const v = changed.get(lowerName);
+      return v === undefined ? undefined : [v];
+    },
+    get: (lowerName) => (changed.has(lowerName) ? changed.get(lowerName) : base.get(lowerName)),
+  };
 }

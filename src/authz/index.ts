@@ -12,7 +12,7 @@
  */
 export { authzFor, compileAuthz, ruleId, type CompiledAuthz, type TargetAuthz } from './compile.ts';
 export { Evaluator, rbacDeniedDetails } from './evaluator.ts';
-export { headersFromRaw, headersFromRecord } from './headers.ts';
+export { headersFromRaw, headersFromRecord, withHeaderEdits } from './headers.ts';
 export { normalizeRequestPath, type NormalizedPath, type PathNormalization } from './path-normalize.ts';
 export { parsePolicy, type AuthorizationPolicy } from './policy.ts';
 export type { ExtAuthzProvider } from './providers.ts';

@@ -8,6 +8,7 @@
  *   Only a leading or trailing `*` is special; a `*` elsewhere is a literal character.
  * - `HeaderMatcher(v)`: `*` → header present (even with an empty value); else the string matcher.
  * - `HostMatcher(v)`: as `HeaderMatcher`, case-insensitive.
+ * - A header sent as several fields: see {@link anyHeaderValue}.
  * Envoy's regexes are RE2 full matches; they are built here as anchored JavaScript RegExps.
  */
 
@@ -58,6 +59,25 @@ export function stringMatcher(value: string, prefix = ''): ValuePredicate {
 export function headerMatcher(value: string): ValuePredicate {
   if (value === '*') return (v) => v !== undefined;
   return stringMatcher(value);
+}
+
+/**
+ * A header matcher over every field of one header, as Envoy matches since GHSA-ghc4-35x6-crw5
+ * (CVE-2026-26308; envoyproxy/envoy changelogs/1.37.1.yaml "rbac", and 1.39.0.yaml "http" for every
+ * other `HeaderMatcher`): each field's value is tested on its own and the matcher matches when any
+ * one does; the comma-joined string is no longer tested. So with `x-role: user` and `x-role: admin`
+ * as two fields, `admin` matches and `user,admin` does not, while one field `user,admin` is still
+ * one value. Before the fix the joined `user,admin` was the only thing tested, and a DENY on
+ * `admin` let the request through. A header that is absent matches nothing; `notValues` negate the
+ * result (Istio negates them with RBAC `not_id`), so `notValues: [admin]` holds only when no field is
+ * `admin`.
+ */
+export function anyHeaderValue(m: ValuePredicate): (values: readonly string[] | undefined) => boolean {
+  return (values) => {
+    if (values === undefined) return false;
+    for (let i = 0; i < values.length; i++) if (m(values[i])) return true;
+    return false;
+  };
 }
 
 /**

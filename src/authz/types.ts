@@ -15,11 +15,16 @@ export type AuthzAction = 'ALLOW' | 'DENY' | 'AUDIT' | 'CUSTOM';
 export type Decision = 'ALLOW' | 'DENY';
 
 /**
- * Request headers for `request.headers[...]` conditions. `get` receives a lower-case name and
- * returns every value of that header joined with `,` (no space, authz.md §5.5 "duplicate
- * headers"), or undefined when the header is absent. See `headers.ts` for adapters.
+ * Request headers for `request.headers[...]` conditions (see `headers.ts` for adapters). Names are
+ * given in lower case; an absent header is undefined.
  */
 export interface HeaderLookup {
+  /**
+   * Each header field's value on its own, in arrival order: what header conditions test, value by
+   * value (GHSA-ghc4-35x6-crw5). `cookie` crumbs come back as one `; `-joined value.
+   */
+  values(lowerName: string): readonly string[] | undefined;
+  /** Every value joined with `,` (no space; `cookie` with `; `), for callers that read one string. */
   get(lowerName: string): string | undefined;
 }
 

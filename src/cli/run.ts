@@ -4,13 +4,26 @@
 import { Command } from 'commander';
 import { Waypoint, addr } from '../app.ts';
 import { loadBootstrap, overrideBootstrap } from '../config/bootstrap.ts';
+import { REQUIRED, checkListenFlag, namingListenFlags, writePidFile, type ListenFlag } from './flags.ts';
 import { onTerminate } from './signals.ts';
+
+interface RunOptions {
+  mesh: string;
+  config?: string;
+  meshConfig?: string;
+  caDir?: string;
+  gateway?: string;
+  hbone?: string;
+  admin?: string;
+  readiness?: string;
+  pidFile?: string;
+}
 
 /** The `run` command. Config errors propagate as ConfigError (printed as `file:line: ...`, exit 1). */
 export function runCommand(): Command {
   return new Command('run')
     .description('run the waypoint: HBONE listener, filter chain, HBONE upstream')
-    .requiredOption('--mesh <file>', 'mesh state: multi-document YAML of Namespace, Service, Pod, ServiceEntry, WorkloadEntry, Gateway, istio ConfigMap, policies (watched)')
+    .requiredOption('--mesh <file>', `mesh state: multi-document YAML of Namespace, Service, Pod, ServiceEntry, WorkloadEntry, Gateway, istio ConfigMap, policies (watched)${REQUIRED}`)
     .option('--config <file>', 'bootstrap config (waypoint.yaml): listeners, filters, limits, timeouts')
     .option('--mesh-config <file>', 'Istio MeshConfig YAML (overrides the istio ConfigMap in the mesh file)')
     .option('--ca-dir <dir>', 'mesh CA directory with root-cert.pem and root-key.pem (default: the state directory CA, created on first use)')
@@ -18,19 +31,29 @@ export function runCommand(): Command {
     .option('--hbone <addr>', 'HBONE listen address (default 0.0.0.0:15008)')
     .option('--admin <addr>', 'admin listen address (default 127.0.0.1:15020)')
     .option('--readiness <addr>', 'readiness listen address (default 0.0.0.0:15021; "" disables)')
-    .action(async (o: { mesh: string; config?: string; meshConfig?: string; caDir?: string; gateway?: string; hbone?: string; admin?: string; readiness?: string }) => {
+    .option('--pid-file <file>', "write the waypoint's PID here once it is listening (removed on exit)")
+    .action(async (o: RunOptions) => {
+      const flags: ListenFlag[] = [];
+      for (const [flag, value] of [['--hbone', o.hbone], ['--admin', o.admin], ['--readiness', o.readiness]] as const) {
+        if (value === undefined) continue;
+        checkListenFlag(flag, value, flag === '--readiness');
+        flags.push({ flag, value });
+      }
       const bootstrap = overrideBootstrap(loadBootstrap(o.config), { listeners: { hbone: o.hbone, admin: o.admin, readiness: o.readiness } });
-      const wp = await Waypoint.start({ bootstrap, meshFile: o.mesh, meshConfigFile: o.meshConfig, gateway: o.gateway, caDir: o.caDir, configFile: o.config });
+      const wp = await namingListenFlags(flags, () =>
+        Waypoint.start({ bootstrap, meshFile: o.mesh, meshConfigFile: o.meshConfig, gateway: o.gateway, caDir: o.caDir, configFile: o.config }),
+      );
       const w = wp.mesh.current.waypoint;
       process.stdout.write(
         `waypoint ${w.namespace}/${w.name} (${w.identity})\n` +
           `  CA:        ${wp.caDir}${wp.caCreated ? ' (created)' : ''}\n` +
           `  HBONE:     ${addr(wp.addresses.hbone)}\n` +
-          `  admin:     http://${addr(wp.addresses.admin)}/config_dump\n` +
+          `  admin:     http://${addr(wp.addresses.admin)}/\n` +
           (wp.addresses.readiness ? `  readiness: http://${addr(wp.addresses.readiness)}/healthz/ready\n` : ''),
       );
       onTerminate(() => wp.shutdown());
       // SIGHUP re-reads the mesh file now (it is also watched), as daemons conventionally do.
       process.on('SIGHUP', () => void wp.mesh.reload());
+      if (o.pidFile) writePidFile(o.pidFile);
     });
 }

@@ -52,6 +52,8 @@ export interface TopologyOptions {
   readonly extraFilters?: readonly FilterFactory<unknown>[];
   /** HTTP/2 settings of the tunnel and inbound roles (default ztunnel's); the waypoint's come from `bootstrap.http2`. */
   readonly roleHttp2?: Http2Params;
+  /** MeshConfig `accessLogFile` of the generated mesh (default: none, the access log is off, as in Istio). */
+  readonly accessLogFile?: string;
 }
 
 /** Handles of a started topology; `close()` stops everything it started, in reverse order. */
@@ -98,7 +100,7 @@ metadata: { name: istio, namespace: istio-system }
 data:
   mesh: |
     trustDomain: ${o.trustDomain ?? 'cluster.local'}
----
+${o.accessLogFile ? `    accessLogFile: ${o.accessLogFile}\n` : ''}---
 apiVersion: v1
 kind: Namespace
 metadata:

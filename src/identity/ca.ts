@@ -98,6 +98,42 @@ async function importSigningKey(pem: string): Promise<wc.CryptoKey> {
   throw new Error(`unsupported key type ${key.asymmetricKeyType}`);
 }
 
+const PEM_BLOCK = /-----BEGIN ([A-Z0-9 ]+)-----[\s\S]*?-----END \1-----/g;
+
+/**
+ * Read a trust-root file (a role's `--ca`): PEM certificates, every one a CA (basicConstraints
+ * CA:true), as `root-cert.pem` of {@link LocalCa.init} is. Returns the PEM text.
+ * @throws Error saying what the file is instead: missing, a private key, a workload (leaf)
+ *   certificate, or no PEM certificate at all.
+ */
+export async function readTrustRoot(file: string): Promise<string> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new Error(code === 'ENOENT' ? 'the file does not exist' : `cannot read it: ${(err as Error).message}`, { cause: err });
+  }
+  const blocks = [...text.matchAll(PEM_BLOCK)];
+  const hint = `give the mesh root certificate (${ROOT_CERT_FILE} in the directory of \`waypoint ca init\`)`;
+  if (blocks.some((b) => b[1].endsWith('PRIVATE KEY'))) throw new Error(`it holds a private key, not a CA certificate: ${hint}`);
+  const certs = blocks.filter((b) => b[1] === 'CERTIFICATE');
+  if (certs.length === 0) throw new Error(`it holds no PEM certificate: ${hint}`);
+  for (const [pem] of certs) {
+    let cert: NodeX509;
+    try {
+      cert = new NodeX509(pem);
+    } catch (err) {
+      throw new Error(`it holds a PEM certificate that cannot be parsed (${(err as Error).message}): ${hint}`, { cause: err });
+    }
+    if (!cert.ca) {
+      const san = cert.subjectAltName ? ` for ${cert.subjectAltName.replace(/^URI:/, '')}` : '';
+      throw new Error(`it holds a workload certificate${san}, not a CA certificate (basicConstraints CA:true missing): ${hint}`);
+    }
+  }
+  return text;
+}
+
 /**
  * The local mesh CA. Create with {@link LocalCa.load}, {@link LocalCa.init} or
  * {@link LocalCa.ensure}; then {@link LocalCa.issue} leaves for SPIFFE ids of its trust domain.

@@ -5,40 +5,43 @@
  * choose the filter chain by the port's protocol as Istio's waypoint does (IS:listener_waypoint.go):
  *  - HTTP-family ports (http, http2, grpc, grpc-web): answer 200 and serve HTTP inside the tunnel,
  *    HTTP/1.x or h2c with prior knowledge as the client's first bytes show (Envoy's codec AUTO);
- *  - TCP and other declared ports: open the upstream tunnel first, answer 200 only once it is up
- *    (503 otherwise, as ztunnel answers only after its upstream connect), then relay bytes;
+ *  - TCP and other declared ports: handed to the TCP terminal (the router layer's TCP proxy),
+ *    which answers 200 only once its upstream is up (503 otherwise), then relays bytes;
  *  - undeclared ports and workload-addressed traffic: answer 200, sniff the first bytes (Envoy's
  *    http_inspector); HTTP/1.x or the HTTP/2 preface ⇒ HTTP, anything else, or silence for the
  *    detection timeout ⇒ TCP, so server-first protocols work (pitfall G1).
  * Unknown target ⇒ 503 (deliberately clearer than Envoy's 200-then-close with `NR`).
  */
-import http2, { type ServerHttp2Stream } from 'node:http2';
+import type { ServerHttp2Stream } from 'node:http2';
 import type { HboneRequest } from '../hbone/server.ts';
 import { respondAndClose } from '../hbone/server.ts';
-import { relay, teardown } from '../hbone/relay.ts';
+import { teardown } from '../hbone/relay.ts';
 import type { InnerHttpServer } from '../inner-http/server.ts';
 import type { FilterChain } from '../pipeline/chain.ts';
 import { ConnectionContext, type ConnectInfo } from '../pipeline/context.ts';
 import { FilterStatus } from '../pipeline/filter.ts';
 import { isHttpProtocol } from '../state/protocol.ts';
 import type { MeshSnapshot, PortProtocol, Target } from '../state/types.ts';
-import { connectResponseHeaders, exchangePeer, type ClusterManager } from '../upstream/cluster-manager.ts';
-import { clusterName } from '../upstream/cluster-name.ts';
-import { CONNECTION_ADMISSION } from '../netpol/admission.ts';
-import { sourceIp } from '../upstream/hash-policy.ts';
-import { pickEndpoint } from '../upstream/pick-endpoint.ts';
-import { xxHash64 } from '../upstream/xxhash.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
 import { log } from '../util/log.ts';
 import { sniff } from './sniff.ts';
 
-/** What the connection phase reads: current mesh and chain, the inner HTTP server, the upstream. */
+/**
+ * The terminal of TCP tunnels (the router layer's TCP proxy, Envoy's tcp_proxy): relays `stream`
+ * to an upstream of `conn`'s target. `answered`: the CONNECT already got its 200 (sniffed ports).
+ * `head`: bytes the client sent (and ended after) while being sniffed. Settles when the tunnel is
+ * over; never rejects.
+ */
+export interface TcpTerminal {
+  proxy(stream: ServerHttp2Stream, conn: ConnectionContext, chain: FilterChain, answered: boolean, head: Buffer | undefined): Promise<void>;
+}
+
+/** What the connection phase reads: current mesh and chain, the inner HTTP server, the TCP terminal. */
 export interface WaypointListenerDeps {
   readonly mesh: { readonly current: MeshSnapshot };
   /** The chain current at each CONNECT (captured for the tunnel's lifetime). */
   readonly chain: { readonly current: FilterChain };
   readonly inner: InnerHttpServer;
-  readonly clusters: ClusterManager;
+  readonly tcp: TcpTerminal;
   /** How long (ms) an undeclared port waits for the client's first bytes before treating it as TCP. */
   readonly protocolDetectionTimeoutMs: number;
 }
@@ -95,7 +98,7 @@ function admitted(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: C
     stream.respond({ ':status': 200 });
     void detect(deps, stream, conn, chain, deps.protocolDetectionTimeoutMs);
   } else {
-    void relayTcp(deps.clusters, stream, conn, chain, false, undefined);
+    void deps.tcp.proxy(stream, conn, chain, false, undefined);
   }
 }
 
@@ -119,66 +122,7 @@ async function detect(deps: WaypointListenerDeps, stream: ServerHttp2Stream, con
     teardown(stream);
     return;
   }
-  await relayTcp(deps.clusters, stream, conn, chain, true, head);
-}
-
-/**
- * Relay a TCP tunnel. `answered`: the CONNECT already got its 200 (sniffed ports), so an
- * upstream failure resets the stream instead of answering 503. `head`: bytes the client sent
- * (and ended after) while being sniffed, forwarded first.
- */
-async function relayTcp(clusters: ClusterManager, stream: ServerHttp2Stream, conn: ConnectionContext, chain: FilterChain, answered: boolean, head: Buffer | undefined): Promise<void> {
-  conn.innerProtocol = 'TCP';
-  conn.upstreamCluster = clusterName(conn.target, 'tcp');
-  // A DestinationRule's policy for the cluster: its balancer (a consistent hash only on the source
-  // IP, the one key Envoy's tcp_proxy hashes), outlier ejections and `tcp.maxConnections`.
-  const cluster = clusters.clusterFor(conn.target);
-  const hash = cluster?.policy.loadBalancer.consistentHash?.key.kind === 'sourceIp' ? xxHash64(sourceIp(conn)) : undefined;
-  // In the NetworkPolicy mode, only endpoints admitting the original client (decided at CONNECT).
-  const ep = pickEndpoint(clusters.lb, conn.target, conn.info.targetIp, undefined, { admit: conn.get(CONNECTION_ADMISSION)?.admit, cluster, hash });
-  if (!ep) {
-    conn.responseFlags = ResponseFlag.NoHealthyUpstream;
-    return failTcp(stream, answered, 'no healthy upstream');
-  }
-  conn.endpoint = ep;
-  conn.upstreamHost = ep.authority;
-  if (cluster && !cluster.admitConnection()) {
-    // Envoy's tcp_proxy on a full `max_connections` circuit breaker: the connection is refused, flag UO.
-    conn.responseFlags = ResponseFlag.UpstreamOverflow;
-    return failTcp(stream, answered, 'upstream overflow');
-  }
-  clusters.lb.start(ep);
-  try {
-    let upstream;
-    try {
-      upstream = await clusters.openTcp(ep, 'tcp', cluster);
-    } catch (err) {
-      log.debug({ err: (err as Error).message, endpoint: ep.authority }, 'upstream connect failed');
-      conn.responseFlags = ResponseFlag.UpstreamConnectionFailure;
-      return failTcp(stream, answered, 'upstream connect error');
-    }
-    if (stream.destroyed || stream.closed) {
-      upstream.destroy();
-      return;
-    }
-    if (!answered) stream.respond({ ':status': 200 });
-    conn.upstreamConnectHeaders = connectResponseHeaders(upstream);
-    conn.upstreamExchangePeer = exchangePeer(upstream);
-    chain.runUpstreamConnected(conn);
-    if (head) {
-      conn.bytesReceived += head.length;
-      upstream.write(head);
-    }
-    await relay(stream, upstream, conn);
-  } finally {
-    clusters.lb.finish(ep);
-    cluster?.releaseConnection();
-  }
-}
-
-function failTcp(stream: ServerHttp2Stream, answered: boolean, message: string): void {
-  if (!answered) return respondAndClose(stream, 503, message);
-  if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_CONNECT_ERROR);
+  await deps.tcp.proxy(stream, conn, chain, true, head);
 }
 
 function protocolOf(target: Target): PortProtocol {

@@ -4,7 +4,7 @@
  * destination sees the waypoint's address instead).
  */
 import type { ConnectInfo } from '../pipeline/context.ts';
-import { forwardedFor } from '../router/forwarded.ts';
+import { forwardedFor } from '../peer/forwarded.ts';
 import type { MeshSnapshot, Workload } from '../state/types.ts';
 
 /** The source a NetworkPolicy is evaluated against. */

@@ -22,7 +22,7 @@
  *   504 `UT` (envoyproxy/envoy#12131).
  *
  * No retries: an upgrade or a streamed upload cannot be replayed. Failures map to Envoy's flags
- * with the router's own {@link classify}: no endpoint 503 `UH`, connect failure 503 `UF`, reset
+ * as the router's do (upstream/failure.ts): no endpoint 503 `UH`, connect failure 503 `UF`, reset
  * before the response 503 `UC`; after the response started the downstream is reset and the flag
  * recorded; after a 101 the side that failed first decides the flag (`UC` upstream, `DC`
  * downstream).
@@ -35,12 +35,14 @@ import { joinWritev } from '../hbone/writev-fix.ts';
 import type { StreamContext } from '../pipeline/context.ts';
 import { HeaderList, stripHopByHop } from '../pipeline/headers.ts';
 import { asksForContinue } from '../pipeline/request-body.ts';
-import type { Endpoint, Target } from '../state/types.ts';
+import type { Target } from '../state/types.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
 import { replyIfAllRefused } from '../netpol/admission.ts';
 import { connectResponseHeaders, type ClusterManager } from '../upstream/cluster-manager.ts';
+import { isConnectFailure, NO_HEALTHY_UPSTREAM, upstreamFailure } from '../upstream/failure.ts';
+import type { UpstreamLease } from '../upstream/pick-endpoint.ts';
 import { log } from '../util/log.ts';
-import { classify, isConnectFailure, startAttempt } from './router.ts';
+import { startAttempt } from './upstream-request.ts';
 
 /** Which of the two cases an exchange is. */
 export type DedicatedKind = 'upgrade' | 'continue';
@@ -117,26 +119,24 @@ class DedicatedExchange {
   readonly stream: StreamContext;
   private readonly clusters: ClusterManager;
   private readonly r: DedicatedRequest;
-  private ep: Endpoint | undefined;
+  /** The endpoint of the current connect attempt, counted active in the load balancer until released. */
+  private lease: UpstreamLease | undefined;
   private tunnel: Duplex | undefined;
   private creq: ClientRequest | undefined;
   private timer: NodeJS.Timeout | undefined;
   /** Nothing more is to be done upstream (answered, failed, cancelled, timed out or upgraded). */
   private over: boolean;
-  /** The load balancer's active-request slot was released. */
-  private released: boolean;
   private sent100: boolean;
 
   constructor(stream: StreamContext, clusters: ClusterManager, r: DedicatedRequest) {
     this.stream = stream;
     this.clusters = clusters;
     this.r = r;
-    this.ep = undefined;
+    this.lease = undefined;
     this.tunnel = undefined;
     this.creq = undefined;
     this.timer = undefined;
     this.over = false;
-    this.released = true;
     this.sent100 = false;
   }
 
@@ -148,15 +148,15 @@ class DedicatedExchange {
   /** Pick an endpoint (avoiding `tried`) and open its tunnel. */
   private connect(target: Target, tried: string[] | undefined): void {
     const s = this.stream;
-    const ep = startAttempt(this.clusters, target, s, tried);
-    if (!ep) {
+    const lease = startAttempt(this.clusters, target, s, tried);
+    if (!lease) {
       this.over = true;
       this.closeDownstreamAfterReply();
-      if (!replyIfAllRefused(s, target)) s.sendLocalReply(503, undefined, ResponseFlag.NoHealthyUpstream, 'no_healthy_upstream');
+      if (!replyIfAllRefused(s, target)) s.sendLocalReply(NO_HEALTHY_UPSTREAM.status, undefined, NO_HEALTHY_UPSTREAM.flag, NO_HEALTHY_UPSTREAM.details);
       return;
     }
-    this.ep = ep;
-    this.released = false;
+    this.lease = lease;
+    const ep = lease.ep;
     s.abortUpstream = this;
     this.clusters.openTcp(ep, 'http/1.1').then(
       (t) => this.onTunnel(t),
@@ -319,9 +319,9 @@ class DedicatedExchange {
       s.bytesSent += result.bytesSent;
       if (result.error && s.responseFlags === ResponseFlag.None) {
         if (firstFailure === 'upstream') {
-          const [flag, details] = classify(result.error, true);
-          s.addFlag(flag);
-          s.responseCodeDetails = details;
+          const f = upstreamFailure(result.error, true);
+          s.addFlag(f.flag);
+          s.responseCodeDetails = f.details;
         } else {
           s.addFlag(ResponseFlag.DownstreamConnectionTermination);
           s.responseCodeDetails = 'downstream_remote_disconnect';
@@ -339,15 +339,15 @@ class DedicatedExchange {
     this.finish();
     const s = this.stream;
     if (s.downstreamClosed || s.res.writableEnded) return;
-    const [flag, details] = classify(err, s.res.headersSent);
+    const f = upstreamFailure(err, s.res.headersSent);
     if (s.res.headersSent) {
-      s.addFlag(flag);
-      s.responseCodeDetails = details;
+      s.addFlag(f.flag);
+      s.responseCodeDetails = f.details;
       s.resetDownstream();
       return;
     }
     this.closeDownstreamAfterReply();
-    s.sendLocalReply(undefined, undefined, flag, details);
+    s.sendLocalReply(f.status, undefined, f.flag, f.details);
   }
 
   /** Called by the core when the downstream went away before the response completed. */
@@ -408,9 +408,7 @@ class DedicatedExchange {
   }
 
   private release(): void {
-    if (this.released) return;
-    this.released = true;
-    if (this.ep) this.clusters.lb.finish(this.ep);
+    this.lease?.release();
   }
 
   private clearTimer(): void {

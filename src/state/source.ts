@@ -1,11 +1,14 @@
 /**
  * Read the YAML people `kubectl apply`: a multi-document stream of Kubernetes objects (a `kind: List`
  * with `items` is flattened), each remembered with where it came from so later validation can
- * report `file:line`, the document index, the object and the field.
+ * report `file:line`, the document index, the object and the field. A kind its API group does not
+ * have (`kind: Servce`) is refused as `kubectl apply` refuses it; a workload controller (Deployment,
+ * ...) whose Pods are not in the file gets a warning, since endpoints come from Pods.
  */
 import { Composer, LineCounter, Parser, isMap, isScalar, type Document } from 'yaml';
 
 import { ConfigError, type ConfigLocation } from '../errors.ts';
+import { log } from '../util/log.ts';
 import { runNow, type Stepwise } from '../util/slices.ts';
 import { formatFieldPath, lineOf, nodeAt, type FieldPath } from './yaml-locate.ts';
 
@@ -24,6 +27,65 @@ const CLUSTER_SCOPED: ReadonlySet<string> = new Set([
   'PriorityClass',
   'IngressClass',
 ]);
+
+/**
+ * Every kind of the API groups whose kinds are all known here (Kubernetes built-ins the mesh file
+ * plausibly holds, Istio's CRDs). A kind outside its group's list is refused; groups not listed
+ * (other CRDs, other built-ins) are not checked. Gateway API kinds are only used for hints: its
+ * experimental channel keeps adding kinds, and the routing engine warns about ones it does not know.
+ */
+const KINDS_BY_GROUP: ReadonlyMap<string, ReadonlySet<string>> = new Map(
+  Object.entries({
+    '': 'Binding ComponentStatus ConfigMap Endpoints Event LimitRange Namespace Node PersistentVolume PersistentVolumeClaim Pod PodTemplate ReplicationController ResourceQuota Secret Service ServiceAccount',
+    apps: 'ControllerRevision DaemonSet Deployment ReplicaSet StatefulSet',
+    batch: 'CronJob Job',
+    autoscaling: 'HorizontalPodAutoscaler',
+    policy: 'PodDisruptionBudget',
+    'networking.k8s.io': 'Ingress IngressClass IPAddress NetworkPolicy ServiceCIDR',
+    'discovery.k8s.io': 'EndpointSlice',
+    'rbac.authorization.k8s.io': 'ClusterRole ClusterRoleBinding Role RoleBinding',
+    'networking.istio.io': 'DestinationRule EnvoyFilter Gateway ProxyConfig ServiceEntry Sidecar VirtualService WorkloadEntry WorkloadGroup',
+    'security.istio.io': 'AuthorizationPolicy PeerAuthentication RequestAuthentication',
+    'telemetry.istio.io': 'Telemetry',
+    'extensions.istio.io': 'WasmPlugin',
+  }).map(([group, kinds]) => [group, new Set(kinds.split(' '))]),
+);
+
+/** Kinds named in hints only (`kind: HTTPRoute` under `apiVersion: v1`). */
+const HINT_KINDS: ReadonlyMap<string, ReadonlySet<string>> = new Map([
+  ...KINDS_BY_GROUP,
+  ['gateway.networking.k8s.io', new Set(['Gateway', 'GatewayClass', 'HTTPRoute', 'GRPCRoute', 'ReferenceGrant', 'TCPRoute', 'TLSRoute', 'UDPRoute', 'BackendTLSPolicy'])],
+]);
+
+/** Levenshtein distance, for "did you mean". */
+function distance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const cur = [i];
+    for (let j = 1; j <= b.length; j++) cur[j] = Math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+    prev = cur;
+  }
+  return prev[b.length];
+}
+
+/** Why `kind` cannot be in `apiVersion` (kubectl's "no matches for kind"), with a hint; undefined when it can. */
+function unknownKind(apiVersion: string, kind: string): string | undefined {
+  const slash = apiVersion.lastIndexOf('/');
+  const group = slash < 0 ? '' : apiVersion.slice(0, slash);
+  const kinds = KINDS_BY_GROUP.get(group);
+  if (!kinds || kinds.has(kind)) return undefined;
+  const base = `no matches for kind "${kind}" in version "${apiVersion}"`;
+  const elsewhere = [...HINT_KINDS].filter(([, ks]) => ks.has(kind)).map(([g]) => `apiVersion: ${g === '' ? 'v1' : `${g}/${g === 'autoscaling' ? 'v2' : 'v1'}`}`);
+  if (elsewhere.length) return `${base} (${kind} is \`${elsewhere.join('` or `')}\`)`;
+  let best: string | undefined;
+  let bestDistance = Infinity;
+  for (const k of kinds) {
+    const d = k.toLowerCase() === kind.toLowerCase() ? 0 : distance(k, kind);
+    if (d < bestDistance) [best, bestDistance] = [k, d];
+  }
+  const hint = best !== undefined && bestDistance <= Math.max(2, Math.floor(kind.length / 3)) ? `did you mean ${best}?` : `known kinds: ${[...kinds].join(', ')}`;
+  return `${base} (${hint})`;
+}
 
 interface SourceInit {
   readonly apiVersion: string;
@@ -124,6 +186,7 @@ export function* readObjectsStepwise(text: string, file: string): Stepwise<Sourc
     readDocument(doc, index++);
     yield;
   }
+  warnControllersWithoutPods(out);
   return out;
 
   function readDocument(doc: Document.Parsed, index: number): void {
@@ -170,6 +233,52 @@ export function* readObjectsStepwise(text: string, file: string): Stepwise<Sourc
   }
 }
 
+/** Workload controllers: where their Pods' labels are (`selector.matchLabels`, else the template's). */
+const CONTROLLERS: Readonly<Record<string, FieldPath[]>> = {
+  'apps/Deployment': [['spec', 'selector', 'matchLabels'], ['spec', 'template', 'metadata', 'labels']],
+  'apps/StatefulSet': [['spec', 'selector', 'matchLabels'], ['spec', 'template', 'metadata', 'labels']],
+  'apps/DaemonSet': [['spec', 'selector', 'matchLabels'], ['spec', 'template', 'metadata', 'labels']],
+  'apps/ReplicaSet': [['spec', 'selector', 'matchLabels'], ['spec', 'template', 'metadata', 'labels']],
+  '/ReplicationController': [['spec', 'selector'], ['spec', 'template', 'metadata', 'labels']],
+  'batch/Job': [['spec', 'template', 'metadata', 'labels']],
+  'batch/CronJob': [['spec', 'jobTemplate', 'spec', 'template', 'metadata', 'labels']],
+};
+
+function labelsAt(body: unknown, path: FieldPath): Record<string, string> | undefined {
+  let v: unknown = body;
+  for (const k of path) v = isRecord(v) ? v[k as string] : undefined;
+  if (!isRecord(v)) return undefined;
+  return Object.fromEntries(Object.entries(v).filter((e): e is [string, string] => typeof e[1] === 'string'));
+}
+
+/**
+ * The mesh is read from Pods (their labels and `status.podIP`), as istiod reads it: a Deployment
+ * (or other controller) says nothing about endpoints. Warn for each one whose Pods are not in the
+ * file, and say how to get them.
+ */
+function warnControllersWithoutPods(objects: readonly SourceObject[]): void {
+  let pods: SourceObject[] | undefined;
+  for (const o of objects) {
+    const paths = CONTROLLERS[`${o.group}/${o.kind}`];
+    if (!paths) continue;
+    pods ??= objects.filter((p) => p.group === '' && p.kind === 'Pod');
+    const selector = paths.map((p) => labelsAt(o.body, p)).find((l) => l !== undefined && Object.keys(l).length > 0) ?? {};
+    const matches = pods.some((p) => {
+      if (p.namespace !== o.namespace) return false;
+      const podLabels = labelsAt(p.body, ['metadata', 'labels']) ?? {};
+      return Object.entries(selector).every(([k, v]) => podLabels[k] === v);
+    });
+    if (matches) continue;
+    const at = o.locate();
+    const l = Object.entries(selector).map(([k, v]) => `${k}=${v}`).join(',');
+    const command = `kubectl get pods -n ${o.namespace}${l ? ` -l ${l}` : ''} -o yaml`;
+    log.warn(
+      { file: at.file, line: at.line, document: at.document, object: o.ref },
+      `${at.file}:${at.line}: ${o.ref}: none of its Pods is in the file, so it has no endpoints here: the waypoint reads Pods (labels, status.podIP), not ${o.kind}s. Add them: ${command}`,
+    );
+  }
+}
+
 function toObject(
   value: unknown,
   at: Pick<SourceInit, 'file' | 'document' | 'doc' | 'counter' | 'prefix'>,
@@ -190,6 +299,11 @@ function toObject(
   }
   if (typeof value.kind !== 'string' || value.kind === '') {
     throw new ConfigError('object has no kind (e.g. `kind: Service`)', where(['kind']));
+  }
+  const noKind = unknownKind(value.apiVersion, value.kind);
+  if (noKind) {
+    const ns = isRecord(metadata) && typeof metadata.namespace === 'string' ? `${metadata.namespace}/` : '';
+    throw new ConfigError(noKind, where(['kind'], typeof name === 'string' ? `${value.kind}/${ns}${name}` : undefined));
   }
   if (!isRecord(metadata)) throw new ConfigError(`${label} has no metadata`, where(['metadata']));
   if (typeof name !== 'string' || name === '') {

@@ -287,7 +287,7 @@ export class TrackedAttempt implements UpstreamHandler, Dispatcher.DispatchHandl
   }
 }
 
-/** Errors the router raises itself when it abandons an attempt because the downstream went away (router.ts `cancel`). */
+/** Errors the router raises itself when it abandons an attempt because the downstream went away (request-forwarder.ts `cancel`). */
 function isCancellation(err: Error): boolean {
   return err.message === 'downstream disconnected' || err.message === 'request cancelled' || err.message === 'cancelled';
 }

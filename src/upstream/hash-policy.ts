@@ -13,28 +13,42 @@
  *   tunnel's peer address) as a string;
  * - `httpQueryParameterName`: xxHash64 of the parameter's first value; absent: no hash.
  * No hash: the balancer picks a random endpoint (Envoy's ring hash and maglev without a hash).
+ * The router passes the request's values in ({@link HashRequest}); a TCP connection hashes only
+ * its source IP ({@link connectionHash}).
  */
-import type { StreamContext } from '../pipeline/context.ts';
-import { defineSlot, type Slot } from '../pipeline/slots.ts';
-import { forwardedFor } from '../router/forwarded.ts';
 import { formatHostPort } from '../state/ip.ts';
 import type { HashKey } from './traffic-policy.ts';
 import { uint64ToHex, xxHash64 } from './xxhash.ts';
 
-/** The `Set-Cookie` value generated for a request (the router adds it to the upstream response). */
-export const GENERATED_COOKIE: Slot<string> = defineSlot<string>('envoy.lb.hash_cookie', 'stream');
+/** What a request's hash reads; the router fills it from the stream (this layer knows no stream). */
+export interface HashRequest {
+  /** The original client address (ztunnel's `Forwarded: for=`, else the tunnel's peer address). */
+  readonly sourceIp: string;
+  readonly authority: string;
+  readonly method: string;
+  /** The request's `:path` as received. */
+  readonly path: string;
+  /** The target sent upstream (a filter may have rewritten `path`), whose query parameters hash. */
+  readonly forwardPath: string;
+  /** The value(s) of request header `name` (lower-case); undefined when absent. */
+  header(name: string): string | string[] | undefined;
+  /** The tunnel's addresses: a generated cookie's value hashes the peer's and the dialed one. */
+  readonly connection: { readonly downstreamAddress: string; readonly downstreamPort: number; readonly targetIp: string; readonly targetPort: number };
+  /** Receives the `Set-Cookie` value when a cookie was generated (the router adds it to the response). */
+  setCookie(cookie: string): void;
+}
 
 /** The request's hash for `key`, or undefined when the request carries none (pick at random). */
-export function requestHash(key: HashKey, s: StreamContext): bigint | undefined {
+export function requestHash(key: HashKey, r: HashRequest): bigint | undefined {
   switch (key.kind) {
     case 'header':
-      return headerHash(s, key.name);
+      return headerHash(r, key.name);
     case 'cookie':
-      return cookieHash(s, key.name, key.path, key.ttlMs);
+      return cookieHash(r, key.name, key.path, key.ttlMs);
     case 'sourceIp':
-      return xxHash64(sourceIp(s.conn));
+      return xxHash64(r.sourceIp);
     case 'queryParameter': {
-      const v = queryParameter(s.forwardPath ?? s.path, key.name);
+      const v = queryParameter(r.forwardPath, key.name);
       return v === undefined ? undefined : xxHash64(v);
     }
     case 'none':
@@ -42,18 +56,18 @@ export function requestHash(key: HashKey, s: StreamContext): bigint | undefined 
   }
 }
 
-/** The original client address of a tunnel (`conn`): ztunnel's `Forwarded: for=`, else the HBONE peer address. */
-export function sourceIp(conn: { readonly info: { readonly forwarded: string; readonly downstreamAddress: string } }): string {
-  return forwardedFor(conn.info.forwarded) ?? conn.info.downstreamAddress;
+/** A TCP connection's hash for `key`: only the source IP, the one key Envoy's tcp_proxy hashes. */
+export function connectionHash(key: HashKey, sourceIp: string): bigint | undefined {
+  return key.kind === 'sourceIp' ? xxHash64(sourceIp) : undefined;
 }
 
-function headerHash(s: StreamContext, name: string): bigint | undefined {
+function headerHash(r: HashRequest, name: string): bigint | undefined {
   let values: string[];
-  if (name === ':authority' || name === 'host') values = s.authority ? [s.authority] : [];
-  else if (name === ':path') values = [s.path];
-  else if (name === ':method') values = [s.method];
+  if (name === ':authority' || name === 'host') values = r.authority ? [r.authority] : [];
+  else if (name === ':path') values = [r.path];
+  else if (name === ':method') values = [r.method];
   else {
-    const v = s.req.headers[name];
+    const v = r.header(name);
     values = v === undefined ? [] : Array.isArray(v) ? [...v] : [v];
   }
   if (values.length === 0) return undefined;
@@ -64,17 +78,17 @@ function headerHash(s: StreamContext, name: string): bigint | undefined {
   return h;
 }
 
-function cookieHash(s: StreamContext, name: string, path: string, ttlMs: number | undefined): bigint | undefined {
-  const existing = cookieValue(s.req.headers.cookie, name);
+function cookieHash(r: HashRequest, name: string, path: string, ttlMs: number | undefined): bigint | undefined {
+  const existing = cookieValue(r.header('cookie'), name);
   if (existing !== undefined) return xxHash64(existing);
   if (ttlMs === undefined) return undefined;
-  const info = s.conn.info;
-  const value = uint64ToHex(xxHash64(formatHostPort(info.downstreamAddress, info.downstreamPort) + formatHostPort(info.targetIp, info.targetPort)));
+  const c = r.connection;
+  const value = uint64ToHex(xxHash64(formatHostPort(c.downstreamAddress, c.downstreamPort) + formatHostPort(c.targetIp, c.targetPort)));
   let cookie = `${name}="${value}"`;
   const maxAge = Math.floor(ttlMs / 1000);
   if (maxAge > 0) cookie += `; Max-Age=${maxAge}`;
   if (path) cookie += `; Path=${path}`;
-  s.set(GENERATED_COOKIE, `${cookie}; HttpOnly`);
+  r.setCookie(`${cookie}; HttpOnly`);
   return xxHash64(value);
 }
 

@@ -3,11 +3,17 @@
  * (through the load balancer, or the cluster's DestinationRule policy: outlier ejections,
  * consistent hash, its simple algorithm), or, for workload-addressed traffic, the workload itself
  * on the port the client dialed (IS:listener_waypoint.go `direct-*` chains).
+ *
+ * {@link leaseEndpoint} is the one pick the HTTP router and the TCP proxy share: the pick plus
+ * its accounting (active in the load balancer, a TCP connection under the cluster's
+ * `tcp.maxConnections`) until the lease is released.
  */
 import { formatHostPort } from '../state/ip.ts';
 import type { Endpoint, Target } from '../state/types.ts';
+import type { ClusterManager } from './cluster-manager.ts';
 import type { ClusterState } from './cluster-state.ts';
 import type { LoadBalancer } from './load-balancer.ts';
+import type { HashKey } from './traffic-policy.ts';
 
 /** Optional inputs of {@link pickEndpoint}. */
 export interface PickOptions {
@@ -45,4 +51,63 @@ export function pickEndpoint(lb: LoadBalancer, t: Target, address: string, avoid
   if (!t.workload.healthy) return undefined;
   const ep: Endpoint = { workload: t.workload, address, targetPort: t.port, tunnel: t.workload.tunnelProtocol, authority: formatHostPort(address, t.port) };
   return admit && !admit(ep) ? undefined : ep;
+}
+
+/** Inputs of {@link leaseEndpoint}. */
+export interface LeaseOptions {
+  /** Only endpoints it accepts may be picked (see {@link PickOptions.admit}). */
+  readonly admit?: (ep: Endpoint) => boolean;
+  /** Authorities tried already (a retry prefers another host). */
+  readonly avoid?: readonly string[];
+  /** The consistent hash for the cluster's key; asked only when the cluster's policy hashes. */
+  readonly hash?: (key: HashKey) => bigint | undefined;
+  /** A TCP connection: also counted under the cluster's `tcp.maxConnections` circuit breaker. */
+  readonly connection?: boolean;
+}
+
+/**
+ * An endpoint picked for one HTTP attempt or one TCP connection. While {@link admitted}, it counts
+ * as active in the load balancer (least-request) and, for a connection, under the cluster's
+ * `tcp.maxConnections`, until {@link release} (idempotent).
+ */
+export class UpstreamLease {
+  readonly ep: Endpoint;
+  /** The DestinationRule-shaped cluster the endpoint belongs to, if any. */
+  readonly cluster: ClusterState | undefined;
+  /** False when `tcp.maxConnections` refused the connection (Envoy's tcp_proxy `UO`): nothing was counted. */
+  readonly admitted: boolean;
+  private readonly lb: LoadBalancer;
+  private readonly connection: boolean;
+  private held: boolean;
+
+  constructor(lb: LoadBalancer, ep: Endpoint, cluster: ClusterState | undefined, connection: boolean) {
+    this.lb = lb;
+    this.ep = ep;
+    this.cluster = cluster;
+    this.connection = connection && cluster !== undefined;
+    this.admitted = !this.connection || cluster!.admitConnection();
+    this.held = this.admitted;
+    if (this.held) lb.start(ep);
+  }
+
+  release(): void {
+    if (!this.held) return;
+    this.held = false;
+    this.lb.finish(this.ep);
+    if (this.connection) this.cluster!.releaseConnection();
+  }
+}
+
+/**
+ * Pick an endpoint of `target` (`address`: the dialed IP, for workload-addressed traffic) and
+ * lease it; undefined when there is no healthy endpoint (503 `UH`). A DestinationRule of the
+ * target's cluster shapes the pick (ClusterState.pick: outlier ejections, consistent hash, its
+ * algorithm).
+ */
+export function leaseEndpoint(clusters: Pick<ClusterManager, 'lb' | 'clusterFor'>, target: Target, address: string, opts: LeaseOptions): UpstreamLease | undefined {
+  const cluster = clusters.clusterFor(target);
+  const key = cluster?.policy.loadBalancer.consistentHash?.key;
+  const hash = key && opts.hash ? opts.hash(key) : undefined;
+  const ep = pickEndpoint(clusters.lb, target, address, opts.avoid, { admit: opts.admit, cluster, hash });
+  return ep && new UpstreamLease(clusters.lb, ep, cluster, opts.connection === true);
 }

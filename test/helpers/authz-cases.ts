@@ -1,10 +1,10 @@
 /**
- * The authorization conformance cases (test/data/authz-cases-sample.yaml, a copy of
- * shared/reference/authz-cases-sample.yaml) and how a test turns them into mesh state and requests:
- * the fixtures → mesh builder (every fixture address remapped, 10.x must never be dialed), the
- * check → target / source / JWT resolution, and which checks the waypoint enforces. Shared by the
- * decision-level test (test/unit/authz/conformance.test.ts) and the end-to-end one through a real
- * waypoint (test/integration/authz/conformance.test.ts).
+ * The authorization conformance cases (test/data/authz-cases-sample.yaml, plus this project's own
+ * in test/data/authz-cases-local.yaml, which may stand in for a sample case) and how a test turns
+ * them into mesh state and requests: the fixtures → mesh builder (every fixture address remapped,
+ * 10.x must never be dialed), the check → target / source / JWT resolution, and which checks the
+ * waypoint enforces. Shared by the decision-level test (test/unit/authz/conformance.test.ts) and
+ * the end-to-end one through a real waypoint (test/integration/authz/conformance.test.ts).
  */
 import { readFileSync } from 'node:fs';
 import { parse, stringify } from 'yaml';
@@ -73,9 +73,29 @@ export interface Fixtures {
 }
 
 const FILE = new URL('../data/authz-cases-sample.yaml', import.meta.url);
+/** This project's own cases on the sample's fixtures; `replaces: <id>` stands in for a sample case. */
+const LOCAL_FILE = new URL('../data/authz-cases-local.yaml', import.meta.url);
 const doc = parse(readFileSync(FILE, 'utf8')) as { fixtures: Fixtures; cases: Case[] };
+const local = parse(readFileSync(LOCAL_FILE, 'utf8')) as { cases: (Case & { replaces?: string })[] };
 export const fixtures: Fixtures = doc.fixtures;
-export const cases: readonly Case[] = doc.cases;
+
+function mergeCases(sample: readonly Case[], own: readonly (Case & { replaces?: string })[]): Case[] {
+  const out = [...sample];
+  for (const c of own) {
+    if (c.replaces === undefined) {
+      if (out.some((s) => s.id === c.id)) throw new Error(`${LOCAL_FILE.pathname}: case ${c.id} exists in the sample; say replaces: ${c.id}`);
+      out.push(c);
+      continue;
+    }
+    const at = out.findIndex((s) => s.id === c.replaces);
+    if (at < 0) throw new Error(`${LOCAL_FILE.pathname}: case ${c.id} replaces ${c.replaces}, which the sample does not have`);
+    out[at] = c;
+  }
+  return out;
+}
+
+/** The sample's cases with this project's own merged in (see authz-cases-local.yaml). */
+export const cases: readonly Case[] = mergeCases(doc.cases, local.cases);
 
 // --- Fixtures as mesh state -------------------------------------------------------------------
 

@@ -119,10 +119,13 @@ describe('authz.md §9', () => {
     expect(e.http({ path: n.path }).decision).toBe('DENY');
   });
 
-  test('13. duplicate headers are matched on the comma-joined value', () => {
-    const e = engine([wp('p', 'ALLOW', [{ when: [{ key: 'request.headers[x-h]', values: ['foo,bar'] }] }])]);
-    expect(e.http({ headers: headersFromRaw(['X-H', 'foo', 'Accept', '*/*', 'x-h', 'bar']) }).decision).toBe('ALLOW');
-    expect(e.http({ headers: headersFromRaw(['x-h', 'foo']) }).decision).toBe('DENY');
+  test('13. a header sent as several fields is matched field by field, never as the joined string (GHSA-ghc4-35x6-crw5)', () => {
+    const joined = engine([wp('p', 'ALLOW', [{ when: [{ key: 'request.headers[x-h]', values: ['foo,bar'] }] }])]);
+    expect(joined.http({ headers: headersFromRaw(['X-H', 'foo', 'Accept', '*/*', 'x-h', 'bar']) }).decision).toBe('DENY');
+    expect(joined.http({ headers: headersFromRaw(['x-h', 'foo,bar']) }).decision).toBe('ALLOW');
+    const deny = engine([wp('d', 'DENY', [{ when: [{ key: 'request.headers[x-role]', values: ['admin'] }] }])]);
+    expect(deny.http({ headers: headersFromRaw(['X-Role', 'user', 'Accept', '*/*', 'x-role', 'admin']) }).decision).toBe('DENY');
+    expect(deny.http({ headers: headersFromRaw(['x-role', 'user']) }).decision).toBe('ALLOW');
   });
 
   test('14. TCP: an ALLOW rule with an HTTP field is dropped; a DENY rule loses its HTTP fields and gets wider', () => {

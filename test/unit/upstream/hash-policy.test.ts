@@ -1,7 +1,9 @@
 /** Request hash keys: header (sorted multi-values), cookie (existing or generated with Set-Cookie), source IP, query parameter. */
 import { describe, expect, test } from 'vitest';
 import type { StreamContext } from '../../../src/pipeline/context.ts';
-import { cookieValue, GENERATED_COOKIE, queryParameter, requestHash } from '../../../src/upstream/hash-policy.ts';
+import { GENERATED_COOKIE, hashRequestOf } from '../../../src/router/upstream-request.ts';
+import { cookieValue, queryParameter, requestHash as hashOf } from '../../../src/upstream/hash-policy.ts';
+import type { HashKey } from '../../../src/upstream/traffic-policy.ts';
 import { uint64ToHex, xxHash64 } from '../../../src/upstream/xxhash.ts';
 
 function stream(o: { headers?: Record<string, string | string[]>; path?: string; forwarded?: string; client?: string; port?: number } = {}) {
@@ -17,6 +19,9 @@ function stream(o: { headers?: Record<string, string | string[]>; path?: string;
     get: (slot: unknown) => slots.get(slot),
   } as unknown as StreamContext;
 }
+
+/** The hash of a request as the router computes it (the stream's values passed in). */
+const requestHash = (key: HashKey, s: StreamContext) => hashOf(key, hashRequestOf(s));
 
 describe('header', () => {
   test('hashes the value; absent header: no hash', () => {

@@ -1,5 +1,5 @@
 import { expect, test } from 'vitest';
-import { forwardedFor } from '../../../src/router/forwarded.ts';
+import { forwardedFor } from '../../../src/peer/forwarded.ts';
 
 test.each([
   ['for=10.0.0.1', '10.0.0.1'],

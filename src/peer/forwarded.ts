@@ -24,3 +24,8 @@ export function forwardedFor(forwarded: string): string | undefined {
   }
   return undefined;
 }
+
+/** The original client of a tunnel: the first `for=` of its `forwarded` header, else the HBONE peer address. */
+export function originalClient(info: { readonly forwarded: string; readonly downstreamAddress: string }): string {
+  return forwardedFor(info.forwarded) ?? info.downstreamAddress;
+}

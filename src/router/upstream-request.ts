@@ -1,0 +1,343 @@
+/**
+ * One attempt of a request upstream (Envoy's router `UpstreamRequest`): the endpoint it leased,
+ * the undici-style handler of its exchange, its per-try timeout, and the response it passes
+ * downstream (headers through the response phases, body under back-pressure, trailers). Whether
+ * to retry, and what a failure answers, are its {@link AttemptOwner}'s calls (request-forwarder.ts).
+ *
+ * Also the request body's replay: the copy of a streamed body kept so that a retry can resend it.
+ */
+import type { ServerResponse } from 'node:http';
+import type { Readable } from 'node:stream';
+import type { Dispatcher } from 'undici';
+import { STREAM_ADMISSION } from '../netpol/admission.ts';
+import { originalClient } from '../peer/forwarded.ts';
+import type { StreamContext } from '../pipeline/context.ts';
+import { HeaderList, stripHopByHop } from '../pipeline/headers.ts';
+import { defineSlot, type Slot } from '../pipeline/slots.ts';
+import { applyHeaderModifier, type HeaderModifier } from '../routing/index.ts';
+import type { Target } from '../state/types.ts';
+import type { ClusterManager } from '../upstream/cluster-manager.ts';
+import type { UpstreamHandler, UpstreamRequest as UpstreamMessage } from '../upstream/h2-upstream.ts';
+import { requestHash, type HashRequest } from '../upstream/hash-policy.ts';
+import { leaseEndpoint, type UpstreamLease } from '../upstream/pick-endpoint.ts';
+import type { HashKey } from '../upstream/traffic-policy.ts';
+import type { GrpcFrameCounter } from './grpc-frames.ts';
+
+/** Where an attempt is (one state at a time; the last two are final). */
+export const AttemptState = {
+  /** Created, not sent. */
+  Idle: 0,
+  /** Handed to the connection pool; no connection yet. */
+  Connecting: 1,
+  /** The request is on a connection (it can be aborted). */
+  Sent: 2,
+  /** Response headers went downstream; the body follows. */
+  ResponseStarted: 3,
+  /** A response the retry policy retries: read to its end and dropped. */
+  Draining: 4,
+  /** Completed or failed; its endpoint lease is released. */
+  Done: 5,
+  /** Given up (request over, per-try timeout); late callbacks are ignored. */
+  Cancelled: 6,
+} as const;
+export type AttemptState = (typeof AttemptState)[keyof typeof AttemptState];
+
+/** What an attempt reports to the request it belongs to, and reads from it. */
+export interface AttemptOwner {
+  readonly stream: StreamContext;
+  readonly clusters: ClusterManager;
+  /** Response header edits of the matched route rule and backend (applied before the response phases). */
+  readonly responseEdits: readonly HeaderModifier[] | undefined;
+  /** gRPC only: message counter of the answer sent downstream. */
+  readonly responseFrames: GrpcFrameCounter | null;
+  /** Final response headers arrived: true when the retry policy takes another attempt (this answer is drained). */
+  retriesResponse(status: number, raw: readonly string[]): boolean;
+  /** The response was passed downstream whole (its trailers and end follow). */
+  onAttemptComplete(a: UpstreamRequest): void;
+  /** A retried response was drained: the next attempt may start. */
+  onAttemptDrained(a: UpstreamRequest): void;
+  onAttemptError(a: UpstreamRequest, err: Error): void;
+  onPerTryTimeout(a: UpstreamRequest): void;
+}
+
+/** The `Set-Cookie` value a DestinationRule's consistent hash generated for a request (added to the response). */
+export const GENERATED_COOKIE: Slot<string> = defineSlot<string>('envoy.lb.hash_cookie', 'stream');
+
+/**
+ * Pick the endpoint for a request's next attempt (avoiding `tried` authorities when another
+ * exists), record it on the stream (endpoint, upstream host, attempt count) and lease it.
+ * Undefined when the target has no healthy endpoint (or none the NetworkPolicy mode admits).
+ */
+export function startAttempt(clusters: ClusterManager, target: Target, s: StreamContext, tried: readonly string[] | undefined): UpstreamLease | undefined {
+  const lease = leaseEndpoint(clusters, target, s.conn.info.targetIp, { admit: s.get(STREAM_ADMISSION)?.admit, avoid: tried, hash: (key: HashKey) => requestHash(key, hashRequestOf(s)) });
+  if (!lease) return undefined;
+  s.endpoint = lease.ep;
+  s.upstreamHost = lease.ep.authority;
+  s.attempts++;
+  return lease;
+}
+
+/** What a DestinationRule's consistent hash reads from `s` (see upstream/hash-policy.ts). */
+export function hashRequestOf(s: StreamContext): HashRequest {
+  return {
+    sourceIp: originalClient(s.conn.info),
+    authority: s.authority,
+    method: s.method,
+    path: s.path,
+    forwardPath: s.forwardPath ?? s.path,
+    header: (name) => s.req.headers[name],
+    connection: s.conn.info,
+    setCookie: (cookie) => s.set(GENERATED_COOKIE, cookie),
+  };
+}
+
+/** One attempt; see the module comment. */
+export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHandler {
+  state: AttemptState;
+  readonly lease: UpstreamLease;
+  private readonly owner: AttemptOwner;
+  private abort: ((err?: Error) => void) | undefined;
+  /** Per-attempt timeout (HTTPRoute `timeouts.backendRequest`). */
+  private tryTimer: NodeJS.Timeout | undefined;
+  /** undici's resume function for this attempt (reused for every drain). */
+  private resume: () => void;
+  /** Trailers split off a gRPC trailers-only answer, sent when the response ends. */
+  private pendingTrailers: string[] | null;
+
+  constructor(owner: AttemptOwner, lease: UpstreamLease) {
+    this.state = AttemptState.Idle;
+    this.owner = owner;
+    this.lease = lease;
+    this.abort = undefined;
+    this.tryTimer = undefined;
+    this.resume = noop;
+    this.pendingTrailers = null;
+  }
+
+  /** Not finished: its callbacks still count. */
+  get live(): boolean {
+    return this.state !== AttemptState.Done && this.state !== AttemptState.Cancelled;
+  }
+
+  /** The request reached a connection (the attempt can be aborted). */
+  get connected(): boolean {
+    return this.abort !== undefined;
+  }
+
+  /**
+   * Send `req` to the leased endpoint of `target`'s cluster (circuit breakers and outlier
+   * detection apply in the cluster manager). `retry`: counted against `maxRetries`.
+   * `perTryMs`: the per-try timeout (0 = none).
+   */
+  start(target: Target, req: UpstreamMessage, h2: boolean, retry: boolean, perTryMs: number): void {
+    this.state = AttemptState.Connecting;
+    this.owner.clusters.dispatch(target, this.lease.ep, req, this, h2, retry);
+    if (perTryMs > 0 && this.live) this.tryTimer = setTimeout(onTryTimeout, perTryMs, this);
+  }
+
+  /** Give the attempt up: release its endpoint and abort its exchange with `err`. No-op once finished. */
+  cancel(err: Error): void {
+    if (!this.live) return;
+    this.state = AttemptState.Cancelled;
+    this.release();
+    this.abort?.(err);
+  }
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.abort = abort;
+    // Cancelled (downstream gone, timeout) while the request waited for a connection: stop now,
+    // or the upstream request would stay open with no one to answer.
+    if (this.state === AttemptState.Cancelled) abort(new Error('request cancelled'));
+    else if (this.state === AttemptState.Connecting) this.state = AttemptState.Sent;
+  }
+
+  onHeaders(statusCode: number, rawHeaders: (Buffer | string)[], resume: () => void, statusText: string): boolean {
+    if (this.state === AttemptState.Cancelled) {
+      this.abort?.(new Error('request cancelled'));
+      return false;
+    }
+    if (statusCode < 200) return true; // 1xx: Node's server already handled Continue.
+    const raw: string[] = new Array(rawHeaders.length);
+    for (let i = 0; i < rawHeaders.length; i++) raw[i] = rawHeaders[i].toString('latin1');
+    const o = this.owner;
+    if (o.retriesResponse(statusCode, raw)) {
+      // Drain this answer and try again once it is complete (the connection stays reusable).
+      this.state = AttemptState.Draining;
+      return true;
+    }
+    this.state = AttemptState.ResponseStarted;
+    this.resume = resume;
+    let connection: string | undefined;
+    for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 10 && raw[i].toLowerCase() === 'connection') connection = raw[i + 1];
+    const s = o.stream;
+    s.upstreamResponseMonotonic = performance.now();
+    s.responseCodeDetails = 'via_upstream';
+    s.upstreamConnectHeaders = o.clusters.connectHeadersFor(this.lease.ep);
+    let headers = stripHopByHop(raw, connection);
+    if (s.http2) {
+      // gRPC trailers-only (grpc-status among the headers, which the gRPC protocol allows only
+      // there): Node's compatibility API cannot send HEADERS with END_STREAM, so send the
+      // equivalent headers + trailers (every gRPC client reads the status from either).
+      const split = splitTrailersOnly(headers);
+      headers = split.headers;
+      this.pendingTrailers = split.trailers;
+    }
+    const out = new HeaderList(headers);
+    // The cookie a DestinationRule's consistent hash generated for this request (hash-policy.ts).
+    const cookie = s.get(GENERATED_COOKIE);
+    if (cookie) out.append('set-cookie', cookie);
+    if (o.responseEdits) for (const m of o.responseEdits) applyHeaderModifier(out, m);
+    if (!s.respond(statusCode, statusText, out)) return false;
+    const res = s.res;
+    if (!res.writableNeedDrain) return true;
+    res.once('drain', resume);
+    return false;
+  }
+
+  onData(chunk: Buffer): boolean {
+    if (this.state === AttemptState.Cancelled) {
+      this.abort?.(new Error('request cancelled'));
+      return false;
+    }
+    if (this.state === AttemptState.Draining) return true;
+    const o = this.owner;
+    const s = o.stream;
+    s.bytesSent += chunk.length;
+    if (o.responseFrames) s.responseMessages += o.responseFrames.inspect(chunk);
+    if ((s.res as ServerResponse).write(chunk)) return true;
+    s.res.once('drain', this.resume);
+    return false;
+  }
+
+  onComplete(upstreamTrailers: string[] | null): void {
+    if (!this.live) return;
+    const drained = this.state === AttemptState.Draining;
+    this.finish();
+    const o = this.owner;
+    if (drained) return o.onAttemptDrained(this);
+    o.onAttemptComplete(this);
+    const trailers = upstreamTrailers ?? this.pendingTrailers;
+    const res = o.stream.res;
+    if (trailers && trailers.length > 0) {
+      const t: Record<string, string> = {};
+      for (let i = 0; i < trailers.length; i += 2) t[String(trailers[i])] = String(trailers[i + 1]);
+      // The upstream's gRPC status, for the stats (`grpc_response_status`).
+      if (o.responseFrames) o.stream.grpcStatus = t['grpc-status'] ?? o.stream.grpcStatus;
+      try {
+        res.addTrailers(t);
+      } catch {
+        // Non-chunked HTTP/1.1 response: trailers cannot be sent.
+      }
+    }
+    res.end();
+  }
+
+  onError(err: Error): void {
+    // A cancelled attempt's error is the expected end of its abort.
+    if (!this.live) return;
+    this.finish();
+    this.owner.onAttemptError(this, err);
+  }
+
+  /** Entry point of the per-try timer. */
+  perTryTimeout(): void {
+    this.tryTimer = undefined;
+    if (this.live) this.owner.onPerTryTimeout(this);
+  }
+
+  private finish(): void {
+    this.state = AttemptState.Done;
+    this.release();
+  }
+
+  private release(): void {
+    this.lease.release();
+    if (this.tryTimer) {
+      clearTimeout(this.tryTimer);
+      this.tryTimer = undefined;
+    }
+  }
+}
+
+function onTryTimeout(a: UpstreamRequest): void {
+  a.perTryTimeout();
+}
+
+function noop(): void {}
+
+/** Keep `content-type` in the headers and move the rest of a trailers-only answer to trailers. */
+function splitTrailersOnly(raw: readonly string[]): { headers: string[]; trailers: string[] | null } {
+  let grpc = false;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i].toLowerCase() === 'grpc-status') grpc = true;
+  if (!grpc) return { headers: [...raw], trailers: null };
+  const headers: string[] = [];
+  const trailers: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    const n = raw[i].toLowerCase();
+    if (n === 'content-type' || n === 'date') headers.push(raw[i], raw[i + 1]);
+    else trailers.push(raw[i], raw[i + 1]);
+  }
+  return { headers, trailers };
+}
+
+/**
+ * Bodies up to this size (bytes, declared by Content-Length) are gathered before the request is
+ * sent, so head and body leave in one write (one HTTP/2 DATA frame and one TLS record upstream),
+ * and a retry can send them again. Larger and chunked bodies stream with back-pressure.
+ */
+export const SMALL_BODY_BYTES = 64 * 1024;
+
+/** The first SMALL_BODY_BYTES of a streamed request body, kept so that a retry can resend it. */
+export class ReplayBuffer {
+  private chunks: Buffer[] | null = [];
+  private size = 0;
+  /** The whole body went through (and fit). */
+  complete = false;
+  /** Some of the body left the request stream (it may have reached a failed upstream). */
+  started = false;
+  /** Called with the whole body once it ended within the limit (RequestMirror copies). */
+  onWhole: ((body: Buffer) => void) | undefined = undefined;
+
+  add(chunk: Buffer): void {
+    this.started = true;
+    if (!this.chunks) return;
+    this.size += chunk.length;
+    if (this.size > SMALL_BODY_BYTES) this.chunks = null;
+    else this.chunks.push(chunk);
+  }
+
+  /** The body ended within the limit: {@link take} has all of it. */
+  get whole(): boolean {
+    return this.complete && this.chunks !== null;
+  }
+
+  take(): Buffer {
+    const body = Buffer.concat(this.chunks ?? []);
+    this.chunks = [body];
+    return body;
+  }
+}
+
+/** Yield the request body's chunks, counting them into `stream.bytesReceived` and keeping them in `replay`. */
+export async function* counted(req: AsyncIterable<Buffer>, stream: StreamContext, replay: ReplayBuffer, frames: GrpcFrameCounter | null): AsyncGenerator<Buffer> {
+  for await (const chunk of req) {
+    stream.bytesReceived += chunk.length;
+    if (frames) stream.requestMessages += frames.inspect(chunk);
+    replay.add(chunk);
+    yield chunk;
+  }
+  replay.complete = true;
+  if (replay.onWhole && replay.whole) replay.onWhole(replay.take());
+}
+
+export function isStream(b: Buffer | Readable | null): b is Readable {
+  return b !== null && !Buffer.isBuffer(b);
+}
+
+/**
+ * Whether a request body can be sent again: none, gathered, a streamed one kept whole, or
+ * (`unsent`: the attempt failed before the upstream could take any of it) one never pulled.
+ */
+export function replayable(body: Buffer | Readable | null, replay: ReplayBuffer | undefined, unsent: boolean): boolean {
+  return !isStream(body) || (replay !== undefined && (replay.whole || (unsent && !replay.started)));
+}

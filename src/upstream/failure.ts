@@ -1,0 +1,73 @@
+/**
+ * Upstream failure mapping: every way an upstream attempt or connection can fail, as the status
+ * Envoy answers with, its response flag (telemetry/response-flags.ts) and its response code
+ * details. The HTTP router, the dedicated (WebSocket / Expect) exchanges and the TCP proxy all
+ * take their answers from here:
+ * no endpoint ⇒ 503 `UH`; circuit breaker ⇒ 503 `UO`; connect failure ⇒ 503 `UF`; reset ⇒ 503
+ * `UC`/`UR` before the response started; upstream protocol error ⇒ 502 `UPE`.
+ */
+import { HboneConnectError } from '../hbone/pool.ts';
+import { LOCAL_REPLY_STATUS, ResponseFlag, type ResponseFlagName } from '../telemetry/response-flags.ts';
+import { UpstreamOverflowError } from './cluster-state.ts';
+import { UpstreamResetError } from './h2-upstream.ts';
+
+/** How an upstream failure is answered and logged. */
+export interface UpstreamFailure {
+  /** Status of the local reply (or of a refused CONNECT) while nothing was answered yet. */
+  readonly status: number;
+  readonly flag: ResponseFlagName;
+  /** Envoy's response code details (`%RESPONSE_CODE_DETAILS%`). */
+  readonly details: string;
+}
+
+function failure(flag: ResponseFlagName, details: string): UpstreamFailure {
+  return Object.freeze({ status: LOCAL_REPLY_STATUS[flag] ?? 500, flag, details });
+}
+
+/** The target has no healthy endpoint (or none the NetworkPolicy mode admits). */
+export const NO_HEALTHY_UPSTREAM: UpstreamFailure = failure(ResponseFlag.NoHealthyUpstream, 'no_healthy_upstream');
+
+/** A DestinationRule's `tcp.maxConnections` refused a TCP connection (Envoy's tcp_proxy `UO`). */
+export const CONNECTION_OVERFLOW: UpstreamFailure = failure(ResponseFlag.UpstreamOverflow, 'upstream_overflow');
+
+/**
+ * The upstream could not be reached. Also every failure to open a TCP proxy's upstream
+ * connection, whatever the error (refused, timed out, TLS, CONNECT refused), as Envoy's tcp_proxy.
+ */
+export const CONNECT_FAILURE: UpstreamFailure = failure(ResponseFlag.UpstreamConnectionFailure, 'upstream_reset_before_response_started{connection_failure}');
+
+const OVERFLOW = failure(ResponseFlag.UpstreamOverflow, 'upstream_reset_before_response_started{overflow}');
+const PROTOCOL_ERROR = failure(ResponseFlag.UpstreamProtocolError, 'upstream_reset_before_response_started{protocol_error}');
+const DOWNSTREAM_GONE = failure(ResponseFlag.DownstreamConnectionTermination, 'downstream_remote_disconnect');
+const RESETS = {
+  before: {
+    refused: failure(ResponseFlag.UpstreamRemoteReset, 'upstream_reset_before_response_started{remote_refused_stream_reset}'),
+    reset: failure(ResponseFlag.UpstreamRemoteReset, 'upstream_reset_before_response_started{remote_reset}'),
+    termination: failure(ResponseFlag.UpstreamConnectionTermination, 'upstream_reset_before_response_started{connection_termination}'),
+  },
+  after: {
+    refused: failure(ResponseFlag.UpstreamRemoteReset, 'upstream_reset_after_response_started{remote_refused_stream_reset}'),
+    reset: failure(ResponseFlag.UpstreamRemoteReset, 'upstream_reset_after_response_started{remote_reset}'),
+    termination: failure(ResponseFlag.UpstreamConnectionTermination, 'upstream_reset_after_response_started{connection_termination}'),
+  },
+} as const;
+
+/** Whether `err` means the upstream could not be reached at all (nothing was sent: safe to retry). */
+export function isConnectFailure(err: Error & { code?: string }): boolean {
+  return err instanceof HboneConnectError || err.code === 'ECONNREFUSED' || err.code === 'UND_ERR_CONNECT_TIMEOUT' || err.code === 'EHOSTUNREACH' || err.code === 'ENETUNREACH';
+}
+
+/**
+ * The failure of an HTTP exchange with the upstream. `started`: the response headers were
+ * already sent downstream (the downstream is then reset, and only flag and details are kept).
+ */
+export function upstreamFailure(err: Error & { code?: string }, started: boolean): UpstreamFailure {
+  if (err instanceof UpstreamOverflowError) return OVERFLOW;
+  if (isConnectFailure(err)) return CONNECT_FAILURE;
+  if (err.code === 'UND_ERR_HEADERS_OVERFLOW' || (err.code ?? '').startsWith('HPE_') || err.name === 'HTTPParserError') return PROTOCOL_ERROR;
+  if (err.code === 'UND_ERR_ABORTED' || err.name === 'AbortError') return DOWNSTREAM_GONE;
+  const when = started ? RESETS.after : RESETS.before;
+  if (err instanceof UpstreamResetError && err.rstCode !== 0) return err.rstCode === 7 ? when.refused : when.reset;
+  return when.termination;
+}
+
