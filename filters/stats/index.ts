@@ -31,10 +31,8 @@
 import { Gauge, type Registry } from 'prom-client';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import type { ConnectionContext, StreamContext } from '../../src/pipeline/context.ts';
-import { FilterStatus, type Filter, type FilterFactory } from '../../src/pipeline/filter.ts';
-import { defineSlot } from '../../src/pipeline/slots.ts';
-import { TCP_UPSTREAM_PEER, UPSTREAM_PEER, DOWNSTREAM_PEER, downstreamPeerOf, type PeerInfo } from '../../src/peer/peer-info.ts';
+import { FilterStatus, defineSlot, type ConnectionContext, type Filter, type FilterFactory, type StreamContext } from '../../src/pipeline/index.ts';
+import { TCP_UPSTREAM_PEER, UPSTREAM_PEER, DOWNSTREAM_PEER, downstreamPeerOf, type PeerInfo } from '../../src/peer/index.ts';
 import type { Target } from '../../src/state/types.ts';
 import { IstioCounter, IstioHistogram, labelSet, register, type CounterSeries, type HistogramSeries } from './instruments.ts';
 import {
@@ -558,6 +556,5 @@ export class StatsFilter implements Filter {
 }
 
 function contentType(stream: StreamContext): string | undefined {
-  const ct = stream.req.headers['content-type'];
-  return typeof ct === 'string' ? ct : undefined;
+  return stream.requestHeaders.get('content-type');
 }

@@ -9,8 +9,8 @@
  * source (reporter + 8 labels, per tunnel), destination (11 labels, per upstream peer and
  * service) and the tail (per request: protocol, code, gRPC status, flags, security policy).
  */
-import { httpToGrpcStatus } from '../../src/pipeline/context.ts';
-import type { PeerInfo } from '../../src/peer/peer-info.ts';
+import { httpToGrpcStatus } from '../../src/pipeline/index.ts';
+import type { PeerInfo } from '../../src/peer/index.ts';
 import type { Target } from '../../src/state/types.ts';
 
 export const UNKNOWN = 'unknown';

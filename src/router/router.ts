@@ -19,11 +19,20 @@ import type { Http2ServerRequest } from 'node:http2';
 import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { HboneConnectError } from '../hbone/pool.ts';
-import type { FilterEnv, FilterFactory, TerminalFilter } from '../pipeline/filter.ts';
-import type { StreamContext } from '../pipeline/context.ts';
-import { HeaderList, stripHopByHop } from '../pipeline/headers.ts';
+import {
+  HeaderList,
+  bodyAfterBuffer,
+  downstreamClosed,
+  resetDownstream,
+  respond,
+  sendLocalReply,
+  stripHopByHop,
+  type FilterEnv,
+  type FilterFactory,
+  type StreamContext,
+  type TerminalFilter,
+} from '../pipeline/index.ts';
 import { replyIfAllRefused, STREAM_ADMISSION } from '../netpol/admission.ts';
-import { bodyAfterBuffer } from '../pipeline/request-body.ts';
 import type { Endpoint, Target } from '../state/types.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
 import { applyHeaderModifier, applyRequestHeaders, MirrorSender, routeRequest, routesFor, type CompiledRule, type HeaderModifier, type RoutedRequest } from '../routing/index.ts';
@@ -196,38 +205,16 @@ class Router implements TerminalFilter {
     const mesh = this.env.mesh.current;
     const target = mesh === conn.mesh ? conn.target : mesh.resolveTarget(conn.info.targetIp, conn.info.targetPort);
     if (!target) {
-      stream.sendLocalReply(404, '', ResponseFlag.NoRouteFound, 'route_not_found');
+      sendLocalReply(stream, 404, '', ResponseFlag.NoRouteFound, 'route_not_found');
       return;
     }
     stream.upstreamCluster = clusterName(target, 'http');
     const req = stream.req;
-    let headers: HeaderList;
+    // The request headers as the filters left them (the connection manager built the list without
+    // pseudo- and hop-by-hop headers, checked Host and turned an absolute-form target into origin form).
+    const headers = stream.requestHeaders;
     // A filter may have rewritten the target (the authz filter's normalized path).
     let path = stream.forwardPath ?? stream.path;
-    if (stream.http2) {
-      headers = new HeaderList(withoutPseudo(req.rawHeaders));
-    } else {
-      if (countHost(req.rawHeaders) > 1) {
-        // Two Host headers make the target ambiguous (RFC 9112 §3.2): refuse rather than forward,
-        // and close the connection as after any protocol error.
-        (stream.res as unknown as { shouldKeepAlive: boolean }).shouldKeepAlive = false;
-        stream.sendLocalReply(400, 'Bad Request: duplicate host header', ResponseFlag.DownstreamProtocolError, 'duplicate_host_header');
-        return;
-      }
-      headers = new HeaderList(stripHopByHop(req.rawHeaders, req.headers.connection as string | undefined));
-      // (`OPTIONS *` lands here too and gets 400: undici cannot send an asterisk-form target.)
-      if (stream.path.charCodeAt(0) !== 0x2f) {
-        // Absolute-form request target (`GET http://host/p`): send origin-form upstream with the
-        // URI's authority as Host, as Envoy does with allow_absolute_url.
-        const abs = absoluteForm(stream.path);
-        if (!abs) {
-          stream.sendLocalReply(400, 'Bad Request: invalid request target', ResponseFlag.DownstreamProtocolError, 'invalid_request_target');
-          return;
-        }
-        path = stream.forwardPath ?? abs.path;
-        headers.set('host', abs.host);
-      }
-    }
     // Gateway API routes attached to the target service (src/routing): the matched rule chooses
     // the backend, path, authority, header edits, timeouts and retries; a request no route
     // matches (404 NR), a redirect and invalid backends (500) are answered there.
@@ -514,12 +501,12 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
 
   private attempt(): void {
     const s = this.stream;
-    if (this.over || s.downstreamClosed) return this.end();
+    if (this.over || downstreamClosed(s)) return this.end();
     const ep = startAttempt(this.clusters, this.target, s, this.tried);
     if (!ep) {
       this.end();
       // Every healthy endpoint refused by the NetworkPolicy mode: 403 `NetworkPolicy: access denied`.
-      if (!replyIfAllRefused(s, this.target)) s.sendLocalReply(503, undefined, ResponseFlag.NoHealthyUpstream, 'no_healthy_upstream');
+      if (!replyIfAllRefused(s, this.target)) sendLocalReply(s, 503, undefined, ResponseFlag.NoHealthyUpstream, 'no_healthy_upstream');
       return;
     }
     this.ep = ep;
@@ -581,10 +568,10 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     if (s.res.headersSent) {
       s.addFlag(ResponseFlag.UpstreamRequestTimeout);
       s.responseCodeDetails = details;
-      s.resetDownstream();
+      resetDownstream(s);
       return;
     }
-    s.sendLocalReply(504, undefined, ResponseFlag.UpstreamRequestTimeout, details);
+    sendLocalReply(s, 504, undefined, ResponseFlag.UpstreamRequestTimeout, details);
   }
 
   onConnect(abort: (err?: Error) => void): void {
@@ -631,7 +618,7 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     const cookie = s.get(GENERATED_COOKIE);
     if (cookie) out.append('set-cookie', cookie);
     if (this.responseEdits) for (const m of this.responseEdits) applyHeaderModifier(out, m);
-    if (!s.respond(statusCode, statusText, out)) return false;
+    if (!respond(s, statusCode, statusText, out)) return false;
     const res = s.res;
     if (!res.writableNeedDrain) return true;
     res.once('drain', resume);
@@ -680,7 +667,7 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     if (this.over) return this.end();
     const s = this.stream;
     // Already answered (e.g. a local reply after the request was cancelled): nothing to undo.
-    if (s.downstreamClosed || s.res.writableEnded) return this.end();
+    if (downstreamClosed(s) || s.res.writableEnded) return this.end();
     const [flag, details] = classify(err, s.res.headersSent);
     const retriable = !s.res.headersSent && this.retriableError(err);
     if (retriable && this.canRetry()) return this.retry();
@@ -688,10 +675,10 @@ class UpstreamAttempt implements UpstreamHandler, Dispatcher.DispatchHandler {
     if (s.res.headersSent) {
       s.addFlag(flag);
       s.responseCodeDetails = details;
-      s.resetDownstream();
+      resetDownstream(s);
       return;
     }
-    s.sendLocalReply(undefined, undefined, flag, details);
+    sendLocalReply(s, undefined, undefined, flag, details);
     // Envoy's `UF,URX`: the retry policy wanted another attempt but the budget was spent.
     if (retriable && s.attempts > this.route.attempts) s.addFlag(ResponseFlag.UpstreamRetryLimitExceeded);
   }
@@ -834,23 +821,6 @@ function isStream(b: Buffer | Readable | null): boolean {
   return b !== null && !Buffer.isBuffer(b);
 }
 
-/** `http(s)://authority/path?q` → origin-form path and authority; undefined for anything else. */
-function absoluteForm(target: string): { path: string; host: string } | undefined {
-  if (!/^https?:\/\//i.test(target)) return undefined;
-  try {
-    const u = new URL(target);
-    return { path: `${u.pathname}${u.search}`, host: u.host };
-  } catch {
-    return undefined;
-  }
-}
-
-function countHost(raw: readonly string[]): number {
-  let n = 0;
-  for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 4 && raw[i].toLowerCase() === 'host') n++;
-  return n;
-}
-
 /** Keep `content-type` in the headers and move the rest of a trailers-only answer to trailers. */
 function splitTrailersOnly(raw: readonly string[]): { headers: string[]; trailers: string[] | null } {
   let grpc = false;
@@ -864,13 +834,6 @@ function splitTrailersOnly(raw: readonly string[]): { headers: string[]; trailer
     else trailers.push(raw[i], raw[i + 1]);
   }
   return { headers, trailers };
-}
-
-/** An HTTP/2 request's raw headers without pseudo-headers (`:method`, `:path`, ...). */
-function withoutPseudo(raw: readonly string[]): string[] {
-  const out: string[] = [];
-  for (let i = 0; i < raw.length; i += 2) if (raw[i].charCodeAt(0) !== 0x3a) out.push(raw[i], raw[i + 1]);
-  return out;
 }
 
 export function isConnectFailure(err: Error & { code?: string }): boolean {

@@ -14,8 +14,7 @@
  * - `httpQueryParameterName`: xxHash64 of the parameter's first value; absent: no hash.
  * No hash: the balancer picks a random endpoint (Envoy's ring hash and maglev without a hash).
  */
-import type { StreamContext } from '../pipeline/context.ts';
-import { defineSlot, type Slot } from '../pipeline/slots.ts';
+import { defineSlot, type Slot, type StreamContext } from '../pipeline/index.ts';
 import { forwardedFor } from '../router/forwarded.ts';
 import { formatHostPort } from '../state/ip.ts';
 import type { HashKey } from './traffic-policy.ts';
@@ -52,10 +51,7 @@ function headerHash(s: StreamContext, name: string): bigint | undefined {
   if (name === ':authority' || name === 'host') values = s.authority ? [s.authority] : [];
   else if (name === ':path') values = [s.path];
   else if (name === ':method') values = [s.method];
-  else {
-    const v = s.req.headers[name];
-    values = v === undefined ? [] : Array.isArray(v) ? [...v] : [v];
-  }
+  else values = s.requestHeaders.getAll(name);
   if (values.length === 0) return undefined;
   if (values.length === 1) return xxHash64(values[0]);
   values.sort();
@@ -65,7 +61,7 @@ function headerHash(s: StreamContext, name: string): bigint | undefined {
 }
 
 function cookieHash(s: StreamContext, name: string, path: string, ttlMs: number | undefined): bigint | undefined {
-  const existing = cookieValue(s.req.headers.cookie, name);
+  const existing = cookieValue(s.requestHeaders.getAll('cookie'), name);
   if (existing !== undefined) return xxHash64(existing);
   if (ttlMs === undefined) return undefined;
   const info = s.conn.info;
