@@ -1,47 +1,24 @@
 /**
  * `istio.authz`: Istio's AuthorizationPolicy enforcement at the waypoint, on the engine of
- * src/authz (semantics: shared/reference/authz.md). One filter plays the parts Istio's waypoint
- * splits over Envoy's `envoy.filters.http.rbac` (HTTP ports, per request), `envoy.filters.network.rbac`
- * (TCP ports, per connection) and the CUSTOM dispatch to `envoy.filters.http.ext_authz`, all driven
- * by one compiled policy set per mesh snapshot; hence an Istio name rather than one Envoy filter's.
+ * src/authz (semantics: istio.io's AuthorizationPolicy reference). One filter plays the parts
+ * Istio's waypoint splits over Envoy's HTTP RBAC (per request), network RBAC (per connection),
+ * ext_authz (CUSTOM) and jwt_authn, driven by one compiled policy set per mesh snapshot; hence an
+ * Istio name. Behaviour and metrics: filters/README.md.
  *
- * - **HTTP** (`onRequestHeaders`; the connection manager already refused malformed requests and
- *   turned an absolute-form target into origin form): the path is normalized per MeshConfig
- *   `pathNormalization` (malformed: 400 `path_normalization_failed`) and the normalized path
- *   (query kept) is what the router sends upstream (`stream.forwardPath`), as Envoy's
- *   `normalize_path` rewrites `:path` for every filter and the upstream. Then the target's
- *   HTTP evaluator decides: CUSTOM (ext_authz hook) first, then JWT authentication
- *   (RequestAuthentication: an invalid token is answered 401/403 with `www-authenticate`; a valid
- *   one gives the request principal and claims), then DENY, then ALLOW with the JWT attributes. A denial is 403
- *   `RBAC: access denied`, flag `-`, details `rbac_access_denied_matched_policy[<rule>|none]`; gRPC
- *   requests get it as grpc-status 7 (the local reply maps it). The result (audit and dry-run
- *   included) is kept in the `AUTHZ_RESULT` slot. Each request uses the current mesh snapshot,
- *   so requests on a long-lived HTTP tunnel follow policy changes.
- * - **TCP** (`onConnection`, declared non-HTTP ports): the target's TCP evaluator (HTTP-only
- *   fields dropped from ALLOW rules, removed from DENY rules: authz.md §6.1) decides at CONNECT
- *   time; a denial answers the CONNECT 401, as ztunnel does for L4 denials, so no upstream is
- *   dialed and no byte is relayed. Result in `TCP_AUTHZ_RESULT`.
- * - **Undeclared ports** (sniffed; also all workload-addressed traffic): Istio's waypoint runs the
- *   HTTP chain (per-request RBAC) when the inspector finds HTTP and the TCP chain (network RBAC)
- *   otherwise. The CONNECT is answered before sniffing, so the TCP decision is made here and
- *   applied only if the payload turns out to be TCP (`conn.rejectIfTcp`): the tunnel is then
- *   closed before dialing anything. HTTP payloads are decided per request.
- * - **Policy changes**: open TCP tunnels (and undeclared-port tunnels not yet known to be HTTP)
- *   are tracked and re-evaluated on every new mesh snapshot; one now denied is closed
- *   (`conn.terminate`), as ztunnel drains connections a policy change no longer allows.
- * - **NetworkPolicy mode** (option `networkPolicy`, bootstrap `networkPolicy.enforceOnOriginalIdentity`):
- *   after the AuthorizationPolicies allow a tunnel, the destination pods' ingress NetworkPolicies
- *   are evaluated against the original client (src/netpol): TCP is refused at CONNECT time (401,
- *   flag `DENY`) when no candidate endpoint admits it; HTTP requests carry the admission the
- *   router's endpoint pick honours (403 `NetworkPolicy: access denied` when none admits). Open
- *   tunnels are re-checked on mesh changes like the AuthorizationPolicy decision.
+ * - HTTP (`onRequestHeaders`): path normalization (the normalized path goes upstream as
+ *   `stream.forwardPath`), then CUSTOM, JWT, DENY, ALLOW with the current snapshot; a denial is 403
+ *   `RBAC: access denied` (gRPC: status 7). Header changes (ext_authz allow, JWT output) are made
+ *   to `stream.requestHeaders` (request.ts).
+ * - TCP (`onConnection`, declared non-HTTP ports): decided at CONNECT; a denial answers it 401, as
+ *   ztunnel does for L4 denials. Undeclared ports: the TCP decision applies only should the
+ *   payload be TCP (`conn.rejectIfTcp`). Open TCP tunnels are re-decided on every new snapshot and
+ *   closed when now denied, as ztunnel drains them.
+ * - NetworkPolicy mode (option `networkPolicy`): the destination pods' ingress NetworkPolicies,
+ *   evaluated against the original client (src/netpol), after the AuthorizationPolicies allow.
  *
- * Source attributes come from the tunnel, never from request headers: the principal is the HBONE
- * client certificate's SPIFFE id (`io.istio.peer_principal`), `source.ip` the HBONE peer address,
- * `remote.ip` the right-most `X-Forwarded-For` entry (else `source.ip`; authz.md §4.4),
- * destination IP and port the CONNECT target.
+ * Source attributes come from the tunnel, never from request headers (the principal is the HBONE
+ * client certificate's SPIFFE id); only `remote.ip` reads `X-Forwarded-For`.
  */
-import { isIP } from 'node:net';
 import type { RequestAuthenticator, RequestAuthn } from '../../src/authn/index.ts';
 import {
   AUTHZ_RESULT,
@@ -62,7 +39,6 @@ import {
   FilterStatus,
   ResponseFlag,
   defineSlot,
-  discardUnreadBody,
   isHttpProtocol,
   sendLocalReply,
   type ConnectionContext,
@@ -74,13 +50,23 @@ import {
   type StreamContext,
 } from '../../src/pipeline/index.ts';
 import type { MeshSnapshot, Target } from '../../src/state/types.ts';
+import {
+  RBAC_DENIED_BODY,
+  applyResponseMutations,
+  connectionAttributes,
+  editRequestHeaders,
+  enforceDecision,
+  localReply,
+  remoteAddress,
+  unavailableProviderDetails,
+} from './request.ts';
 import { authzStatsFor, type AuthzStats, type ExtAuthzStat } from './stats.ts';
+
+export { RBAC_DENIED_BODY, applyResponseMutations, remoteAddress } from './request.ts';
 
 /** The filter's name in the bootstrap `filters:` list. */
 export const AUTHZ_FILTER_NAME = 'istio.authz';
 
-/** Envoy's RBAC denial body. */
-export const RBAC_DENIED_BODY = 'RBAC: access denied';
 /** The CONNECT status of an L4 denial (ztunnel's). */
 export const L4_DENIED_STATUS = 401;
 
@@ -89,10 +75,10 @@ export type AuthzFilterConfig = Readonly<Record<string, never>>;
 
 /** What the factory can be given by the code that builds the chain. */
 export interface AuthzFilterOptions {
-  /** The ext_authz client for CUSTOM policies; without it, matching CUSTOM rules deny (authz.md §2.3). */
+  /** The ext_authz client for CUSTOM policies; without it, matching CUSTOM rules deny. */
   readonly extAuthz?: ExtAuthzHook;
   /**
-   * RequestAuthentication (JWT), run after CUSTOM and before AUDIT/DENY/ALLOW (authz.md §2.3);
+   * RequestAuthentication (JWT), run after CUSTOM and before AUDIT/DENY/ALLOW (Istio's order);
    * without it no token is validated here (`requestPrincipals` read the `REQUEST_JWT` slot).
    */
   readonly authn?: RequestAuthn;
@@ -112,14 +98,6 @@ const TCP_CUSTOM_ALLOWED = defineSlot<boolean>('istio.authz.tcp_custom_allowed',
 /** Headers of a local reply this filter sent (ext_authz denial, JWT rejection). */
 const LOCAL_REPLY_HEADERS = defineSlot<readonly (readonly [string, string])[]>('istio.authz.local_reply_headers', 'stream');
 
-/** Apply request header changes (ext_authz allow, JWT output) to the request's header list: value undefined = remove. */
-function editRequestHeaders(headers: HeaderList, changes: readonly (readonly [string, string | undefined])[]): void {
-  for (const [name, value] of changes) {
-    if (value === undefined) headers.remove(name);
-    else headers.set(name, value);
-  }
-}
-
 /** Build the factory; the registered default ({@link authzFactory}) has no ext_authz hook. */
 export function authzFilterFactory(opts: AuthzFilterOptions = {}): FilterFactory<AuthzFilterConfig> {
   return {
@@ -136,32 +114,6 @@ export function authzFilterFactory(opts: AuthzFilterOptions = {}): FilterFactory
 
 /** `istio.authz` without an ext_authz client (CUSTOM rules that match deny). */
 export const authzFactory: FilterFactory<AuthzFilterConfig> = authzFilterFactory();
-
-/**
- * `remote.ip` at a waypoint: the right-most X-Forwarded-For address (`xff`: every value joined
- * with `,`), else the peer (Envoy, use_remote_address false).
- */
-export function remoteAddress(xff: string | undefined, peer: string): string {
-  if (xff === undefined) return peer;
-  const last = xff.slice(xff.lastIndexOf(',') + 1).trim();
-  return isIP(last) ? last : peer;
-}
-
-/** The attributes of a tunnel, for TCP decisions (`remote.ip` defaults to the peer). */
-function connectionAttributes(conn: ConnectionContext): RequestAttributes {
-  const info = conn.info;
-  return {
-    principal: info.peer.uri || undefined,
-    sourceIp: info.downstreamAddress,
-    destinationIp: info.targetIp,
-    destinationPort: info.targetPort,
-  };
-}
-
-/** Details of a CUSTOM rule whose provider cannot be called: Istio's generated deny rule. */
-function unavailableProviderDetails(custom: CustomCheck): string {
-  return rbacDeniedDetails({ decision: 'DENY', policy: `istio-ext-authz-${custom.policy}-deny-due-to-bad-CUSTOM-action` });
-}
 
 class AuthzFilter implements Filter {
   readonly name = AUTHZ_FILTER_NAME;
@@ -330,7 +282,7 @@ class AuthzFilter implements Filter {
 
   onRequestHeaders(stream: StreamContext): PhaseResult {
     // A method that is not upper case and a target that is not origin-form never get here: the
-    // connection manager refused the one and rewrote the other (authz.md §5.5).
+    // connection manager refused the one and rewrote the other, as Envoy's does.
     const conn = stream.conn;
     const mesh = this.env.mesh.current;
     const authz = authzFor(mesh);
@@ -366,7 +318,7 @@ class AuthzFilter implements Filter {
       headers: headersFromRaw(headers.raw),
       jwt: verifier ? undefined : stream.get(REQUEST_JWT),
     };
-    // CUSTOM rules cannot use request.auth.* or requestPrincipals (authz.md §2.3), so the
+    // CUSTOM rules cannot use request.auth.* or requestPrincipals (Istio rejects them), so the
     // pre-JWT evaluation decides whether the provider is asked.
     const result = evaluator.empty ? undefined : evaluator.evaluate(attrs);
     if (result) stream.set(AUTHZ_RESULT, result);
@@ -480,7 +432,7 @@ class AuthzFilter implements Filter {
   /** Count the request's AuthorizationPolicy decision, then enforce it. */
   private enforce(stream: StreamContext, result: AuthzResult): FilterStatus {
     this.stats.http(stream.statPrefix, result);
-    return enforce(stream, result);
+    return enforceDecision(stream, result);
   }
 
   private warnNoHook(custom: CustomCheck, what: string): void {
@@ -491,41 +443,4 @@ class AuthzFilter implements Filter {
       `authz: a CUSTOM policy matched ${what} traffic but no ext_authz client is configured; its requests are denied as for an unusable provider`,
     );
   }
-}
-
-/** This filter's local replies: the unread rest of a body read for ext_authz is dropped first. */
-function localReply(stream: StreamContext, status: number, body: string, flag: string, details: string): void {
-  discardUnreadBody(stream);
-  sendLocalReply(stream, status, body, flag, details);
-}
-
-/** Envoy ext_authz `encodeHeaders`: add, set, add-if-absent, overwrite-if-exists (append joins with `,`). */
-export function applyResponseMutations(headers: HeaderList, edits: readonly HeaderMutation[]): void {
-  for (const m of edits) {
-    const current = headers.get(m.name);
-    switch (m.action) {
-      case 'add':
-        headers.append(m.name, m.value);
-        break;
-      case 'add-if-absent':
-        if (current === undefined) headers.append(m.name, m.value);
-        break;
-      case 'overwrite-if-exists':
-        if (current !== undefined) headers.set(m.name, m.value);
-        break;
-      case 'append':
-        headers.set(m.name, current === undefined ? m.value : `${current},${m.value}`);
-        break;
-      case 'set':
-        headers.set(m.name, m.value);
-        break;
-    }
-  }
-}
-
-/** DENY → 403 `RBAC: access denied` (gRPC: status 7 via the local reply). */
-function enforce(stream: StreamContext, result: AuthzResult): FilterStatus {
-  if (result.decision !== 'DENY') return FilterStatus.Continue;
-  localReply(stream, 403, RBAC_DENIED_BODY, ResponseFlag.None, rbacDeniedDetails(result));
-  return FilterStatus.StopAndReply;
 }

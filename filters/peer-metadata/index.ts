@@ -29,7 +29,7 @@
  * Unknown fields stay '' (no invented defaults), so the stats filter prints `unknown` where
  * Istio does; Istio's WDS defaults (namespace `default`, service account `default`) are already
  * applied by the mesh compiler. Malformed headers or baggage never throw: the method just finds
- * nothing and the next one is tried (pitfall H5).
+ * nothing and the next one is tried (istio/proxy#4120).
  */
 import type { IncomingHttpHeaders } from 'node:http2';
 import { FilterStatus, defineSlot, type ConnectionContext, type Filter, type FilterEnv, type FilterFactory, type HeaderList, type StreamContext } from '../../src/pipeline/index.ts';

@@ -100,20 +100,20 @@ export class InnerHttpServer {
         // Uploads may take as long as they take; Envoy's waypoint has no request timeout by default.
         requestTimeout: 0,
         keepAliveTimeout: opts.idleTimeoutMs,
-        // Only WebSocket upgrades leave the HTTP parser (pitfall D1); any other `Upgrade`
+        // Only WebSocket upgrades leave the HTTP parser (istio/istio#27078); any other `Upgrade`
         // (h2c, as Envoy ignores it) is an ordinary request whose hop-by-hop headers are stripped.
         shouldUpgradeCallback: isWebSocketUpgrade,
       },
       (req, res) => onRequest(req, res, (req.socket as TaggedSocket)[kTunnel]!),
     );
-    // `Expect: 100-continue` is relayed, not answered by Node (pitfall C3): the router sends the
+    // `Expect: 100-continue` is relayed, not answered by Node (istio/istio#36278): the router sends the
     // upstream's 100 (or answers it itself when the upstream cannot relay it).
     this.server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => onRequest(req, res, (req.socket as TaggedSocket)[kTunnel]!));
     this.server.on('upgrade', onUpgrade);
     this.hcm = { rejectHttp10: opts.rejectHttp10, ...(opts.normalizePath ? { normalizePath: opts.normalizePath } : {}) };
     this.streamIdleTimeoutMs = opts.streamIdleTimeoutMs;
     // A client that half-closes right after its request still gets the whole response
-    // (pitfall B3): keep the tunnel writable after the downstream's END_STREAM.
+    // (envoyproxy/envoy#2066): keep the tunnel writable after the downstream's END_STREAM.
     (this.server as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
     // Node sets this inactivity timeout on each connection while a request is in flight (the
     // keep-alive timeout applies between requests); on expiry the tunnel is destroyed and the
@@ -199,7 +199,7 @@ export class InnerHttpServer {
   drain(): void {
     this.draining = true;
     for (const t of this.tunnels) {
-      // h2c: GOAWAY, open streams finish (trailers included: pitfall E2), then the session closes.
+      // h2c: GOAWAY, open streams finish (trailers included: nodejs/node#42713), then the session closes.
       if (t.session) t.session.close();
       // Idle HTTP/1 tunnels are closed (Envoy closes idle HTTP/1 connections when draining).
       else if (t.active === 0) closeTunnel(t.stream);
@@ -333,7 +333,7 @@ function isWebSocketUpgrade(req: IncomingMessage): boolean {
 }
 
 /**
- * A WebSocket upgrade request (pitfall D1). Node's parser has let go of the tunnel, so the
+ * A WebSocket upgrade request (istio/istio#27078). Node's parser has let go of the tunnel, so the
  * exchange gets a ServerResponse on it as Node builds one for ordinary requests, then runs like
  * any request (filters may answer locally, e.g. an authz 403; the router forwards it:
  * router/dedicated-upstream.ts). An answer other than 101 ends the tunnel once written; after a
@@ -393,9 +393,8 @@ function onStreamTimeout(s: StreamContext): void {
  * disconnect (flag `DC`, details `downstream_remote_disconnect`), the tunnel is closed (END_STREAM
  * then RST_STREAM(NO_ERROR), as for any closed connection: a lone RST_STREAM(CANCEL) after the
  * client's END_STREAM left the source side open until shutdown), which cancels the upstream
- * request and any retry. After `Connection: close` (or an HTTP/1.0 request
- * without keep-alive) the client half-closed on purpose and still gets its answer (pitfall B3,
- * envoyproxy/envoy#2066).
+ * request and any retry. After `Connection: close` (or an HTTP/1.0 request without keep-alive)
+ * the client half-closed on purpose and still gets its answer (envoyproxy/envoy#2066).
  */
 function onTunnelEnd(ref: TunnelRef): void {
   const s = ref.last;
