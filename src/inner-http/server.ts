@@ -109,6 +109,9 @@ export class InnerHttpServer {
     // `Expect: 100-continue` is relayed, not answered by Node (istio/istio#36278): the router sends the
     // upstream's 100 (or answers it itself when the upstream cannot relay it).
     this.server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => onRequest(req, res, (req.socket as TaggedSocket)[kTunnel]!));
+    // Any other expectation is an ordinary request too (Envoy only acts on 100-continue), not
+    // Node's own 417 that no access log or metric would see.
+    this.server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => onRequest(req, res, (req.socket as TaggedSocket)[kTunnel]!));
     this.server.on('upgrade', onUpgrade);
     this.hcm = { rejectHttp10: opts.rejectHttp10, ...(opts.normalizePath ? { normalizePath: opts.normalizePath } : {}) };
     this.streamIdleTimeoutMs = opts.streamIdleTimeoutMs;

@@ -105,3 +105,11 @@ test('an absolute-form target is logged in origin form, with the URI authority',
   expect(parseHttpResponse(responses).status).toBe(200);
   expect(logged[0]).toMatchObject({ response_code: 200, path: '/abs?q=1', authority: 'echo.demo.svc.cluster.local' });
 });
+
+test('an expectation other than 100-continue is forwarded (without Expect) and logged, not answered 417 by Node', async () => {
+  const { responses, logged } = await send('GET /expect HTTP/1.1\r\nhost: echo\r\nexpect: something-else\r\nconnection: close\r\n\r\n');
+  const res = parseHttpResponse(responses);
+  expect(res.status).toBe(200);
+  expect(JSON.parse(res.body.toString()).headers.expect).toBeUndefined();
+  expect(logged[0]).toMatchObject({ response_code: 200, path: '/expect', response_flags: '-' });
+});
