@@ -5,7 +5,7 @@
  *
  * Later work adds `istio.metadata_exchange`.
  */
-import type { FilterRegistry } from '../src/pipeline/registry.ts';
+import type { FilterRegistry } from '../src/pipeline/index.ts';
 import { authzFactory, authzFilterFactory, type AuthzFilterOptions } from './authz/index.ts';
 import { peerMetadataFactory } from './peer-metadata/index.ts';
 import { statsFactory } from './stats/index.ts';

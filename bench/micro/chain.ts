@@ -95,7 +95,9 @@ const res = { headersSent: false, destroyed: false } as unknown as ServerRespons
 function once(chain: FilterChain): void | Promise<void> {
   const conn = new ConnectionContext(info, mesh, target, 'HTTP');
   const r1 = chain.runConnection(conn);
-  const stream = new StreamContext(conn, chain, req, res);
+  // The connection manager builds one header list per request (src/inner-http/conn-manager.ts).
+  const head = { protocol: 'HTTP/1.1', method: 'GET', path: '/', authority: 'echo', headers: new HeaderList(['host', 'echo', 'user-agent', 'bench', 'accept', '*/*']) };
+  const stream = new StreamContext(conn, chain, req, res, head);
   const finish = () => {
     chain.terminal.forward(stream);
     const up = new HeaderList(['host', 'echo', 'user-agent', 'bench', 'content-type', 'application/json']);

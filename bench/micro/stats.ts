@@ -16,7 +16,7 @@ import { DEFAULT_STATS_CONFIG, ENVOY_DEFAULT_BUCKETS, StatsFilter, instrumentsFo
 import { HTTP_LABEL_NAMES } from '../../filters/stats/labels.ts';
 import { DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, type PeerInfo } from '../../src/peer/peer-info.ts';
 import type { FilterChain } from '../../src/pipeline/chain.ts';
-import { ConnectionContext, StreamContext, type ConnectInfo } from '../../src/pipeline/context.ts';
+import { ConnectionContext, HeaderList, StreamContext, type ConnectInfo } from '../../src/pipeline/index.ts';
 import type { MeshSnapshot, Service, Target } from '../../src/state/types.ts';
 
 const ITERATIONS = Number(process.env.BENCH_MICRO_ITERATIONS ?? 300_000);
@@ -67,10 +67,10 @@ function connection(i: number): ConnectionContext {
 }
 
 function request(c: ConnectionContext, i: number, grpc: boolean): StreamContext {
-  const headers: Record<string, string> = { host: 'details:9080', 'user-agent': 'bench', accept: '*/*' };
-  if (grpc) headers['content-type'] = 'application/grpc';
-  const req = { headers, httpVersion: grpc ? '2.0' : '1.1', method: 'GET', url: `/details/${i}` } as unknown as IncomingMessage;
-  const s = new StreamContext(c, CHAIN, req, {} as ServerResponse);
+  const headers = new HeaderList(['host', 'details:9080', 'user-agent', 'bench', 'accept', '*/*']);
+  if (grpc) headers.append('content-type', 'application/grpc');
+  const head = { protocol: grpc ? 'HTTP/2' : 'HTTP/1.1', method: 'GET', path: `/details/${i}`, authority: 'details:9080', headers };
+  const s = new StreamContext(c, CHAIN, {} as IncomingMessage, {} as ServerResponse, head);
   s.set(UPSTREAM_PEER, SERVERS[i % 2]);
   // Mostly 200, some 404 and 503 (a few series per peer pair, as in a real mesh).
   s.responseCode = i % 50 === 0 ? 503 : i % 10 === 0 ? 404 : 200;

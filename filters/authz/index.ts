@@ -1,88 +1,84 @@
 /**
  * `istio.authz`: Istio's AuthorizationPolicy enforcement at the waypoint, on the engine of
- * src/authz (semantics: shared/reference/authz.md). One filter plays the parts Istio's waypoint
- * splits over Envoy's `envoy.filters.http.rbac` (HTTP ports, per request), `envoy.filters.network.rbac`
- * (TCP ports, per connection) and the CUSTOM dispatch to `envoy.filters.http.ext_authz`, all driven
- * by one compiled policy set per mesh snapshot; hence an Istio name rather than one Envoy filter's.
+ * src/authz (semantics: istio.io's AuthorizationPolicy reference). One filter plays the parts
+ * Istio's waypoint splits over Envoy's HTTP RBAC (per request), network RBAC (per connection),
+ * ext_authz (CUSTOM) and jwt_authn, driven by one compiled policy set per mesh snapshot; hence an
+ * Istio name. Behaviour and metrics: filters/README.md.
  *
- * - **HTTP** (`onRequestHeaders`): a method that is not upper case is answered 400; the path is
- *   normalized per MeshConfig `pathNormalization` (malformed: 400 `path_normalization_failed`) and
- *   the normalized path (query kept) is what the router sends upstream (`stream.forwardPath`), as
- *   Envoy's `normalize_path` rewrites `:path` for every filter and the upstream. Then the target's
- *   HTTP evaluator decides: CUSTOM (ext_authz hook) first, then JWT authentication
- *   (RequestAuthentication: an invalid token is answered 401/403 with `www-authenticate`; a valid
- *   one gives the request principal and claims), then DENY, then ALLOW with the JWT attributes. A denial is 403
- *   `RBAC: access denied`, flag `-`, details `rbac_access_denied_matched_policy[<rule>|none]`; gRPC
- *   requests get it as grpc-status 7 (the local reply maps it). The result (audit and dry-run
- *   included) is kept in the `AUTHZ_RESULT` slot. Each request uses the current mesh snapshot,
- *   so requests on a long-lived HTTP tunnel follow policy changes.
- * - **TCP** (`onConnection`, declared non-HTTP ports): the target's TCP evaluator (HTTP-only
- *   fields dropped from ALLOW rules, removed from DENY rules: authz.md §6.1) decides at CONNECT
- *   time; a denial answers the CONNECT 401, as ztunnel does for L4 denials, so no upstream is
- *   dialed and no byte is relayed. Result in `TCP_AUTHZ_RESULT`.
- * - **Undeclared ports** (sniffed; also all workload-addressed traffic): Istio's waypoint runs the
- *   HTTP chain (per-request RBAC) when the inspector finds HTTP and the TCP chain (network RBAC)
- *   otherwise. The CONNECT is answered before sniffing, so the TCP decision is made here and
- *   applied only if the payload turns out to be TCP (`conn.rejectIfTcp`): the tunnel is then
- *   closed before dialing anything. HTTP payloads are decided per request.
- * - **Policy changes**: open TCP tunnels (and undeclared-port tunnels not yet known to be HTTP)
- *   are tracked and re-evaluated on every new mesh snapshot; one now denied is closed
- *   (`conn.terminate`), as ztunnel drains connections a policy change no longer allows.
- * - **NetworkPolicy mode** (option `networkPolicy`, bootstrap `networkPolicy.enforceOnOriginalIdentity`):
- *   after the AuthorizationPolicies allow a tunnel, the destination pods' ingress NetworkPolicies
- *   are evaluated against the original client (src/netpol): TCP is refused at CONNECT time (401,
- *   flag `DENY`) when no candidate endpoint admits it; HTTP requests carry the admission the
- *   router's endpoint pick honours (403 `NetworkPolicy: access denied` when none admits). Open
- *   tunnels are re-checked on mesh changes like the AuthorizationPolicy decision.
+ * - HTTP (`onRequestHeaders`): path normalization (the normalized path goes upstream as
+ *   `stream.forwardPath`), then CUSTOM, JWT, DENY, ALLOW with the current snapshot; a denial is 403
+ *   `RBAC: access denied` (gRPC: status 7). Header changes (ext_authz allow, JWT output) are made
+ *   to `stream.requestHeaders` (request.ts).
+ * - TCP (`onConnection`, declared non-HTTP ports): decided at CONNECT; a denial answers it 401, as
+ *   ztunnel does for L4 denials. Undeclared ports: the TCP decision applies only should the
+ *   payload be TCP (`conn.rejectIfTcp`). Open TCP tunnels are re-decided on every new snapshot and
+ *   closed when now denied, as ztunnel drains them.
+ * - NetworkPolicy mode (option `networkPolicy`): the destination pods' ingress NetworkPolicies,
+ *   evaluated against the original client (src/netpol), after the AuthorizationPolicies allow.
  *
- * Source attributes come from the tunnel, never from request headers: the principal is the HBONE
- * client certificate's SPIFFE id (`io.istio.peer_principal`), `source.ip` the HBONE peer address,
- * `remote.ip` the right-most `X-Forwarded-For` entry (else `source.ip`; authz.md §4.4),
- * destination IP and port the CONNECT target.
+ * Source attributes come from the tunnel, never from request headers (the principal is the HBONE
+ * client certificate's SPIFFE id); only `remote.ip` reads `X-Forwarded-For`.
  */
-import { isIP } from 'node:net';
-import { authzFor } from '../../src/authz/compile.ts';
 import type { RequestAuthenticator, RequestAuthn } from '../../src/authn/index.ts';
-import type { ExtAuthzDecision, ExtAuthzHook } from '../../src/authz/ext-authz-hook.ts';
-import type { HeaderMutation } from '../../src/authz/ext-authz/types.ts';
-import { headersFromRaw, withHeaderEdits } from '../../src/authz/headers.ts';
-import { rbacDeniedDetails } from '../../src/authz/evaluator.ts';
-import { AUTHZ_RESULT, REQUEST_JWT, TCP_AUTHZ_RESULT } from '../../src/authz/slots.ts';
-import type { AuthzResult, CustomCheck, RequestAttributes } from '../../src/authz/types.ts';
-import type { ConnectionContext, StreamContext } from '../../src/pipeline/context.ts';
-import { FilterStatus, type Filter, type FilterEnv, type FilterFactory, type PhaseResult } from '../../src/pipeline/filter.ts';
-import type { HeaderList } from '../../src/pipeline/headers.ts';
-import { discardUnreadBody } from '../../src/pipeline/request-body.ts';
-import { defineSlot } from '../../src/pipeline/slots.ts';
-import { STREAM_ADMISSION } from '../../src/netpol/admission.ts';
-import { decideTunnel, requestAdmission } from '../../src/netpol/enforce.ts';
-import { isHttpProtocol } from '../../src/state/protocol.ts';
-import { clusterName } from '../../src/upstream/cluster-name.ts';
-import { authzStatsFor, type AuthzStats, type ExtAuthzStat } from './stats.ts';
+import {
+  AUTHZ_RESULT,
+  REQUEST_JWT,
+  TCP_AUTHZ_RESULT,
+  authzFor,
+  headersFromRaw,
+  rbacDeniedDetails,
+  type AuthzResult,
+  type CustomCheck,
+  type ExtAuthzDecision,
+  type ExtAuthzHook,
+  type HeaderMutation,
+  type RequestAttributes,
+} from '../../src/authz/index.ts';
+import { STREAM_ADMISSION, decideTunnel, requestAdmission } from '../../src/netpol/index.ts';
+import {
+  FilterStatus,
+  ResponseFlag,
+  defineSlot,
+  isHttpProtocol,
+  sendLocalReply,
+  type ConnectionContext,
+  type Filter,
+  type FilterEnv,
+  type FilterFactory,
+  type HeaderList,
+  type PhaseResult,
+  type StreamContext,
+} from '../../src/pipeline/index.ts';
 import type { MeshSnapshot, Target } from '../../src/state/types.ts';
+import {
+  RBAC_DENIED_BODY,
+  applyResponseMutations,
+  connectionAttributes,
+  editRequestHeaders,
+  enforceDecision,
+  localReply,
+  remoteAddress,
+  unavailableProviderDetails,
+} from './request.ts';
+import { authzStatsFor, type AuthzStats, type ExtAuthzStat } from './stats.ts';
+
+export { RBAC_DENIED_BODY, applyResponseMutations, remoteAddress } from './request.ts';
 
 /** The filter's name in the bootstrap `filters:` list. */
 export const AUTHZ_FILTER_NAME = 'istio.authz';
 
-/** Envoy's RBAC denial body. */
-export const RBAC_DENIED_BODY = 'RBAC: access denied';
 /** The CONNECT status of an L4 denial (ztunnel's). */
 export const L4_DENIED_STATUS = 401;
-
-// Response flags (src/telemetry/response-flags.ts spellings).
-const NO_FLAG = '-';
-const DOWNSTREAM_PROTOCOL_ERROR = 'DPE';
-const UNAUTHORIZED_EXTERNAL_SERVICE = 'UAEX';
 
 /** The filter takes no configuration (policies come from mesh state). */
 export type AuthzFilterConfig = Readonly<Record<string, never>>;
 
 /** What the factory can be given by the code that builds the chain. */
 export interface AuthzFilterOptions {
-  /** The ext_authz client for CUSTOM policies; without it, matching CUSTOM rules deny (authz.md §2.3). */
+  /** The ext_authz client for CUSTOM policies; without it, matching CUSTOM rules deny. */
   readonly extAuthz?: ExtAuthzHook;
   /**
-   * RequestAuthentication (JWT), run after CUSTOM and before AUDIT/DENY/ALLOW (authz.md §2.3);
+   * RequestAuthentication (JWT), run after CUSTOM and before AUDIT/DENY/ALLOW (Istio's order);
    * without it no token is validated here (`requestPrincipals` read the `REQUEST_JWT` slot).
    */
   readonly authn?: RequestAuthn;
@@ -95,12 +91,8 @@ export interface AuthzFilterOptions {
   readonly networkPolicy?: boolean;
 }
 
-/** Request header changes for the upstream request, in order (ext_authz allow, then JWT output): value undefined = remove. */
-const UPSTREAM_HEADER_EDITS = defineSlot<[string, string | undefined][]>('istio.authz.upstream_headers', 'stream');
 /** Response header changes an allowing ext_authz server asked for. */
 const RESPONSE_HEADER_EDITS = defineSlot<readonly HeaderMutation[]>('istio.authz.response_headers', 'stream');
-/** The request's HTTP chain name (the inbound cluster name): Envoy's connection manager stat prefix for the counters. */
-const HCM_PREFIX = defineSlot<string>('istio.authz.hcm_prefix', 'stream');
 /** A TCP tunnel the CUSTOM provider allowed (not asked again on policy re-checks). */
 const TCP_CUSTOM_ALLOWED = defineSlot<boolean>('istio.authz.tcp_custom_allowed', 'connection');
 /** Headers of a local reply this filter sent (ext_authz denial, JWT rejection). */
@@ -122,40 +114,6 @@ export function authzFilterFactory(opts: AuthzFilterOptions = {}): FilterFactory
 
 /** `istio.authz` without an ext_authz client (CUSTOM rules that match deny). */
 export const authzFactory: FilterFactory<AuthzFilterConfig> = authzFilterFactory();
-
-const ABSOLUTE_FORM = /^[a-z][a-z0-9+.-]*:\/\/([^/?#]*)/i;
-
-function hasLowerCase(s: string): boolean {
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    if (c >= 0x61 && c <= 0x7a) return true;
-  }
-  return false;
-}
-
-/** `remote.ip` at a waypoint: the right-most X-Forwarded-For address, else the peer (Envoy, use_remote_address false). */
-export function remoteAddress(xff: string | string[] | undefined, peer: string): string {
-  if (xff === undefined) return peer;
-  const joined = typeof xff === 'string' ? xff : xff.join(',');
-  const last = joined.slice(joined.lastIndexOf(',') + 1).trim();
-  return isIP(last) ? last : peer;
-}
-
-/** The attributes of a tunnel, for TCP decisions (`remote.ip` defaults to the peer). */
-function connectionAttributes(conn: ConnectionContext): RequestAttributes {
-  const info = conn.info;
-  return {
-    principal: info.peer.uri || undefined,
-    sourceIp: info.downstreamAddress,
-    destinationIp: info.targetIp,
-    destinationPort: info.targetPort,
-  };
-}
-
-/** Details of a CUSTOM rule whose provider cannot be called: Istio's generated deny rule. */
-function unavailableProviderDetails(custom: CustomCheck): string {
-  return rbacDeniedDetails({ decision: 'DENY', policy: `istio-ext-authz-${custom.policy}-deny-due-to-bad-CUSTOM-action` });
-}
 
 class AuthzFilter implements Filter {
   readonly name = AUTHZ_FILTER_NAME;
@@ -250,13 +208,13 @@ class AuthzFilter implements Filter {
             return rbac();
           }
           this.countExtAuthz(d.details === 'ext_authz_error' ? 'error' : 'denied');
-          conn.responseFlags = UNAUTHORIZED_EXTERNAL_SERVICE;
+          conn.responseFlags = ResponseFlag.UnauthorizedExternalService;
           return d.details ?? 'ext_authz_denied';
         },
         (err: unknown) => {
           this.env.log.warn({ err: String(err), provider: custom.provider }, 'authz: ext_authz check of a TCP tunnel failed; denying');
           this.countExtAuthz('error');
-          conn.responseFlags = UNAUTHORIZED_EXTERNAL_SERVICE;
+          conn.responseFlags = ResponseFlag.UnauthorizedExternalService;
           return 'ext_authz_error';
         },
       );
@@ -323,37 +281,18 @@ class AuthzFilter implements Filter {
   // --- HTTP -----------------------------------------------------------------------------------
 
   onRequestHeaders(stream: StreamContext): PhaseResult {
-    // Envoy rejects a method that is not upper case before any filter (authz.md §5.5).
-    if (hasLowerCase(stream.method)) {
-      stream.sendLocalReply(400, 'Bad Request', DOWNSTREAM_PROTOCOL_ERROR, 'invalid_method');
-      return FilterStatus.StopAndReply;
-    }
+    // A method that is not upper case and a target that is not origin-form never get here: the
+    // connection manager refused the one and rewrote the other, as Envoy's does.
     const conn = stream.conn;
     const mesh = this.env.mesh.current;
     const authz = authzFor(mesh);
-
-    // The request target as a path (an HTTP/1.1 absolute-form target names its own authority).
-    // Other forms (`OPTIONS *`) are matched as they are and refused by the router (400).
-    let target = stream.path;
-    let host: string | undefined = stream.authority || undefined;
-    let path = target;
-    if (target.charCodeAt(0) !== 0x2f) {
-      const abs = ABSOLUTE_FORM.exec(target);
-      if (abs) {
-        if (abs[1]) host = abs[1];
-        const rest = target.slice(abs[0].length);
-        target = rest.charCodeAt(0) === 0x2f ? rest : `/${rest}`;
-      }
+    const normalized = authz.normalizePath(stream.path);
+    if (!normalized) {
+      sendLocalReply(stream, 400, 'Bad Request', ResponseFlag.None, 'path_normalization_failed');
+      return FilterStatus.StopAndReply;
     }
-    if (target.charCodeAt(0) === 0x2f) {
-      const normalized = authz.normalizePath(target);
-      if (!normalized) {
-        stream.sendLocalReply(400, 'Bad Request', NO_FLAG, 'path_normalization_failed');
-        return FilterStatus.StopAndReply;
-      }
-      if (normalized.forward !== stream.path) stream.forwardPath = normalized.forward;
-      path = normalized.path;
-    }
+    if (normalized.forward !== stream.path) stream.forwardPath = normalized.forward;
+    const path = normalized.path;
 
     // A tunnel outlives snapshots: decide with today's policies for today's view of its target
     // (policies attached to a Service are keyed by that snapshot's Service).
@@ -363,22 +302,23 @@ class AuthzFilter implements Filter {
     const evaluator = authz.forTarget(resolved).http;
     const verifier = this.authn?.forTarget(mesh, resolved);
     if (evaluator.empty && !verifier) return FilterStatus.Continue;
-    stream.set(HCM_PREFIX, clusterName(resolved, 'http'));
 
     const info = conn.info;
+    const headers = stream.requestHeaders;
     const attrs: RequestAttributes = {
       principal: info.peer.uri || undefined,
       sourceIp: info.downstreamAddress,
-      remoteIp: remoteAddress(stream.req.headers['x-forwarded-for'], info.downstreamAddress),
+      remoteIp: remoteAddress(headers.joined('x-forwarded-for'), info.downstreamAddress),
       destinationIp: info.targetIp,
       destinationPort: info.targetPort,
-      host,
+      host: stream.authority || undefined,
       method: stream.method,
       path,
-      headers: headersFromRaw(stream.req.rawHeaders),
+      // Over the live list: later evaluations see ext_authz and JWT header changes.
+      headers: headersFromRaw(headers.raw),
       jwt: verifier ? undefined : stream.get(REQUEST_JWT),
     };
-    // CUSTOM rules cannot use request.auth.* or requestPrincipals (authz.md §2.3), so the
+    // CUSTOM rules cannot use request.auth.* or requestPrincipals (Istio rejects them), so the
     // pre-JWT evaluation decides whether the provider is asked.
     const result = evaluator.empty ? undefined : evaluator.evaluate(attrs);
     if (result) stream.set(AUTHZ_RESULT, result);
@@ -398,32 +338,30 @@ class AuthzFilter implements Filter {
     verifier: RequestAuthenticator | undefined,
   ): PhaseResult {
     if (!verifier) return result ? this.enforce(stream, result) : FilterStatus.Continue;
-    const edits = stream.get(UPSTREAM_HEADER_EDITS);
-    const headers = edits ? withHeaderEdits(attrs.headers!, edits) : attrs.headers!;
+    const proto = stream.requestHeaders.get('x-forwarded-proto');
     return verifier
       .authenticate({
         method: stream.method,
         path: stream.forwardPath ?? stream.path,
         host: stream.authority,
-        headers,
-        ...(stream.req.headers['x-forwarded-proto'] ? { scheme: String(stream.req.headers['x-forwarded-proto']) } : {}),
+        headers: attrs.headers!,
+        ...(proto ? { scheme: proto } : {}),
       })
       .then(
         (r) => {
           if (!r.ok) {
             stream.set(LOCAL_REPLY_HEADERS, r.headers);
-            localReply(stream, r.status, r.body, NO_FLAG, r.details);
+            localReply(stream, r.status, r.body, ResponseFlag.None, r.details);
             return FilterStatus.StopAndReply;
           }
           const changes: [string, string | undefined][] = [];
           for (const n of r.headers.remove) changes.push([n, undefined]);
           for (const [n, v] of r.headers.set) changes.push([n.toLowerCase(), v]);
-          if (changes.length) this.addUpstreamEdits(stream, changes);
+          editRequestHeaders(stream.requestHeaders, changes);
           if (r.path !== undefined) stream.forwardPath = r.path;
           if (r.jwt) stream.set(REQUEST_JWT, r.jwt);
           if (evaluator.empty) return FilterStatus.Continue;
-          const all = stream.get(UPSTREAM_HEADER_EDITS);
-          const next = evaluator.evaluate({ ...attrs, jwt: r.jwt, headers: all ? withHeaderEdits(attrs.headers!, all) : attrs.headers });
+          const next = evaluator.evaluate({ ...attrs, jwt: r.jwt });
           // A CUSTOM provider already allowed this request: keep its mark on the result.
           const final = result?.custom && !next.custom ? { ...next, custom: result.custom } : next;
           stream.set(AUTHZ_RESULT, final);
@@ -431,16 +369,10 @@ class AuthzFilter implements Filter {
         },
         (err: unknown) => {
           this.env.log.warn({ err: String(err) }, 'authz: JWT authentication failed unexpectedly; denying');
-          localReply(stream, 401, 'Jwt verification fails', NO_FLAG, 'jwt_authn_access_denied{Jwt_verification_fails}');
+          localReply(stream, 401, 'Jwt verification fails', ResponseFlag.None, 'jwt_authn_access_denied{Jwt_verification_fails}');
           return FilterStatus.StopAndReply;
         },
       );
-  }
-
-  private addUpstreamEdits(stream: StreamContext, changes: [string, string | undefined][]): void {
-    const cur = stream.get(UPSTREAM_HEADER_EDITS);
-    if (cur) cur.push(...changes);
-    else stream.set(UPSTREAM_HEADER_EDITS, changes);
   }
 
   /** CUSTOM first: ask the ext_authz provider; resolves true when it allows (DENY/ALLOW decide next). */
@@ -448,7 +380,7 @@ class AuthzFilter implements Filter {
     const hook = this.extAuthz;
     if (!hook) {
       this.warnNoHook(custom, 'HTTP');
-      stream.sendLocalReply(403, RBAC_DENIED_BODY, NO_FLAG, unavailableProviderDetails(custom));
+      sendLocalReply(stream, 403, RBAC_DENIED_BODY, ResponseFlag.None, unavailableProviderDetails(custom));
       return Promise.resolve(false);
     }
     let pending: Promise<ExtAuthzDecision>;
@@ -457,14 +389,14 @@ class AuthzFilter implements Filter {
     } catch (err) {
       pending = Promise.reject(err);
     }
-    const chain = stream.get(HCM_PREFIX) ?? '';
+    const chain = stream.statPrefix;
     return pending.then(
       (d) => {
         if (d.allow) {
           const changes: [string, string | undefined][] = [];
           for (const name in d.headers) changes.push([name.toLowerCase(), d.headers[name]]);
           for (const name of d.removeHeaders ?? []) changes.push([name.toLowerCase(), undefined]);
-          if (changes.length) this.addUpstreamEdits(stream, changes);
+          editRequestHeaders(stream.requestHeaders, changes);
           if (d.responseHeaders?.length) stream.set(RESPONSE_HEADER_EDITS, d.responseHeaders);
           this.countExtAuthz(d.failedOpen ? 'error' : 'ok', chain);
           if (d.failedOpen) this.countExtAuthz('failure_mode_allowed', chain);
@@ -473,26 +405,16 @@ class AuthzFilter implements Filter {
         if (d.details === 'ext_authz_error') this.countExtAuthz('error', chain);
         else if (d.details === undefined || d.details === 'ext_authz_denied') this.countExtAuthz('denied', chain);
         if (d.headers) stream.set(LOCAL_REPLY_HEADERS, Object.entries(d.headers));
-        localReply(stream, d.status ?? 403, d.body ?? '', d.responseFlag ?? UNAUTHORIZED_EXTERNAL_SERVICE, d.details ?? 'ext_authz_denied');
+        localReply(stream, d.status ?? 403, d.body ?? '', d.responseFlag ?? ResponseFlag.UnauthorizedExternalService, d.details ?? 'ext_authz_denied');
         return false;
       },
       (err: unknown) => {
         this.env.log.warn({ err: String(err), provider: custom.provider }, 'authz: ext_authz check failed; denying');
         this.countExtAuthz('error', chain);
-        localReply(stream, 403, '', UNAUTHORIZED_EXTERNAL_SERVICE, 'ext_authz_error');
+        localReply(stream, 403, '', ResponseFlag.UnauthorizedExternalService, 'ext_authz_error');
         return false;
       },
     );
-  }
-
-  /** Request header changes from an allowing ext_authz decision and JWT authentication. */
-  onUpstreamRequest(stream: StreamContext, headers: HeaderList): void {
-    const edits = stream.get(UPSTREAM_HEADER_EDITS);
-    if (!edits) return;
-    for (const [name, value] of edits) {
-      if (value === undefined) headers.remove(name);
-      else headers.set(name, value);
-    }
   }
 
   /**
@@ -509,8 +431,8 @@ class AuthzFilter implements Filter {
 
   /** Count the request's AuthorizationPolicy decision, then enforce it. */
   private enforce(stream: StreamContext, result: AuthzResult): FilterStatus {
-    this.stats.http(stream.get(HCM_PREFIX) ?? '', result);
-    return enforce(stream, result);
+    this.stats.http(stream.statPrefix, result);
+    return enforceDecision(stream, result);
   }
 
   private warnNoHook(custom: CustomCheck, what: string): void {
@@ -521,41 +443,4 @@ class AuthzFilter implements Filter {
       `authz: a CUSTOM policy matched ${what} traffic but no ext_authz client is configured; its requests are denied as for an unusable provider`,
     );
   }
-}
-
-/** This filter's local replies: the unread rest of a body read for ext_authz is dropped first. */
-function localReply(stream: StreamContext, status: number, body: string, flag: string, details: string): void {
-  discardUnreadBody(stream);
-  stream.sendLocalReply(status, body, flag, details);
-}
-
-/** Envoy ext_authz `encodeHeaders`: add, set, add-if-absent, overwrite-if-exists (append joins with `,`). */
-export function applyResponseMutations(headers: HeaderList, edits: readonly HeaderMutation[]): void {
-  for (const m of edits) {
-    const current = headers.get(m.name);
-    switch (m.action) {
-      case 'add':
-        headers.append(m.name, m.value);
-        break;
-      case 'add-if-absent':
-        if (current === undefined) headers.append(m.name, m.value);
-        break;
-      case 'overwrite-if-exists':
-        if (current !== undefined) headers.set(m.name, m.value);
-        break;
-      case 'append':
-        headers.set(m.name, current === undefined ? m.value : `${current},${m.value}`);
-        break;
-      case 'set':
-        headers.set(m.name, m.value);
-        break;
-    }
-  }
-}
-
-/** DENY → 403 `RBAC: access denied` (gRPC: status 7 via the local reply). */
-function enforce(stream: StreamContext, result: AuthzResult): FilterStatus {
-  if (result.decision !== 'DENY') return FilterStatus.Continue;
-  localReply(stream, 403, RBAC_DENIED_BODY, NO_FLAG, rbacDeniedDetails(result));
-  return FilterStatus.StopAndReply;
 }

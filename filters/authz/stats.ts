@@ -30,7 +30,7 @@
  * (`rbac_access_denied_matched_policy[...]`) and dynamic metadata only.
  */
 import { Counter, type Registry } from 'prom-client';
-import type { AuthzResult } from '../../src/authz/types.ts';
+import type { AuthzResult } from '../../src/authz/index.ts';
 
 /** What one ext_authz check ended with, as Envoy's ext_authz counters see it. */
 export type ExtAuthzStat = 'ok' | 'denied' | 'error' | 'failure_mode_allowed';

@@ -16,7 +16,7 @@
  *   response's headers), `baggage` (the `baggage` a destination ztunnel answered the upstream
  *   CONNECT with). A peer without identity gets the endpoint's expected SPIFFE id.
  * - TCP_UPSTREAM_PEER (TCP tunnels, `onUpstreamConnected`): same; `istio_headers` there means the
- *   peer a sidecar endpoint sent over `istio-peer-exchange` (`conn.upstreamExchangePeer`), the
+ *   peer a sidecar endpoint sent over `istio-peer-exchange` (`upstreamExchangePeerOf(conn)`), the
  *   TCP form of the same metadata.
  *
  * Propagation (off by default, as in Istio's waypoint) adds headers describing the waypoint
@@ -29,22 +29,31 @@
  * Unknown fields stay '' (no invented defaults), so the stats filter prints `unknown` where
  * Istio does; Istio's WDS defaults (namespace `default`, service account `default`) are already
  * applied by the mesh compiler. Malformed headers or baggage never throw: the method just finds
- * nothing and the next one is tried (pitfall H5).
+ * nothing and the next one is tried (istio/proxy#4120).
  */
 import type { IncomingHttpHeaders } from 'node:http2';
-import type { ConnectionContext, StreamContext } from '../../src/pipeline/context.ts';
-import { FilterStatus, type Filter, type FilterEnv, type FilterFactory } from '../../src/pipeline/filter.ts';
-import type { HeaderList } from '../../src/pipeline/headers.ts';
-import { defineSlot } from '../../src/pipeline/slots.ts';
-import { parseBaggage } from '../../src/peer/baggage-parse.ts';
-import { DOWNSTREAM_PEER, EMPTY_PEER, REQUEST_DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, peerFromWorkload, type PeerInfo } from '../../src/peer/peer-info.ts';
-import { PEER_METADATA_HEADER, PEER_METADATA_ID_HEADER, decodePeerMetadata } from '../../src/peer/peer-metadata-header.ts';
-import { normalizeIp } from '../../src/state/ip.ts';
+import { FilterStatus, defineSlot, type ConnectionContext, type Filter, type FilterEnv, type FilterFactory, type HeaderList, type StreamContext } from '../../src/pipeline/index.ts';
+import {
+  DOWNSTREAM_PEER,
+  EMPTY_PEER,
+  PEER_METADATA_HEADER,
+  PEER_METADATA_ID_HEADER,
+  REQUEST_DOWNSTREAM_PEER,
+  TCP_UPSTREAM_PEER,
+  UPSTREAM_PEER,
+  decodePeerMetadata,
+  parseBaggage,
+  peerFromWorkload,
+  upstreamExchangePeerOf,
+  workloadAt,
+  type PeerInfo,
+} from '../../src/peer/index.ts';
 import type { Endpoint, MeshSnapshot, Workload } from '../../src/state/types.ts';
 import { parsePeerMetadataConfig, type DiscoveryMethod, type PeerMetadataConfig } from './config.ts';
 import { selfMetadata, type SelfMetadata } from './self.ts';
 
 export { parsePeerMetadataConfig, type PeerMetadataConfig } from './config.ts';
+export { workloadAt };
 
 export const PEER_METADATA_FILTER_NAME = 'istio.peer_metadata';
 
@@ -158,9 +167,9 @@ class PeerMetadata {
 
   /** Only when `istio_headers` is a downstream method. */
   onRequestHeaders(stream: StreamContext): FilterStatus {
-    const h = stream.req.headers;
-    const metadata = h[PEER_METADATA_HEADER];
-    const seen = (h[PEER_METADATA_ID_HEADER] !== undefined ? SAW_ID : 0) | (metadata !== undefined ? SAW_METADATA : 0);
+    const h = stream.requestHeaders;
+    const metadata = h.get(PEER_METADATA_HEADER);
+    const seen = (h.get(PEER_METADATA_ID_HEADER) !== undefined ? SAW_ID : 0) | (metadata !== undefined ? SAW_METADATA : 0);
     if (seen !== 0) stream.set(REQUEST_MX, seen);
     if (metadata !== undefined && stream.conn.get(CONSULT_HEADERS) === true) {
       const peer = this.headerPeer(firstValue(metadata));
@@ -219,7 +228,7 @@ class PeerMetadata {
       if (m === WDS) peer = ep && this.upstreamWorkloadPeer(ep);
       else if (m === HEADERS) {
         // TCP has no headers: the same Struct arrives in the sidecar's `istio-peer-exchange` frame.
-        peer = conn.upstreamExchangePeer;
+        peer = upstreamExchangePeerOf(conn);
         if (peer !== undefined && ep) peer = withVerifiedIdentity(peer, verifiedIdentity(ep));
       } else peer = this.connectBaggagePeer(conn.upstreamConnectHeaders, ep);
     }
@@ -307,19 +316,6 @@ class PeerMetadata {
   }
 }
 
-/**
- * The workload at `address` (as the listener reports it) in `mesh`. The listener normalises
- * addresses already; an IPv4-mapped IPv6 form (`::ffff:10.0.0.1`, what a `::` listener sees) or
- * an uncompressed IPv6 is normalised here before a second lookup.
- */
-export function workloadAt(mesh: MeshSnapshot, address: string): Workload | undefined {
-  const w = mesh.workloadByIp(address);
-  if (w !== undefined || !address.includes(':')) return w;
-  const n = normalizeIp(address);
-  return n === undefined || n === address ? undefined : mesh.workloadByIp(n);
-}
-
-/** `peer` with `identity` filled in when it has none. */
 /** The peer with `identity` filled in when it has none. */
 function withIdentity(peer: PeerInfo, identity: string): PeerInfo {
   if (peer.identity !== '' || identity === '') return peer;
@@ -366,9 +362,8 @@ function describesNothing(p: PeerInfo): boolean {
   );
 }
 
-/** The first of a header's values (Node joins repeated unknown headers with `, `; base64 has no comma). */
-function firstValue(v: string | string[]): string {
-  const s = typeof v === 'string' ? v : (v[0] ?? '');
+/** The first of a header's values (a sender may join several with `,`; base64 has no comma). */
+function firstValue(s: string): string {
   const comma = s.indexOf(',');
   return comma === -1 ? s : s.slice(0, comma);
 }

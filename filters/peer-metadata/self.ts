@@ -12,9 +12,7 @@
  * address when the mesh lists the Pod, else there is no id (the header is left out).
  */
 import os from 'node:os';
-import { encodePeerMetadata } from '../../src/peer/peer-metadata-header.ts';
-import type { PeerInfo } from '../../src/peer/peer-info.ts';
-import { waypointSelf } from '../../src/peer/self-peer.ts';
+import { encodePeerMetadata, waypointSelf, type PeerInfo } from '../../src/peer/index.ts';
 import type { MeshSnapshot } from '../../src/state/types.ts';
 
 /** The label Istio puts on a waypoint's pods naming their Gateway. */

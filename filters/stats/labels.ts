@@ -1,16 +1,15 @@
 /**
  * The labels of Istio's standard metrics as Envoy's waypoint fills them: the `istio_stats` filter
  * with reporter `SERVER_GATEWAY` and `disable_host_header_fallback: true`
- * (PX:source/extensions/filters/http/istio_stats/istio_stats.cc `populatePeerInfo`, reference
- * hbone-waypoint.md §4.2). Pure functions over peers and the tunnel's target; nothing here reads a
+ * (PX:source/extensions/filters/http/istio_stats/istio_stats.cc `populatePeerInfo`). Pure functions over peers and the tunnel's target; nothing here reads a
  * path, a header value or any other unbounded input.
  *
  * Label order is Istio's. A tuple is split in three so each part is built once and shared:
  * source (reporter + 8 labels, per tunnel), destination (11 labels, per upstream peer and
  * service) and the tail (per request: protocol, code, gRPC status, flags, security policy).
  */
-import { httpToGrpcStatus } from '../../src/pipeline/context.ts';
-import type { PeerInfo } from '../../src/peer/peer-info.ts';
+import { httpToGrpcStatus } from '../../src/pipeline/index.ts';
+import type { PeerInfo } from '../../src/peer/index.ts';
 import type { Target } from '../../src/state/types.ts';
 
 export const UNKNOWN = 'unknown';

@@ -10,7 +10,7 @@
  * promise answers 403 `UAEX` `ext_authz_error` (the hook applies the provider's `failOpen` and
  * `statusOnError` itself and should resolve instead).
  */
-import type { ConnectionContext, StreamContext } from '../pipeline/context.ts';
+import type { ConnectionContext, StreamContext } from '../pipeline/index.ts';
 import type { HeaderMutation } from './ext-authz/types.ts';
 import type { CustomCheck, RequestAttributes } from './types.ts';
 

@@ -4,7 +4,7 @@
  * `shadow_engine_result` / `shadow_effective_policy_id`, the access-log hint of AUDIT rules), and
  * what it reads from the RequestAuthentication filter.
  */
-import { defineSlot } from '../pipeline/slots.ts';
+import { defineSlot } from '../pipeline/index.ts';
 import type { AuthzResult, JwtInfo } from './types.ts';
 
 /**

@@ -2,9 +2,15 @@
  * The HTTP servers that run inside HBONE tunnels: one `http.Server` for HTTP/1.x and one
  * `http2.Http2Server` (h2c with prior knowledge) for HTTP/2, neither listening; each is fed the
  * CONNECT streams the listener hands it through its `connection` event. Every request becomes a
- * {@link StreamContext} and runs the filter chain the tunnel captured, then the router; so do
- * HTTP/1.1 WebSocket upgrades (`upgrade` event) and `Expect: 100-continue` requests
- * (`checkContinue`, so that Node does not answer 100 itself: the router relays the upstream's).
+ * {@link StreamContext}, passes the connection manager's checks (conn-manager.ts) and runs the
+ * filter chain the tunnel captured, then the router; so do HTTP/1.1 WebSocket upgrades (`upgrade`
+ * event) and `Expect: 100-continue` requests (`checkContinue`, so that Node does not answer 100
+ * itself: the router relays the upstream's).
+ *
+ * What Node's HTTP/1 codec refuses (a malformed request: 400; headers over the limit: 431) and a
+ * CONNECT inside the tunnel (405) are answered here as Envoy's codec answers them, and like every
+ * local reply they get a stream with the `DPE` flag that runs the completion phases (access-log
+ * line, `istio_requests_total`).
  *
  * Node corrupts corked string writes onto an Http2Stream (hbone/writev-fix.ts), so every stream
  * handed to the HTTP/1 server gets the `_writev` fix first.
@@ -15,11 +21,20 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { http2Settings, type Http2Params } from '../hbone/settings.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
-import type { FilterChain } from '../pipeline/chain.ts';
-import { ConnectionContext, StreamContext } from '../pipeline/context.ts';
-import { FilterStatus, type PhaseResult } from '../pipeline/filter.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
+import {
+  FilterStatus,
+  ResponseFlag,
+  StreamContext,
+  downstreamClosed,
+  responseComplete,
+  sendLocalReply,
+  type ConnectionContext,
+  type FilterChain,
+  type PhaseResult,
+  type RequestHead,
+} from '../pipeline/index.ts';
 import { log } from '../util/log.ts';
+import { admitRequest, codecError, prepareStream, requestHead, unreadableHead, type ConnManagerOptions, type PathNormalizer, type Refusal } from './conn-manager.ts';
 
 /** Limits of the HTTP/1.x server inside tunnels (bytes, ms). */
 export interface InnerHttpOptions {
@@ -36,6 +51,8 @@ export interface InnerHttpOptions {
   readonly http2: Http2Params;
   /** Answer HTTP/1.0 requests with 426 as Envoy does unless `ISTIO_META_HTTP10` is set (default false: accepted). */
   readonly rejectHttp10: boolean;
+  /** Path normalization by the connection manager, before any filter (conn-manager.ts); none by default. */
+  readonly normalizePath?: PathNormalizer;
 }
 
 const kTunnel = Symbol('waypoint.tunnel');
@@ -54,7 +71,9 @@ interface TunnelRef {
   last: StreamContext | undefined;
   lastKeepAlive: boolean;
 }
-type TaggedSocket = Duplex & { [kTunnel]?: TunnelRef };
+/** Set on an HTTP/1 tunnel once its codec failed: later parse errors of the same bytes are not answered again. */
+const kCodecFailed = Symbol('waypoint.codecFailed');
+type TaggedSocket = Duplex & { [kTunnel]?: TunnelRef; [kCodecFailed]?: boolean; _httpMessage?: ServerResponse | null };
 type TaggedSession = ServerHttp2Session & { [kTunnel]?: TunnelRef };
 
 /** Serves HTTP/1.x and h2c on tunnels handed to {@link InnerHttpServer.attach}; one instance per waypoint. */
@@ -63,7 +82,8 @@ export class InnerHttpServer {
   private readonly h2server: http2.Http2Server;
   /** The tunnel being attached to the h2c server (its `session` event fires synchronously). */
   private attaching: TunnelRef | undefined;
-  readonly rejectHttp10: boolean;
+  /** The connection manager's settings (HTTP/1.0 refusal, path normalization). */
+  readonly hcm: ConnManagerOptions;
   private readonly streamIdleTimeoutMs: number;
   /** Tunnels currently served (for drain). */
   readonly tunnels = new Set<TunnelRef>();
@@ -74,25 +94,29 @@ export class InnerHttpServer {
     this.server = http.createServer(
       {
         maxHeaderSize: opts.maxHeaderSize,
-        // HTTP/1.1 without Host is answered 400 (RFC 9112 §3.2), as Envoy does.
-        requireHostHeader: true,
+        // Host is checked by the connection manager (conn-manager.ts), so that the 400 is
+        // accounted like every local reply (Node's own answer would bypass the stream).
+        requireHostHeader: false,
         // Uploads may take as long as they take; Envoy's waypoint has no request timeout by default.
         requestTimeout: 0,
         keepAliveTimeout: opts.idleTimeoutMs,
-        // Only WebSocket upgrades leave the HTTP parser (pitfall D1); any other `Upgrade`
+        // Only WebSocket upgrades leave the HTTP parser (istio/istio#27078); any other `Upgrade`
         // (h2c, as Envoy ignores it) is an ordinary request whose hop-by-hop headers are stripped.
         shouldUpgradeCallback: isWebSocketUpgrade,
       },
       (req, res) => onRequest(req, res, (req.socket as TaggedSocket)[kTunnel]!),
     );
-    // `Expect: 100-continue` is relayed, not answered by Node (pitfall C3): the router sends the
+    // `Expect: 100-continue` is relayed, not answered by Node (istio/istio#36278): the router sends the
     // upstream's 100 (or answers it itself when the upstream cannot relay it).
     this.server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => onRequest(req, res, (req.socket as TaggedSocket)[kTunnel]!));
+    // Any other expectation is an ordinary request too (Envoy only acts on 100-continue), not
+    // Node's own 417 that no access log or metric would see.
+    this.server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => onRequest(req, res, (req.socket as TaggedSocket)[kTunnel]!));
     this.server.on('upgrade', onUpgrade);
-    this.rejectHttp10 = opts.rejectHttp10;
+    this.hcm = { rejectHttp10: opts.rejectHttp10, ...(opts.normalizePath ? { normalizePath: opts.normalizePath } : {}) };
     this.streamIdleTimeoutMs = opts.streamIdleTimeoutMs;
     // A client that half-closes right after its request still gets the whole response
-    // (pitfall B3): keep the tunnel writable after the downstream's END_STREAM.
+    // (envoyproxy/envoy#2066): keep the tunnel writable after the downstream's END_STREAM.
     (this.server as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
     // Node sets this inactivity timeout on each connection while a request is in flight (the
     // keep-alive timeout applies between requests); on expiry the tunnel is destroyed and the
@@ -101,15 +125,8 @@ export class InnerHttpServer {
     this.server.on('timeout', onTunnelTimeout);
     // The header block is bounded in bytes (maxHeaderSize), not in count.
     this.server.maxHeadersCount = 0;
-    this.server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
-      socket.end('HTTP/1.1 405 Method Not Allowed\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
-    });
-    this.server.on('clientError', (err: Error & { code?: string }, socket: Duplex) => {
-      log.debug({ err: err.message, code: err.code }, 'inner HTTP client error');
-      if (!socket.writable) return socket.destroy();
-      const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
-      socket.end(`HTTP/1.1 ${status}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
-    });
+    this.server.on('connect', onConnectRequest);
+    this.server.on('clientError', onClientError);
 
     this.h2server = http2.createServer({
       // One header-size limit for both inner protocols: `http.maxRequestHeadersBytes`.
@@ -185,7 +202,7 @@ export class InnerHttpServer {
   drain(): void {
     this.draining = true;
     for (const t of this.tunnels) {
-      // h2c: GOAWAY, open streams finish (trailers included: pitfall E2), then the session closes.
+      // h2c: GOAWAY, open streams finish (trailers included: nodejs/node#42713), then the session closes.
       if (t.session) t.session.close();
       // Idle HTTP/1 tunnels are closed (Envoy closes idle HTTP/1 connections when draining).
       else if (t.active === 0) closeTunnel(t.stream);
@@ -194,27 +211,13 @@ export class InnerHttpServer {
 }
 
 function onRequest(req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, ref: TunnelRef): StreamContext {
-  const stream = new StreamContext(ref.conn, ref.chain, req, res);
-  ref.conn.requestCount++;
-  ref.active++;
-  if (!stream.http2) {
-    ref.current ??= stream;
-    ref.last = stream;
-    // What the request itself asked for (Node derives it from the version and `Connection`),
-    // before draining or the HTTP/1.0 refusal turn keep-alive off.
-    ref.lastKeepAlive = (res as ServerResponse).shouldKeepAlive;
-    if (ref.owner.draining) (res as ServerResponse).shouldKeepAlive = false;
-    if (stream.protocol === 'HTTP/1.0' && ref.owner.rejectHttp10) {
-      // Envoy without ISTIO_META_HTTP10: 426 Upgrade Required, then close.
-      (res as ServerResponse).shouldKeepAlive = false;
-      res.once('close', () => onResponseClose(stream, ref));
-      stream.sendLocalReply(426, 'Upgrade Required', ResponseFlag.None, 'http1.0_not_allowed');
-      return stream;
-    }
-  } else if (ref.owner.draining) {
-    ref.session?.close();
+  const stream = begin(ref, req, res, requestHead(req));
+  if (stream.http2 && ref.owner.draining) ref.session?.close();
+  const refused = admitRequest(stream, ref.owner.hcm);
+  if (refused) {
+    refuse(stream, refused);
+    return stream;
   }
-  res.once('close', () => onResponseClose(stream, ref));
   let result: PhaseResult;
   try {
     result = ref.chain.runRequestHeaders(stream);
@@ -228,11 +231,102 @@ function onRequest(req: IncomingMessage | Http2ServerRequest, res: ServerRespons
   }
   result.then(
     (status) => {
-      if (status === FilterStatus.Continue && !stream.downstreamClosed) ref.chain.terminal.forward(stream);
+      if (status === FilterStatus.Continue && !downstreamClosed(stream)) ref.chain.terminal.forward(stream);
     },
     (err) => filterFailed(stream, err),
   );
   return stream;
+}
+
+/**
+ * A new stream on `ref`: counted, tracked for HTTP/1 keep-alive and drain (unless `track` is
+ * false: a refused request that leaves an earlier response in flight), completed when its
+ * response closes.
+ */
+function begin(ref: TunnelRef, req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, head: RequestHead, track = true): StreamContext {
+  const stream = new StreamContext(ref.conn, ref.chain, req, res, head);
+  ref.conn.requestCount++;
+  ref.active++;
+  if (!stream.http2 && track) {
+    ref.current ??= stream;
+    ref.last = stream;
+    // What the request itself asked for (Node derives it from the version and `Connection`),
+    // before draining or a refusal turn keep-alive off.
+    ref.lastKeepAlive = (res as ServerResponse).shouldKeepAlive;
+    if (ref.owner.draining) (res as ServerResponse).shouldKeepAlive = false;
+  }
+  res.once('close', () => onResponseClose(stream, ref));
+  return stream;
+}
+
+/** The connection manager refused the request: its local reply (an HTTP/1 connection closes after a protocol error). */
+function refuse(stream: StreamContext, r: Refusal): void {
+  if (r.close && !stream.http2) (stream.res as ServerResponse).shouldKeepAlive = false;
+  sendLocalReply(stream, r.status, r.body, r.flag, r.details);
+}
+
+/**
+ * A response of our own on an HTTP/1 tunnel Node's parser let go of (CONNECT) or failed on (codec
+ * error): a ServerResponse over the tunnel as Node builds one for requests, closing the tunnel
+ * once written.
+ */
+function ownResponse(req: IncomingMessage, socket: Duplex): ServerResponse {
+  const res = new http.ServerResponse(req);
+  res.shouldKeepAlive = false;
+  res.assignSocket(socket as Socket);
+  res.once('finish', () => closeTunnel(socket));
+  return res;
+}
+
+/**
+ * CONNECT inside a tunnel: the waypoint does not proxy a second tunnel (Envoy's HCM has no
+ * CONNECT route inside the waypoint's chains); answered 405, flag `DPE`, and the tunnel closed.
+ */
+function onConnectRequest(req: IncomingMessage, socket: Duplex): void {
+  const ref = (socket as TaggedSocket)[kTunnel];
+  if (!ref) return void socket.destroy();
+  const stream = begin(ref, req, ownResponse(req, socket), requestHead(req));
+  prepareStream(stream);
+  sendLocalReply(stream, 405, '', ResponseFlag.DownstreamProtocolError, 'method_not_allowed');
+}
+
+/**
+ * Node's HTTP/1 parser refused what the client sent (`clientError`). A codec error is answered as
+ * Envoy's codec does (400, or 431 for headers over the limit; flag `DPE`) and the tunnel closed;
+ * the answer goes through a stream with nothing known of the request, so it is logged and counted
+ * like any local reply. When an earlier request on the tunnel is still being answered, nothing is
+ * written in its way: that response finishes, then the tunnel closes (the failed request is
+ * still accounted, response code 0). Transport errors just close the tunnel.
+ */
+function onClientError(err: Error & { code?: string }, socket: Duplex): void {
+  log.debug({ err: err.message, code: err.code }, 'inner HTTP client error');
+  const t = socket as TaggedSocket;
+  const ref = t[kTunnel];
+  // Bytes after a `Connection: close` request: the response in flight finishes, then the tunnel closes.
+  if (err.code === 'HPE_CLOSED_CONNECTION' || t[kCodecFailed]) return;
+  const failure = codecError(err);
+  if (!ref || !failure) return void socket.destroy();
+  t[kCodecFailed] = true;
+  const req = new http.IncomingMessage(socket as Socket);
+  req.httpVersionMajor = 1;
+  req.httpVersionMinor = 1;
+  req.httpVersion = '1.1';
+  req.complete = true;
+  req.push(null);
+  const inFlight = t._httpMessage;
+  if (inFlight || !socket.writable) {
+    // Account the refused request on a response object that is never written.
+    const res = new http.ServerResponse(req);
+    const stream = begin(ref, req, res, unreadableHead('HTTP/1.1'), false);
+    stream.addFlag(ResponseFlag.DownstreamProtocolError);
+    stream.responseCodeDetails = failure.details;
+    if (inFlight && !inFlight.writableFinished) inFlight.once('finish', () => closeTunnel(socket));
+    else closeTunnel(socket);
+    res.emit('close');
+    return;
+  }
+  const stream = begin(ref, req, ownResponse(req, socket), unreadableHead('HTTP/1.1'));
+  sendLocalReply(stream, failure.status, '', ResponseFlag.DownstreamProtocolError, failure.details);
 }
 
 /** `Upgrade: websocket` (a token of the header, any case) on a request with `Connection: upgrade`. */
@@ -242,7 +336,7 @@ function isWebSocketUpgrade(req: IncomingMessage): boolean {
 }
 
 /**
- * A WebSocket upgrade request (pitfall D1). Node's parser has let go of the tunnel, so the
+ * A WebSocket upgrade request (istio/istio#27078). Node's parser has let go of the tunnel, so the
  * exchange gets a ServerResponse on it as Node builds one for ordinary requests, then runs like
  * any request (filters may answer locally, e.g. an authz 403; the router forwards it:
  * router/dedicated-upstream.ts). An answer other than 101 ends the tunnel once written; after a
@@ -283,14 +377,14 @@ function onTunnelTimeout(socket: Duplex): void {
     return;
   }
   (s.res as ServerResponse).shouldKeepAlive = false;
-  s.sendLocalReply(undefined, undefined, ResponseFlag.StreamIdleTimeout, 'stream_idle_timeout');
+  sendLocalReply(s, undefined, undefined, ResponseFlag.StreamIdleTimeout, 'stream_idle_timeout');
   s.abortUpstream?.cancel();
 }
 
 /** Stream idle timeout of one h2c request: 408 `SI` before the response started, else a reset. */
 function onStreamTimeout(s: StreamContext): void {
-  if (s.responseComplete) return;
-  s.sendLocalReply(undefined, undefined, ResponseFlag.StreamIdleTimeout, 'stream_idle_timeout');
+  if (responseComplete(s)) return;
+  sendLocalReply(s, undefined, undefined, ResponseFlag.StreamIdleTimeout, 'stream_idle_timeout');
   s.abortUpstream?.cancel();
 }
 
@@ -302,9 +396,8 @@ function onStreamTimeout(s: StreamContext): void {
  * disconnect (flag `DC`, details `downstream_remote_disconnect`), the tunnel is closed (END_STREAM
  * then RST_STREAM(NO_ERROR), as for any closed connection: a lone RST_STREAM(CANCEL) after the
  * client's END_STREAM left the source side open until shutdown), which cancels the upstream
- * request and any retry. After `Connection: close` (or an HTTP/1.0 request
- * without keep-alive) the client half-closed on purpose and still gets its answer (pitfall B3,
- * envoyproxy/envoy#2066).
+ * request and any retry. After `Connection: close` (or an HTTP/1.0 request without keep-alive)
+ * the client half-closed on purpose and still gets its answer (envoyproxy/envoy#2066).
  */
 function onTunnelEnd(ref: TunnelRef): void {
   const s = ref.last;
@@ -315,7 +408,7 @@ function onTunnelEnd(ref: TunnelRef): void {
 function onResponseClose(stream: StreamContext, ref: TunnelRef): void {
   if (ref.current === stream) ref.current = undefined;
   if (--ref.active === 0 && ref.owner.draining && !ref.session) ref.stream.end();
-  if (!stream.responseComplete) {
+  if (!responseComplete(stream)) {
     if (stream.responseFlags === ResponseFlag.None) stream.addFlag(ResponseFlag.DownstreamConnectionTermination);
     if (stream.responseCodeDetails === '') stream.responseCodeDetails = 'downstream_remote_disconnect';
     stream.abortUpstream?.cancel();
@@ -341,5 +434,5 @@ function closeTunnel(tunnel: Duplex): void {
 
 function filterFailed(stream: StreamContext, err: unknown): void {
   log.error({ err }, 'filter failed; answering 500');
-  stream.sendLocalReply(500, 'internal error in filter chain', ResponseFlag.None, 'filter_chain_failed');
+  sendLocalReply(stream, 500, 'internal error in filter chain', ResponseFlag.None, 'filter_chain_failed');
 }

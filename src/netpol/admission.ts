@@ -5,10 +5,8 @@
  * the router answers 403 `NetworkPolicy: access denied` when every candidate was refused.
  * Filters never see the upstream pool: the predicate is over mesh-state {@link Endpoint}s only.
  */
-import type { StreamContext } from '../pipeline/context.ts';
-import { defineSlot } from '../pipeline/slots.ts';
+import { ResponseFlag, defineSlot, sendLocalReply, type StreamContext } from '../pipeline/index.ts';
 import type { Endpoint, Target } from '../state/types.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
 
 /** Which endpoints the original client may reach. */
 export interface EndpointAdmission {
@@ -41,6 +39,6 @@ export function hasCandidates(target: Target): boolean {
  */
 export function replyIfAllRefused(s: StreamContext, target: Target): boolean {
   if (!s.get(STREAM_ADMISSION) || !hasCandidates(target)) return false;
-  s.sendLocalReply(NETWORK_POLICY_DENIED_STATUS, NETWORK_POLICY_DENIED_BODY, ResponseFlag.AuthorizationPolicyDenied, NETWORK_POLICY_DENIED_DETAILS);
+  sendLocalReply(s, NETWORK_POLICY_DENIED_STATUS, NETWORK_POLICY_DENIED_BODY, ResponseFlag.AuthorizationPolicyDenied, NETWORK_POLICY_DENIED_DETAILS);
   return true;
 }

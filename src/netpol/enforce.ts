@@ -12,7 +12,7 @@
  *   ⇒ 403 `NetworkPolicy: access denied` (admission.ts).
  * A target without any healthy endpoint is not a policy matter (503 `UH` as usual).
  */
-import type { ConnectionContext } from '../pipeline/context.ts';
+import type { ConnectionContext } from '../pipeline/index.ts';
 import type { MeshSnapshot, Target } from '../state/types.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
 import { CONNECTION_ADMISSION, hasCandidates, NETWORK_POLICY_DENIED_DETAILS, type EndpointAdmission } from './admission.ts';

@@ -1,13 +1,20 @@
 /**
- * Kubernetes NetworkPolicy at the waypoint (the `istio.authz` filter's NetworkPolicy mode): ingress
- * policies of the destination pods evaluated against the original client.
- *
- *   MeshStore.open({ ..., parts: [..., NETWORK_POLICIES] });   // validated and compiled per snapshot
- *   decideTunnel(conn, snapshot, target);                       // TCP, at CONNECT time
- *   requestAdmission(conn, snapshot);                           // HTTP: the router's endpoint pick honours it
- *
- * See compile.ts (semantics), policy.ts (validation), enforce.ts (the data path's decisions).
+ * Kubernetes NetworkPolicy enforcement on the original client (bootstrap
+ * `networkPolicy.enforceOnOriginalIdentity`): policies validated and compiled once per mesh
+ * snapshot (the `NETWORK_POLICIES` part), the tunnel decision and the per-request endpoint
+ * admission the `istio.authz` filter takes, and the router's reply when every endpoint was refused.
  */
-export { CONNECTION_ADMISSION, NETWORK_POLICY_DENIED_DETAILS, STREAM_ADMISSION, type EndpointAdmission } from './admission.ts';
+export {
+  CONNECTION_ADMISSION,
+  NETWORK_POLICY_DENIED_BODY,
+  NETWORK_POLICY_DENIED_DETAILS,
+  NETWORK_POLICY_DENIED_STATUS,
+  STREAM_ADMISSION,
+  hasCandidates,
+  replyIfAllRefused,
+  type EndpointAdmission,
+} from './admission.ts';
 export { compileNetworkPolicies, NETWORK_POLICIES, networkPolicyFor, type CompiledNetworkPolicies } from './compile.ts';
 export { decideTunnel, requestAdmission } from './enforce.ts';
+export { parseNetworkPolicy, type NetworkPolicy } from './policy.ts';
+export { originalSource, type OriginalSource } from './source.ts';

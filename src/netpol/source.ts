@@ -3,7 +3,7 @@
  * the waypoint not been in the path (shared/reference/authz.md §8.2: after a waypoint, the
  * destination sees the waypoint's address instead).
  */
-import type { ConnectInfo } from '../pipeline/context.ts';
+import type { ConnectInfo } from '../pipeline/index.ts';
 import { forwardedFor } from '../peer/forwarded.ts';
 import type { MeshSnapshot, Workload } from '../state/types.ts';
 

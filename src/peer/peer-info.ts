@@ -7,9 +7,9 @@
  * the access log read them. Empty string = unknown (the stats filter prints `unknown` for it,
  * exactly where Istio does).
  */
-import type { StreamContext } from '../pipeline/context.ts';
-import { defineSlot } from '../pipeline/slots.ts';
-import type { Workload } from '../state/types.ts';
+import { defineSlot, type ConnectionContext, type StreamContext } from '../pipeline/index.ts';
+import { normalizeIp } from '../state/ip.ts';
+import type { MeshSnapshot, Workload } from '../state/types.ts';
 
 /** A peer workload; strings are '' when unknown. */
 export interface PeerInfo {
@@ -88,4 +88,21 @@ export const REQUEST_DOWNSTREAM_PEER = defineSlot<PeerInfo>('downstream_peer', '
 /** The downstream peer of one request: its own (from its headers) when set, else its tunnel's. */
 export function downstreamPeerOf(stream: StreamContext): PeerInfo | undefined {
   return stream.get(REQUEST_DOWNSTREAM_PEER) ?? stream.conn.get(DOWNSTREAM_PEER);
+}
+
+/** The upstream peer a sidecar endpoint of a TCP tunnel sent over `istio-peer-exchange`, if any. */
+export function upstreamExchangePeerOf(conn: ConnectionContext): PeerInfo | undefined {
+  return conn.upstreamExchangePeer as PeerInfo | undefined;
+}
+
+/**
+ * The workload at `address` (as the listener reports it) in `mesh`. The listener normalises
+ * addresses already; an IPv4-mapped IPv6 form (`::ffff:10.0.0.1`, what a `::` listener sees) or
+ * an uncompressed IPv6 is normalised here before a second lookup.
+ */
+export function workloadAt(mesh: MeshSnapshot, address: string): Workload | undefined {
+  const w = mesh.workloadByIp(address);
+  if (w !== undefined || !address.includes(':')) return w;
+  const n = normalizeIp(address);
+  return n === undefined || n === address ? undefined : mesh.workloadByIp(n);
 }

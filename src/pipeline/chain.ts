@@ -4,14 +4,14 @@
  * stream captures the chain current when it starts, so a reload never changes a running request.
  */
 import { log } from '../util/log.ts';
-import type { ConnectionContext, StreamContext } from './context.ts';
+import type { ConnectionContext, StreamContext, StreamPhases } from './context.ts';
 import { FilterStatus, type Filter, type PhaseResult, type TerminalFilter } from './filter.ts';
 import type { HeaderList } from './headers.ts';
 
 type Phase = 'onConnection' | 'onRequestHeaders';
 
 /** An immutable compiled chain; build through {@link FilterRegistry.build}. */
-export class FilterChain {
+export class FilterChain implements StreamPhases {
   readonly filters: readonly Filter[];
   readonly terminal: TerminalFilter;
   private readonly connectionPhase: readonly Filter[];

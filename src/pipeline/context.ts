@@ -1,17 +1,16 @@
 /**
- * Per-tunnel and per-request contexts. Every field is initialised in the constructor so V8 keeps
- * one object shape (fastify's stable-shape rule); filter data lives in slots (see slots.ts).
+ * The per-tunnel and per-request contexts: records of what is known about one HBONE tunnel and
+ * one inner HTTP request (Envoy's StreamInfo plus the request headers), which filters read and
+ * annotate. Answering the downstream lives in local-reply.ts and running phases in chain.ts; the
+ * contexts only hold facts. Every field is initialised in the constructor so V8 keeps one object
+ * shape (fastify's stable-shape rule); filter data lives in slots (see slots.ts).
  */
-import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Http2ServerRequest, Http2ServerResponse, IncomingHttpHeaders } from 'node:http2';
 import type { SpiffeId } from '../identity/spiffe.ts';
-import type { PeerInfo } from '../peer/peer-info.ts';
 import type { Endpoint, MeshSnapshot, PortProtocol, Target } from '../state/types.ts';
-import { LOCAL_REPLY_BODY, LOCAL_REPLY_STATUS, ResponseFlag } from '../telemetry/response-flags.ts';
-import type { FilterChain } from './chain.ts';
-import { HeaderList } from './headers.ts';
-import type { BufferedBody } from './request-body.ts';
+import { ResponseFlag } from '../telemetry/response-flags.ts';
+import type { HeaderList } from './headers.ts';
 import { slotCount, type Slot } from './slots.ts';
 
 let nextConnectionId = 1;
@@ -76,9 +75,11 @@ export class ConnectionContext {
   /**
    * TCP tunnels to a sidecar workload: the upstream peer as it described itself over
    * `istio-peer-exchange` (Envoy's `upstream_peer` from the TCP metadata exchange); undefined for
-   * HBONE and plain-TCP endpoints, when the sidecar sent no exchange, and until connected.
+   * HBONE and plain-TCP endpoints, when the sidecar sent no exchange, and until connected. A
+   * `PeerInfo` of src/peer, kept opaque here so the filter API does not depend on the peer codecs:
+   * read it with `upstreamExchangePeerOf(conn)` (src/peer/index.ts).
    */
-  upstreamExchangePeer: PeerInfo | undefined;
+  upstreamExchangePeer: unknown;
   private readonly slots: unknown[];
 
   constructor(info: ConnectInfo, mesh: MeshSnapshot, target: Target, protocol: PortProtocol) {
@@ -136,10 +137,51 @@ export type DownstreamRequest = IncomingMessage | Http2ServerRequest;
 /** The matching response object (both expose writeHead/write/end/addTrailers/'drain'). */
 export type DownstreamResponse = ServerResponse | Http2ServerResponse;
 
-/** One inner HTTP request/response exchange on a tunnel (HTTP/1.x or HTTP/2 inside the tunnel). */
+/**
+ * The request line and header block of one inner request, as the HTTP connection manager
+ * (src/inner-http) read it from the codec: pseudo-headers as fields, every other header in one
+ * mutable list.
+ */
+export interface RequestHead {
+  /** `HTTP/1.0`, `HTTP/1.1` or `HTTP/2`. */
+  readonly protocol: string;
+  /** `:method`, the request target as received (`:path`), `:authority` (else Host; '' when absent). */
+  readonly method: string;
+  readonly path: string;
+  readonly authority: string;
+  /** The other headers, sender's case and order kept; hop-by-hop headers already removed. */
+  readonly headers: HeaderList;
+}
+
+/**
+ * What a stream needs of its filter chain once the request phases ran: the router's upstream
+ * request phase, the response-header phase (local-reply.ts) and completion. FilterChain
+ * implements it; the context holds it by this interface so the contexts do not depend on the
+ * chain.
+ */
+export interface StreamPhases {
+  runUpstreamRequest(stream: StreamContext, headers: HeaderList): void;
+  runResponseHeaders(stream: StreamContext, headers: HeaderList): void;
+  completeStream(stream: StreamContext): void;
+}
+
+/** What a filter read of a request body (request-body.ts `bufferRequestBody`). */
+export interface BufferedBody {
+  /** The bytes read, in order (the whole body when `complete`). */
+  readonly data: Buffer;
+  /** The request ended within what was read: `data` is the whole body. */
+  readonly complete: boolean;
+}
+
+/**
+ * One inner HTTP request/response exchange on a tunnel (HTTP/1.x or HTTP/2 inside the tunnel).
+ * Filters read the request from `method`/`path`/`authority`/`requestHeaders` (never from `req`,
+ * which is the body stream) and answer through local-reply.ts.
+ */
 export class StreamContext {
   readonly conn: ConnectionContext;
-  readonly chain: FilterChain;
+  readonly chain: StreamPhases;
+  /** The downstream request (its body stream; the head is in the fields below) and response. */
   readonly req: DownstreamRequest;
   readonly res: DownstreamResponse;
   readonly startTime: number;
@@ -148,10 +190,23 @@ export class StreamContext {
   readonly protocol: string;
   /** True for HTTP/2 downstreams (h2c inside the tunnel). */
   readonly http2: boolean;
-  /** `:method`, the request target as received (`:path`), and `:authority`/Host ('' when absent). */
+  /** `:method`. */
   readonly method: string;
-  readonly path: string;
-  readonly authority: string;
+  /**
+   * The request target in origin form (`:path`) and `:authority` (Host; '' when absent). The
+   * connection manager rewrites an absolute-form target into these before any filter runs;
+   * filters do not change them (a rewritten target goes in {@link forwardPath}).
+   */
+  path: string;
+  authority: string;
+  /**
+   * The request headers without pseudo-headers and hop-by-hop headers, built once by the
+   * connection manager. Filters edit this list in `onRequestHeaders` (ext_authz and JWT header
+   * changes); the router sends it upstream after its own changes and the `onUpstreamRequest` phase.
+   */
+  readonly requestHeaders: HeaderList;
+  /** gRPC request: HTTP/2 with `content-type: application/grpc…` (not gRPC-Web). */
+  readonly isGrpc: boolean;
   /**
    * The request target to send upstream when a filter rewrote it (the authz filter's normalized
    * path, query kept); undefined = `path` as received. The router and the access log use it.
@@ -164,10 +219,16 @@ export class StreamContext {
    */
   bufferedBody: BufferedBody | undefined;
   /**
-   * `x-request-id`: the client's, or a UUID v4 generated when the stream is created and added to
-   * the request headers, before any filter runs (see {@link keepOrGenerateRequestId}).
+   * `x-request-id`: the client's, or a UUID v4 the connection manager generated and added to
+   * {@link requestHeaders} before any filter ran ('' until then).
    */
   requestId: string;
+  /**
+   * The HTTP connection manager's stat prefix: Istio names the HTTP chain of a service port after
+   * its inbound cluster (`inbound-vip|80|http|web.demo.svc.cluster.local`; `encap` for
+   * workload-addressed traffic). Set by the connection manager.
+   */
+  statPrefix: string;
   /** Request and response body bytes (Envoy's `%BYTES_RECEIVED%` / `%BYTES_SENT%`). */
   bytesReceived: number;
   bytesSent: number;
@@ -210,22 +271,24 @@ export class StreamContext {
   abortUpstream: { cancel(): void } | undefined;
   private readonly slots: unknown[];
 
-  constructor(conn: ConnectionContext, chain: FilterChain, req: DownstreamRequest, res: DownstreamResponse) {
+  constructor(conn: ConnectionContext, chain: StreamPhases, req: DownstreamRequest, res: DownstreamResponse, head: RequestHead) {
     this.conn = conn;
     this.chain = chain;
     this.req = req;
     this.res = res;
     this.startTime = Date.now();
     this.startMonotonic = performance.now();
-    const v = req.httpVersion;
-    this.http2 = v === '2.0';
-    this.protocol = this.http2 ? 'HTTP/2' : v === '1.0' ? 'HTTP/1.0' : 'HTTP/1.1';
-    this.method = req.method ?? 'GET';
-    this.path = req.url ?? '/';
-    this.authority = (this.http2 ? (req as Http2ServerRequest).authority : req.headers.host) ?? '';
+    this.protocol = head.protocol;
+    this.http2 = head.protocol === 'HTTP/2';
+    this.method = head.method;
+    this.path = head.path;
+    this.authority = head.authority;
+    this.requestHeaders = head.headers;
+    this.isGrpc = this.http2 && isGrpcRequest(head.headers.get('content-type'));
     this.forwardPath = undefined;
     this.bufferedBody = undefined;
-    this.requestId = keepOrGenerateRequestId(req);
+    this.requestId = '';
+    this.statPrefix = '';
     this.bytesReceived = 0;
     this.bytesSent = 0;
     this.attempts = 0;
@@ -259,132 +322,9 @@ export class StreamContext {
     if (flag === ResponseFlag.None) return;
     this.responseFlags = this.responseFlags === ResponseFlag.None ? flag : `${this.responseFlags},${flag}`;
   }
-
-  /**
-   * Write response headers downstream after the response-header phases ran (reverse order).
-   * `raw` is a flat header list (see HeaderList). Returns false when the downstream is gone.
-   */
-  respond(status: number, statusText: string | undefined, headers: HeaderList): boolean {
-    const res = this.res;
-    if (res.headersSent || this.downstreamClosed) return false;
-    this.responseCode = status;
-    this.chain.runResponseHeaders(this, headers);
-    if (this.http2) (res as Http2ServerResponse).writeHead(status, headers.raw as unknown as Record<string, string>);
-    else if (statusText) (res as ServerResponse).writeHead(status, statusText, headers.raw);
-    else (res as ServerResponse).writeHead(status, headers.raw);
-    return true;
-  }
-
-  /**
-   * True when the whole response was written and delivered (not cut by a reset). HTTP/2 needs its
-   * own test: Node's compatibility response reports `writableFinished` after a client RST_STREAM.
-   */
-  get responseComplete(): boolean {
-    if (!this.http2) return (this.res as ServerResponse).writableFinished;
-    const res = this.res as Http2ServerResponse;
-    return res.writableEnded && !(res.stream.rstCode > 0);
-  }
-
-  /** True once the downstream stream or connection is gone (nothing more can be written). */
-  get downstreamClosed(): boolean {
-    return this.http2 ? (this.res as Http2ServerResponse).stream.destroyed : (this.res as ServerResponse).destroyed;
-  }
-
-  /** Reset the downstream exchange (HTTP/1: close the connection; HTTP/2: RST_STREAM). */
-  resetDownstream(): void {
-    if (this.http2) (this.res as Http2ServerResponse).stream.close(0x2 /* INTERNAL_ERROR */);
-    else (this.res as ServerResponse).destroy();
-  }
-
-  /**
-   * Answer locally (Envoy's sendLocalReply): `status` (default from the flag's mapping),
-   * a text body, a response flag and the details string. Response-header filters still run.
-   * When the response already started, the downstream stream is reset instead.
-   */
-  sendLocalReply(status: number | undefined, body: string | undefined, flag: string, details: string): void {
-    this.addFlag(flag);
-    this.responseCodeDetails = details;
-    const code = status ?? LOCAL_REPLY_STATUS[flag] ?? 500;
-    const text = body ?? LOCAL_REPLY_BODY[flag] ?? '';
-    if (this.res.headersSent) {
-      this.resetDownstream();
-      return;
-    }
-    if (this.isGrpc) {
-      // Envoy answers a gRPC request with HTTP 200 and the status mapped to grpc-status
-      // (ENV:source/common/grpc/status.cc `httpToGrpcStatus`), the text as grpc-message.
-      const grpcStatus = String(httpToGrpcStatus(code));
-      if (!this.respond(200, undefined, new HeaderList(['content-type', 'application/grpc']))) return;
-      this.grpcStatus = grpcStatus;
-      this.res.addTrailers({ 'grpc-status': grpcStatus, 'grpc-message': grpcMessageEncode(text) });
-      this.res.end();
-      return;
-    }
-    const headers = new HeaderList(['content-length', String(Buffer.byteLength(text)), 'content-type', 'text/plain']);
-    if (this.respond(code, undefined, headers)) {
-      this.bytesSent += Buffer.byteLength(text);
-      this.res.end(text);
-    }
-  }
-
-  /** True for gRPC requests (`content-type: application/grpc…`, not gRPC-Web) over HTTP/2. */
-  get isGrpc(): boolean {
-    if (!this.http2) return false;
-    const ct = this.req.headers['content-type'];
-    return typeof ct === 'string' && ct.startsWith('application/grpc') && !ct.startsWith('application/grpc-web');
-  }
 }
 
-/**
- * `grpc-message` percent-encoding (gRPC over HTTP/2 spec, Envoy's `Grpc::Utility::PercentEncoding`):
- * only bytes outside printable ASCII (0x20–0x7E) and `%` itself are escaped, so `RBAC: access denied`
- * stays readable (encodeURIComponent would escape the `:` and clients show `%3A`).
- */
-export function grpcMessageEncode(text: string): string {
-  if (/^[\x20-\x24\x26-\x7e]*$/.test(text)) return text;
-  let out = '';
-  for (const byte of Buffer.from(text, 'utf8')) {
-    out += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, '0')}`;
-  }
-  return out;
-}
-
-/** Envoy's HTTP status → gRPC status mapping for local replies. */
-export function httpToGrpcStatus(http: number): number {
-  switch (http) {
-    case 400:
-      return 13; // INTERNAL
-    case 401:
-      return 16; // UNAUTHENTICATED
-    case 403:
-      return 7; // PERMISSION_DENIED
-    case 404:
-      return 12; // UNIMPLEMENTED
-    case 429:
-    case 502:
-    case 503:
-    case 504:
-      return 14; // UNAVAILABLE
-    default:
-      return 2; // UNKNOWN
-  }
-}
-
-/**
- * Envoy's connection manager sets `x-request-id` before the first filter runs (ENV:
- * source/common/http/conn_manager_utility.cc `mutateRequestHeaders` → the UUID request-id extension
- * `UUIDRequestIDExtension::set`): a client's is kept, otherwise a UUID v4 is generated and written
- * into the request headers (`req.headers`). So every filter, the ext_authz CheckRequest, the
- * upstream request and every access-log line (locally answered requests included) carry the same id.
- */
-function keepOrGenerateRequestId(req: IncomingMessage | Http2ServerRequest): string {
-  const headers = req.headers;
-  const have = headers['x-request-id'];
-  const id = Array.isArray(have) ? have[0] : have;
-  if (id) return id;
-  // Filters read `req.headers`; the router writes the header upstream from `requestId`, and the
-  // ext_authz CheckRequest adds it to its header map (both read `rawHeaders`, left as received).
-  const generated = randomUUID();
-  headers['x-request-id'] = generated;
-  return generated;
+/** `application/grpc…` but not gRPC-Web. */
+function isGrpcRequest(ct: string | undefined): boolean {
+  return ct !== undefined && ct.startsWith('application/grpc') && !ct.startsWith('application/grpc-web');
 }

@@ -1,7 +1,8 @@
 /**
- * The filter API: what a filter may implement and how the chain calls it. Filters see only this
- * module, the contexts, mesh snapshots and their factory environment; never the listener or the
- * upstream pool. Modelled on Envoy's HTTP filters and Pingora's phases (see docs/filters.md).
+ * The filter API: what a filter may implement and how the chain calls it. Filters see only the
+ * filter API (src/pipeline/index.ts: this module, the contexts, header lists, slots, local
+ * replies), mesh snapshots, engine entries and their factory environment; never the listener or
+ * the upstream pool. Modelled on Envoy's HTTP filters and Pingora's phases (filters/README.md).
  *
  * Every phase is optional; the chain keeps one array per phase holding only the filters that
  * implement it, so an unused phase costs nothing. A phase returns {@link FilterStatus} directly
@@ -18,7 +19,7 @@ import type { HeaderList } from './headers.ts';
 export const FilterStatus = {
   /** Run the next filter. */
   Continue: 0,
-  /** The filter already called `sendLocalReply` (or otherwise answered): stop the request phases. */
+  /** The filter already answered (`sendLocalReply(stream, ...)`, or `conn.reject` for a tunnel): stop the request phases. */
   StopAndReply: 1,
 } as const;
 /** A value of {@link FilterStatus}. */
@@ -40,9 +41,17 @@ export interface Filter {
    * relayed (Envoy's tcp_proxy upstream connected); configuration order. Must not throw.
    */
   onUpstreamConnected?(conn: ConnectionContext): void;
-  /** Request headers of one inner HTTP request arrived; configuration order. */
+  /**
+   * Request headers of one inner HTTP request arrived (the connection manager's checks passed);
+   * configuration order. `stream.requestHeaders` is the request's header list: edit it here and
+   * later filters, the router's route match and the upstream request see the change. To answer,
+   * call `sendLocalReply(stream, ...)` (local-reply.ts) and return StopAndReply.
+   */
   onRequestHeaders?(stream: StreamContext): PhaseResult;
-  /** The upstream request is about to be sent: `headers` are what goes out (mutable). */
+  /**
+   * The upstream request is about to be sent (once, before the first attempt): `headers` are what
+   * goes out (the request headers after the router's own changes; mutable).
+   */
   onUpstreamRequest?(stream: StreamContext, headers: HeaderList): void;
   /**
    * Response headers (upstream or local reply) are about to be written downstream; reverse order.
@@ -56,8 +65,9 @@ export interface Filter {
 }
 
 /**
- * The last filter of every chain: it produces the response (Envoy's router). It calls
- * `stream.respond(...)`/`stream.sendLocalReply(...)` itself; the chain never continues after it.
+ * The last filter of every chain: it produces the response (Envoy's router), through
+ * `respond(stream, ...)` / `sendLocalReply(stream, ...)` of local-reply.ts; the chain never
+ * continues after it.
  */
 export interface TerminalFilter extends Filter {
   forward(stream: StreamContext): void;

@@ -19,6 +19,42 @@ export class HeaderList {
     return undefined;
   }
 
+  /**
+   * Every value of `name` joined with `,` (Envoy's `getAllOfHeaderAsString`, what header matchers
+   * and `%REQ(..)%` see), or undefined when absent.
+   */
+  joined(name: string): string | undefined {
+    const raw = this.raw;
+    let out: string | undefined;
+    for (let i = 0; i < raw.length; i += 2) {
+      if (raw[i].length === name.length && raw[i].toLowerCase() === name) out = out === undefined ? raw[i + 1] : `${out},${raw[i + 1]}`;
+    }
+    return out;
+  }
+
+  /** Every value of `name` (lower-case expected), in order. */
+  getAll(name: string): string[] {
+    const raw = this.raw;
+    const out: string[] = [];
+    for (let i = 0; i < raw.length; i += 2) if (raw[i].length === name.length && raw[i].toLowerCase() === name) out.push(raw[i + 1]);
+    return out;
+  }
+
+  /**
+   * A record of lower-case name → all values joined with `,` (for code that matches over Node-style
+   * header objects); built on each call.
+   */
+  toRecord(): Record<string, string> {
+    const raw = this.raw;
+    const out: Record<string, string> = Object.create(null) as Record<string, string>;
+    for (let i = 0; i < raw.length; i += 2) {
+      const n = raw[i].toLowerCase();
+      const prev = out[n];
+      out[n] = prev === undefined ? raw[i + 1] : `${prev},${raw[i + 1]}`;
+    }
+    return out;
+  }
+
   /** Replace every value of `name` with one `value` (appended at the end when absent). */
   set(name: string, value: string): void {
     this.remove(name);

@@ -8,15 +8,9 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { Http2ServerRequest } from 'node:http2';
-import type { StreamContext } from './context.ts';
+import type { BufferedBody, StreamContext } from './context.ts';
 
-/** What a filter read of a request body. */
-export interface BufferedBody {
-  /** The bytes read, in order (the whole body when `complete`). */
-  readonly data: Buffer;
-  /** The request ended within what was read: `data` is the whole body. */
-  readonly complete: boolean;
-}
+export type { BufferedBody };
 
 /** Node's own test for a 100-continue expectation (`_http_server.js` continueExpression). */
 const CONTINUE = /(?:^|\W)100-continue(?:$|\W)/i;

@@ -32,9 +32,6 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { relay, teardown } from '../hbone/relay.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
-import type { StreamContext } from '../pipeline/context.ts';
-import { HeaderList, stripHopByHop } from '../pipeline/headers.ts';
-import { asksForContinue } from '../pipeline/request-body.ts';
 import type { Target } from '../state/types.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
 import { replyIfAllRefused } from '../netpol/admission.ts';
@@ -43,6 +40,7 @@ import { isConnectFailure, NO_HEALTHY_UPSTREAM, upstreamFailure } from '../upstr
 import type { UpstreamLease } from '../upstream/pick-endpoint.ts';
 import { log } from '../util/log.ts';
 import { startAttempt } from './upstream-request.ts';
+import { asksForContinue, downstreamClosed, HeaderList, resetDownstream, respond, sendLocalReply, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
 
 /** Which of the two cases an exchange is. */
 export type DedicatedKind = 'upgrade' | 'continue';
@@ -152,7 +150,7 @@ class DedicatedExchange {
     if (!lease) {
       this.over = true;
       this.closeDownstreamAfterReply();
-      if (!replyIfAllRefused(s, target)) s.sendLocalReply(NO_HEALTHY_UPSTREAM.status, undefined, NO_HEALTHY_UPSTREAM.flag, NO_HEALTHY_UPSTREAM.details);
+      if (!replyIfAllRefused(s, target)) sendLocalReply(s, NO_HEALTHY_UPSTREAM.status, undefined, NO_HEALTHY_UPSTREAM.flag, NO_HEALTHY_UPSTREAM.details);
       return;
     }
     this.lease = lease;
@@ -174,7 +172,7 @@ class DedicatedExchange {
   }
 
   private onTunnel(t: Duplex): void {
-    if (this.over || this.stream.downstreamClosed) {
+    if (this.over || downstreamClosed(this.stream)) {
       teardown(t);
       this.finish();
       return;
@@ -223,7 +221,7 @@ class DedicatedExchange {
   /** The upstream's `100 Continue`: relayed once, before any final response. */
   private onContinue(): void {
     const s = this.stream;
-    if (this.sent100 || this.over || s.res.headersSent || s.downstreamClosed) return;
+    if (this.sent100 || this.over || s.res.headersSent || downstreamClosed(s)) return;
     this.sent100 = true;
     (s.res as ServerResponse).writeContinue();
   }
@@ -248,7 +246,7 @@ class DedicatedExchange {
       res.shouldKeepAlive = false;
     }
     const headers = new HeaderList(stripHopByHop(ures.rawHeaders, ures.headers.connection));
-    if (!s.respond(ures.statusCode ?? 502, ures.statusMessage, headers)) {
+    if (!respond(s, ures.statusCode ?? 502, ures.statusMessage, headers)) {
       this.over = true;
       this.finish();
       return;
@@ -284,7 +282,7 @@ class DedicatedExchange {
     const s = this.stream;
     const res = s.res as ServerResponse;
     const downstream = res.socket;
-    if (this.over || s.downstreamClosed || !downstream) {
+    if (this.over || downstreamClosed(s) || !downstream) {
       teardown(upstream);
       this.finish();
       return;
@@ -296,7 +294,7 @@ class DedicatedExchange {
     s.responseCodeDetails = 'via_upstream';
     // The head as received: no Date added, header names and values (Sec-WebSocket-Accept) kept.
     res.sendDate = false;
-    if (!s.respond(101, ures.statusMessage, new HeaderList([...ures.rawHeaders]))) {
+    if (!respond(s, 101, ures.statusMessage, new HeaderList([...ures.rawHeaders]))) {
       teardown(upstream);
       this.finish();
       return;
@@ -338,16 +336,16 @@ class DedicatedExchange {
     this.over = true;
     this.finish();
     const s = this.stream;
-    if (s.downstreamClosed || s.res.writableEnded) return;
+    if (downstreamClosed(s) || s.res.writableEnded) return;
     const f = upstreamFailure(err, s.res.headersSent);
     if (s.res.headersSent) {
       s.addFlag(f.flag);
       s.responseCodeDetails = f.details;
-      s.resetDownstream();
+      resetDownstream(s);
       return;
     }
     this.closeDownstreamAfterReply();
-    s.sendLocalReply(f.status, undefined, f.flag, f.details);
+    sendLocalReply(s, f.status, undefined, f.flag, f.details);
   }
 
   /** Called by the core when the downstream went away before the response completed. */
@@ -363,15 +361,15 @@ class DedicatedExchange {
     this.over = true;
     this.finish();
     const s = this.stream;
-    if (s.downstreamClosed) return;
+    if (downstreamClosed(s)) return;
     if (s.res.headersSent) {
       s.addFlag(ResponseFlag.UpstreamRequestTimeout);
       s.responseCodeDetails = 'response_timeout';
-      s.resetDownstream();
+      resetDownstream(s);
       return;
     }
     this.closeDownstreamAfterReply();
-    s.sendLocalReply(504, undefined, ResponseFlag.UpstreamRequestTimeout, 'response_timeout');
+    sendLocalReply(s, 504, undefined, ResponseFlag.UpstreamRequestTimeout, 'response_timeout');
   }
 
   /** A local answer while the upload is incomplete closes the downstream connection after it. */

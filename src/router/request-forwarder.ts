@@ -12,9 +12,6 @@ import type { IncomingMessage } from 'node:http';
 import type { Http2ServerRequest } from 'node:http2';
 import { Readable } from 'node:stream';
 import { replyIfAllRefused } from '../netpol/admission.ts';
-import type { StreamContext } from '../pipeline/context.ts';
-import type { HeaderList } from '../pipeline/headers.ts';
-import { bodyAfterBuffer } from '../pipeline/request-body.ts';
 import type { HeaderModifier } from '../routing/index.ts';
 import type { Target } from '../state/types.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
@@ -23,6 +20,7 @@ import { NO_HEALTHY_UPSTREAM, upstreamFailure } from '../upstream/failure.ts';
 import { GrpcFrameCounter } from './grpc-frames.ts';
 import { RetryState, type CompiledRoute } from './retry-policy.ts';
 import { counted, isStream, replayable, ReplayBuffer, SMALL_BODY_BYTES, startAttempt, UpstreamRequest, type AttemptOwner } from './upstream-request.ts';
+import { bodyAfterBuffer, downstreamClosed, type HeaderList, resetDownstream, sendLocalReply, type StreamContext } from '../pipeline/index.ts';
 
 /** See the module comment. One per request (and one UpstreamRequest per attempt); its timers call module functions, not closures. */
 export class RequestForwarder implements AttemptOwner {
@@ -107,12 +105,12 @@ export class RequestForwarder implements AttemptOwner {
   /** Start the next attempt (first, or after a retry's back-off). */
   attempt(): void {
     const s = this.stream;
-    if (this.over || s.downstreamClosed) return this.end();
+    if (this.over || downstreamClosed(s)) return this.end();
     const lease = startAttempt(this.clusters, this.target, s, this.retry.tried);
     if (!lease) {
       this.end();
       // Every healthy endpoint refused by the NetworkPolicy mode: 403 `NetworkPolicy: access denied`.
-      if (!replyIfAllRefused(s, this.target)) s.sendLocalReply(NO_HEALTHY_UPSTREAM.status, undefined, NO_HEALTHY_UPSTREAM.flag, NO_HEALTHY_UPSTREAM.details);
+      if (!replyIfAllRefused(s, this.target)) sendLocalReply(s, NO_HEALTHY_UPSTREAM.status, undefined, NO_HEALTHY_UPSTREAM.flag, NO_HEALTHY_UPSTREAM.details);
       return;
     }
     const a = (this.current = new UpstreamRequest(this, lease));
@@ -141,10 +139,10 @@ export class RequestForwarder implements AttemptOwner {
     if (s.res.headersSent) {
       s.addFlag(ResponseFlag.UpstreamRequestTimeout);
       s.responseCodeDetails = details;
-      s.resetDownstream();
+      resetDownstream(s);
       return;
     }
-    s.sendLocalReply(504, undefined, ResponseFlag.UpstreamRequestTimeout, details);
+    sendLocalReply(s, 504, undefined, ResponseFlag.UpstreamRequestTimeout, details);
   }
 
   /**
@@ -183,7 +181,7 @@ export class RequestForwarder implements AttemptOwner {
     if (this.over) return this.end();
     const s = this.stream;
     // Already answered (e.g. a local reply after the request was cancelled): nothing to undo.
-    if (s.downstreamClosed || s.res.writableEnded) return this.end();
+    if (downstreamClosed(s) || s.res.writableEnded) return this.end();
     const f = upstreamFailure(err, s.res.headersSent);
     const retriable = !s.res.headersSent && this.retry.retriesError(err, (unsent) => this.replayable(unsent));
     if (retriable && this.canRetry()) return this.retryAfter(a);
@@ -191,10 +189,10 @@ export class RequestForwarder implements AttemptOwner {
     if (s.res.headersSent) {
       s.addFlag(f.flag);
       s.responseCodeDetails = f.details;
-      s.resetDownstream();
+      resetDownstream(s);
       return;
     }
-    s.sendLocalReply(f.status, undefined, f.flag, f.details);
+    sendLocalReply(s, f.status, undefined, f.flag, f.details);
     // Envoy's `UF,URX`: the retry policy wanted another attempt but the budget was spent.
     if (retriable && this.retry.exhausted(s)) s.addFlag(ResponseFlag.UpstreamRetryLimitExceeded);
   }

@@ -5,13 +5,13 @@
  * ({@link RetryState}): which failures and answers are retried, the retry budget, and Envoy's
  * jittered exponential back-off between attempts.
  */
-import type { StreamContext } from '../pipeline/context.ts';
 import { routesFor, type CompiledRule, type RouteTable } from '../routing/index.ts';
 import type { MeshSnapshot } from '../state/types.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
 import { UpstreamOverflowError, type ClusterState } from '../upstream/cluster-state.ts';
 import { isConnectFailure } from '../upstream/failure.ts';
 import { UpstreamResetError } from '../upstream/h2-upstream.ts';
+import { type StreamContext } from '../pipeline/index.ts';
 
 /** Route behaviour from the bootstrap `http` section (ms, counts). */
 export interface RouterOptions {

@@ -17,9 +17,6 @@
  */
 import type { ServerResponse } from 'node:http';
 import { originalClient } from '../peer/forwarded.ts';
-import type { FilterEnv, FilterFactory, TerminalFilter } from '../pipeline/filter.ts';
-import type { StreamContext } from '../pipeline/context.ts';
-import { HeaderList, stripHopByHop } from '../pipeline/headers.ts';
 import type { Target } from '../state/types.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
 import { applyRequestHeaders, MirrorSender, routeRequest, routesFor, type RoutedRequest } from '../routing/index.ts';
@@ -28,6 +25,7 @@ import { clusterName } from '../upstream/cluster-name.ts';
 import { dedicatedKind, expectsContinue, forwardDedicated, restoreUpgradeHeaders } from './dedicated-upstream.ts';
 import { forwardWithBody, RequestForwarder } from './request-forwarder.ts';
 import { compileRoute, DEFAULT_ROUTER_OPTIONS, RouteSettings, type CompiledRoute, type RouterOptions } from './retry-policy.ts';
+import { type FilterEnv, type FilterFactory, type HeaderList, sendLocalReply, type StreamContext, type TerminalFilter } from '../pipeline/index.ts';
 
 /** The router's filter name, as Envoy's. */
 export const ROUTER_FILTER_NAME = 'envoy.filters.http.router';
@@ -81,14 +79,15 @@ class Router implements TerminalFilter {
     const mesh = this.env.mesh.current;
     const target = mesh === conn.mesh ? conn.target : mesh.resolveTarget(conn.info.targetIp, conn.info.targetPort);
     if (!target) {
-      stream.sendLocalReply(404, '', ResponseFlag.NoRouteFound, 'route_not_found');
+      sendLocalReply(stream, 404, '', ResponseFlag.NoRouteFound, 'route_not_found');
       return;
     }
     stream.upstreamCluster = clusterName(target, 'http');
-    const head = requestHead(stream);
-    if (!head) return;
-    const headers = head.headers;
-    let path = head.path;
+    // The request headers as the filters left them (the connection manager built the list without
+    // pseudo- and hop-by-hop headers, checked Host and turned an absolute-form target into origin form).
+    const headers = stream.requestHeaders;
+    // A filter may have rewritten the target (the authz filter's normalized path).
+    let path = stream.forwardPath ?? stream.path;
     // Gateway API routes attached to the target service (src/routing): the matched rule chooses
     // the backend, path, authority, header edits, timeouts and retries; a request no route
     // matches (404 NR), a redirect and invalid backends (500) are answered there.
@@ -171,66 +170,6 @@ class Router implements TerminalFilter {
     if (routed && routed.rule.mirrors.length > 0) f.mirror = this.mirrorOf(stream, routed, path, authority, headers);
     forwardWithBody(stream, f);
   }
-}
-
-/**
- * The upstream header block (hop-by-hop headers removed) and origin-form target of the request
- * as received; undefined when it was answered 400 (two Host headers, an invalid request target).
- */
-function requestHead(stream: StreamContext): { headers: HeaderList; path: string } | undefined {
-  const req = stream.req;
-  let headers: HeaderList;
-  // A filter may have rewritten the target (the authz filter's normalized path).
-  let path = stream.forwardPath ?? stream.path;
-  if (stream.http2) {
-    headers = new HeaderList(withoutPseudo(req.rawHeaders));
-  } else {
-    if (countHost(req.rawHeaders) > 1) {
-      // Two Host headers make the target ambiguous (RFC 9112 §3.2): refuse rather than forward,
-      // and close the connection as after any protocol error.
-      (stream.res as unknown as { shouldKeepAlive: boolean }).shouldKeepAlive = false;
-      stream.sendLocalReply(400, 'Bad Request: duplicate host header', ResponseFlag.DownstreamProtocolError, 'duplicate_host_header');
-      return undefined;
-    }
-    headers = new HeaderList(stripHopByHop(req.rawHeaders, req.headers.connection as string | undefined));
-    // (`OPTIONS *` lands here too and gets 400: undici cannot send an asterisk-form target.)
-    if (stream.path.charCodeAt(0) !== 0x2f) {
-      // Absolute-form request target (`GET http://host/p`): send origin-form upstream with the
-      // URI's authority as Host, as Envoy does with allow_absolute_url.
-      const abs = absoluteForm(stream.path);
-      if (!abs) {
-        stream.sendLocalReply(400, 'Bad Request: invalid request target', ResponseFlag.DownstreamProtocolError, 'invalid_request_target');
-        return undefined;
-      }
-      path = stream.forwardPath ?? abs.path;
-      headers.set('host', abs.host);
-    }
-  }
-  return { headers, path };
-}
-
-/** `http(s)://authority/path?q` → origin-form path and authority; undefined for anything else. */
-function absoluteForm(target: string): { path: string; host: string } | undefined {
-  if (!/^https?:\/\//i.test(target)) return undefined;
-  try {
-    const u = new URL(target);
-    return { path: `${u.pathname}${u.search}`, host: u.host };
-  } catch {
-    return undefined;
-  }
-}
-
-function countHost(raw: readonly string[]): number {
-  let n = 0;
-  for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 4 && raw[i].toLowerCase() === 'host') n++;
-  return n;
-}
-
-/** An HTTP/2 request's raw headers without pseudo-headers (`:method`, `:path`, ...). */
-function withoutPseudo(raw: readonly string[]): string[] {
-  const out: string[] = [];
-  for (let i = 0; i < raw.length; i += 2) if (raw[i].charCodeAt(0) !== 0x3a) out.push(raw[i], raw[i + 1]);
-  return out;
 }
 
 function upstreamIsH2(target: Target, downstreamH2: boolean): boolean {

@@ -11,9 +11,6 @@ import type { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { STREAM_ADMISSION } from '../netpol/admission.ts';
 import { originalClient } from '../peer/forwarded.ts';
-import type { StreamContext } from '../pipeline/context.ts';
-import { HeaderList, stripHopByHop } from '../pipeline/headers.ts';
-import { defineSlot, type Slot } from '../pipeline/slots.ts';
 import { applyHeaderModifier, type HeaderModifier } from '../routing/index.ts';
 import type { Target } from '../state/types.ts';
 import type { ClusterManager } from '../upstream/cluster-manager.ts';
@@ -22,6 +19,7 @@ import { requestHash, type HashRequest } from '../upstream/hash-policy.ts';
 import { leaseEndpoint, type UpstreamLease } from '../upstream/pick-endpoint.ts';
 import type { HashKey } from '../upstream/traffic-policy.ts';
 import type { GrpcFrameCounter } from './grpc-frames.ts';
+import { defineSlot, HeaderList, respond, type Slot, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
 
 /** Where an attempt is (one state at a time; the last two are final). */
 export const AttemptState = {
@@ -85,7 +83,10 @@ export function hashRequestOf(s: StreamContext): HashRequest {
     method: s.method,
     path: s.path,
     forwardPath: s.forwardPath ?? s.path,
-    header: (name) => s.req.headers[name],
+    header: (name) => {
+      const v = s.requestHeaders.getAll(name);
+      return v.length === 0 ? undefined : v;
+    },
     connection: s.conn.info,
     setCookie: (cookie) => s.set(GENERATED_COOKIE, cookie),
   };
@@ -187,7 +188,7 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
     const cookie = s.get(GENERATED_COOKIE);
     if (cookie) out.append('set-cookie', cookie);
     if (o.responseEdits) for (const m of o.responseEdits) applyHeaderModifier(out, m);
-    if (!s.respond(statusCode, statusText, out)) return false;
+    if (!respond(s, statusCode, statusText, out)) return false;
     const res = s.res;
     if (!res.writableNeedDrain) return true;
     res.once('drain', resume);

@@ -4,8 +4,7 @@
  * redirect, 500 for filters that cannot be honoured and for invalid or missing backends), and
  * otherwise hand back the backend, the rewritten path and authority, and the header edits.
  */
-import type { StreamContext } from '../pipeline/context.ts';
-import { HeaderList } from '../pipeline/headers.ts';
+import { HeaderList, respond, sendLocalReply, type StreamContext } from '../pipeline/index.ts';
 import { downstreamPeerOf } from '../peer/peer-info.ts';
 import type { Target } from '../state/types.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
@@ -50,14 +49,14 @@ export function routeRequest(stream: StreamContext, routes: ServicePortRoutes, t
   const table = tableFor(routes, clientNamespace(stream), target.service.namespace);
   if (!table) return null;
   const { path: bare, query } = splitTarget(path);
-  const match = selectMatch(table, { method: stream.method, path: bare, query, headers: stream.req.headers });
+  const match = selectMatch(table, { method: stream.method, path: bare, query, headers: stream.requestHeaders.toRecord() });
   if (!match) {
-    stream.sendLocalReply(404, '', ResponseFlag.NoRouteFound, 'route_not_found');
+    sendLocalReply(stream, 404, '', ResponseFlag.NoRouteFound, 'route_not_found');
     return undefined;
   }
   const rule = match.rule;
   if (rule.filterError) {
-    stream.sendLocalReply(500, '', ResponseFlag.None, 'route_filter_not_supported');
+    sendLocalReply(stream, 500, '', ResponseFlag.None, 'route_filter_not_supported');
     return undefined;
   }
   if (rule.redirect) {
@@ -65,12 +64,12 @@ export function routeRequest(stream: StreamContext, routes: ServicePortRoutes, t
     const headers = new HeaderList(['location', location, 'content-length', '0']);
     if (rule.responseHeaders) applyHeaderModifier(headers, rule.responseHeaders);
     stream.responseCodeDetails = 'direct_response';
-    if (stream.respond(rule.redirect.statusCode, undefined, headers)) stream.res.end();
+    if (respond(stream, rule.redirect.statusCode, undefined, headers)) stream.res.end();
     return undefined;
   }
   const weighted = pickBackend(rule);
   if (!weighted?.backend) {
-    stream.sendLocalReply(500, '', NO_CLUSTER_FOUND, 'cluster_not_found');
+    sendLocalReply(stream, 500, '', NO_CLUSTER_FOUND, 'cluster_not_found');
     return undefined;
   }
   const rewrite = rule.rewrite;

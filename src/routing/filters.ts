@@ -3,7 +3,7 @@
  * (URLRewrite and RequestRedirect), and the redirect `Location`. Pure functions over compiled
  * filters; the router calls them with the matched rule.
  */
-import type { HeaderList } from '../pipeline/headers.ts';
+import type { HeaderList } from '../pipeline/index.ts';
 import { normalizePrefix } from './match.ts';
 import type { FieldPath } from '../state/yaml-locate.ts';
 import type { HeaderFilterDoc } from './route-schema.ts';

@@ -16,8 +16,7 @@
  */
 import type { Logger } from 'pino';
 import sonicBoom, { type SonicBoom } from 'sonic-boom';
-import type { ConnectionContext, StreamContext } from '../pipeline/context.ts';
-import type { Filter } from '../pipeline/filter.ts';
+import type { ConnectionContext, Filter, StreamContext } from '../pipeline/index.ts';
 import { formatHostPort } from '../state/ip.ts';
 import type { AccessLogEncoding, MeshSnapshot } from '../state/types.ts';
 import { ResponseFlag } from './response-flags.ts';
@@ -143,10 +142,8 @@ export function formatEntry(e: AccessLogEntry, encoding: AccessLogEncoding): str
 const known = (v: string): string | null => (v === '' ? null : v);
 
 /** A request header as Envoy's `%REQ(..)%` sees it (repeated headers comma-joined); null when absent or empty. */
-function header(v: string | string[] | undefined): string | null {
-  if (v === undefined) return null;
-  const s = typeof v === 'string' ? v : v.join(',');
-  return s === '' ? null : s;
+function header(v: string | undefined): string | null {
+  return v === undefined || v === '' ? null : v;
 }
 
 /** Envoy keeps details free of whitespace (StringUtil::replaceAllEmptySpace), so TEXT fields stay positional. */
@@ -154,30 +151,21 @@ function details(v: string): string | null {
   return v === '' ? null : v.replace(/\s/g, '_');
 }
 
-// Envoy's HCM turns an absolute-form HTTP/1.1 target (`GET http://h/p`) into `:path` `/p`.
-const ABSOLUTE_FORM = /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*/i;
-function requestPath(target: string): string | null {
-  if (target === '') return null;
-  if (target[0] === '/' || target === '*') return target;
-  const m = ABSOLUTE_FORM.exec(target);
-  if (!m) return target;
-  const rest = target.slice(m[0].length);
-  return rest === '' || rest[0] !== '/' ? `/${rest}` : rest;
-}
-
 /**
  * The entry of one inner HTTP request, read when it completes. `now` is the monotonic clock
- * (ms, `performance.now()`) the duration is measured to. The route name is Istio's default
- * route's (`default`) unless no route was found (flag `NR`).
+ * (ms, `performance.now()`) the duration is measured to. Headers are read from the request's
+ * header list as the filters and the router left it (Envoy's `%REQ(..)%` reads the same mutable
+ * map); the path is origin-form (the connection manager converted an absolute-form target). The
+ * route name is Istio's default route's (`default`) unless no route was found (flag `NR`).
  */
 export function entryFromStream(stream: StreamContext, now: number = performance.now()): AccessLogEntry {
   const info = stream.conn.info;
-  const headers = stream.req.headers;
+  const headers = stream.requestHeaders;
   const flags = stream.responseFlags || ResponseFlag.None;
   return {
     startTime: stream.startTime,
     method: known(stream.method),
-    path: requestPath(stream.forwardPath ?? stream.path),
+    path: known(stream.forwardPath ?? stream.path),
     protocol: known(stream.protocol),
     responseCode: stream.responseCode,
     responseFlags: flags,
@@ -188,9 +176,9 @@ export function entryFromStream(stream: StreamContext, now: number = performance
     bytesSent: stream.bytesSent,
     duration: Math.max(0, Math.floor(now - stream.startMonotonic)),
     upstreamServiceTime: stream.upstreamResponseMonotonic > 0 ? Math.max(0, Math.floor(stream.upstreamResponseMonotonic - stream.startMonotonic)) : null,
-    xForwardedFor: header(headers['x-forwarded-for']),
-    userAgent: header(headers['user-agent']),
-    requestId: known(stream.requestId) ?? header(headers['x-request-id']),
+    xForwardedFor: header(headers.joined('x-forwarded-for')),
+    userAgent: header(headers.joined('user-agent')),
+    requestId: known(stream.requestId) ?? header(headers.get('x-request-id')),
     authority: known(stream.authority),
     upstreamHost: known(stream.upstreamHost),
     upstreamCluster: known(stream.upstreamCluster),

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { request } from 'undici';
-import { FilterStatus, type FilterFactory } from '../../src/pipeline/filter.ts';
+import { FilterStatus, sendLocalReply, type FilterFactory } from '../../src/pipeline/index.ts';
 import { openEntry, startTestTopology, type TestTopology } from '../helpers/topology.ts';
 import { exchange, parseHttpResponse, readAll } from '../helpers/hbone-client.ts';
 
@@ -22,7 +22,7 @@ const testFilter: FilterFactory<{ header: string }> = {
       const { forwarded, baggage, traceparent } = stream.conn.info;
       connectHeaders.push({ forwarded, baggage, traceparent });
       if (stream.req.url === '/deny') {
-        stream.sendLocalReply(403, 'denied by test filter', '-', 'test_denied');
+        sendLocalReply(stream, 403, 'denied by test filter', '-', 'test_denied');
         return FilterStatus.StopAndReply;
       }
       return FilterStatus.Continue;

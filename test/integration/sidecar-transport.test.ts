@@ -17,7 +17,7 @@ import { defaultBootstrap, overrideBootstrap } from '../../src/config/bootstrap.
 import { LocalCa } from '../../src/identity/ca.ts';
 import { spiffeUrisOf } from '../../src/identity/spiffe.ts';
 import { PeerExchangeDecoder, encodePeerExchange } from '../../src/peer/peer-exchange.ts';
-import type { PeerInfo } from '../../src/peer/peer-info.ts';
+import { upstreamExchangePeerOf, type PeerInfo } from '../../src/peer/index.ts';
 import { FilterStatus, type FilterFactory } from '../../src/pipeline/filter.ts';
 import { SIDECAR_ALPN, SidecarTransport } from '../../src/upstream/sidecar-transport.ts';
 import { connect, hboneSession, parseHttpResponse, readAll, type ClientIdentity } from '../helpers/hbone-client.ts';
@@ -123,8 +123,8 @@ const recorder: FilterFactory<unknown> = {
   create: () => ({
     name: 'test.sidecar_rec',
     onConnection: () => FilterStatus.Continue,
-    onUpstreamConnected: (c) => void tunnels.push({ authority: c.info.authority, phase: 'connected', peer: c.upstreamExchangePeer }),
-    onConnectionComplete: (c) => void tunnels.push({ authority: c.info.authority, phase: 'complete', peer: c.upstreamExchangePeer }),
+    onUpstreamConnected: (c) => void tunnels.push({ authority: c.info.authority, phase: 'connected', peer: upstreamExchangePeerOf(c) }),
+    onConnectionComplete: (c) => void tunnels.push({ authority: c.info.authority, phase: 'complete', peer: upstreamExchangePeerOf(c) }),
     onStreamComplete: (s) => void streams.push({ path: s.path, code: s.responseCode, flags: s.responseFlags }),
   }),
 };

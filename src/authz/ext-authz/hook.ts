@@ -23,28 +23,25 @@
  * `maxRequestBytes` and `x-envoy-auth-partial-body: true`.
  */
 import type { ExtAuthzDecision, ExtAuthzHook } from '../ext-authz-hook.ts';
-import type { ConnectionContext, StreamContext } from '../../pipeline/context.ts';
-import { bufferRequestBody, requestHasBody } from '../../pipeline/request-body.ts';
+import { bufferRequestBody, requestHasBody, type ConnectionContext, type StreamContext } from '../../pipeline/index.ts';
 import type { MeshSnapshot } from '../../state/types.ts';
-import type { CustomCheck, RequestAttributes } from '../types.ts';
+import { headersFromRaw } from '../headers.ts';
+import type { CustomCheck, HeaderLookup, RequestAttributes } from '../types.ts';
 import type { ExtAuthzClient } from './client.ts';
 import type { BodySettings } from './config.ts';
 import type { CheckBody, CheckInput, CheckOutcome, HeaderMutation } from './types.ts';
+
+const NO_HEADERS: HeaderLookup = { get: () => undefined, values: () => undefined };
 
 /** Where the current mesh snapshot is read (the mesh store). */
 export interface MeshSource {
   readonly current: MeshSnapshot;
 }
 
-function currentValue(headers: Readonly<Record<string, string | string[] | undefined>>, name: string): string | undefined {
-  const v = headers[name];
-  return v === undefined ? undefined : Array.isArray(v) ? v.join(',') : v;
-}
-
 /** Resolve mutations to one value per name against the request's current headers (lower-case names). */
-export function resolveMutations(current: Readonly<Record<string, string | string[] | undefined>>, muts: readonly HeaderMutation[]): Record<string, string> {
+export function resolveMutations(current: HeaderLookup, muts: readonly HeaderMutation[]): Record<string, string> {
   const out: Record<string, string> = {};
-  const valueOf = (name: string) => (name in out ? out[name] : currentValue(current, name));
+  const valueOf = (name: string) => (name in out ? out[name] : current.get(name));
   for (const m of muts) {
     const now = valueOf(m.name);
     switch (m.action) {
@@ -66,7 +63,7 @@ export function resolveMutations(current: Readonly<Record<string, string | strin
   return out;
 }
 
-function decision(outcome: CheckOutcome, requestHeaders: Readonly<Record<string, string | string[] | undefined>>): ExtAuthzDecision {
+function decision(outcome: CheckOutcome, requestHeaders: HeaderLookup): ExtAuthzDecision {
   if (outcome.allow) {
     const headers = resolveMutations(requestHeaders, outcome.headersToUpstream);
     return {
@@ -123,17 +120,17 @@ export function createExtAuthzHook(client: ExtAuthzClient, mesh: MeshSource): Ex
           path: stream.forwardPath ?? stream.path,
           host: stream.authority,
           protocol: stream.protocol,
-          headers: stream.req.rawHeaders,
+          headers: stream.requestHeaders.raw,
           time: new Date(stream.startTime),
           size: body ? body.data.length : stream.bytesReceived,
           ...(body ? { body } : {}),
         },
       });
-      return decision(outcome, stream.req.headers);
+      return decision(outcome, headersFromRaw(stream.requestHeaders.raw));
     },
     async checkConnection(_attrs: RequestAttributes, conn: ConnectionContext, custom: CustomCheck): Promise<ExtAuthzDecision> {
       const snapshot = mesh.current;
-      return decision(await client.check(snapshot, custom.provider, peers(conn, snapshot)), {});
+      return decision(await client.check(snapshot, custom.provider, peers(conn, snapshot)), NO_HEADERS);
     },
   };
 }

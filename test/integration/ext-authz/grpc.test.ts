@@ -12,7 +12,7 @@ import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { log } from '../../../src/util/log.ts';
 import { createExtAuthzHook, ExtAuthzClient } from '../../../src/authz/ext-authz/index.ts';
-import type { ConnectionContext, StreamContext } from '../../../src/pipeline/context.ts';
+import { HeaderList, type ConnectionContext, type StreamContext } from '../../../src/pipeline/index.ts';
 import type { CheckInput } from '../../../src/authz/ext-authz/types.ts';
 import { HboneSessionPool } from '../../../src/hbone/pool.ts';
 import { DEFAULT_HTTP2 } from '../../../src/hbone/settings.ts';
@@ -328,7 +328,8 @@ describe('the authz filter\'s ExtAuthzHook', () => {
       requestId: '',
       startTime: Date.now(),
       bytesReceived: 0,
-      req: { rawHeaders: headers.flat(), headers: Object.fromEntries(headers) },
+      requestHeaders: new HeaderList(headers.flat()),
+      req: {},
       ...over,
     }) as unknown as StreamContext;
   const hook = createExtAuthzHook(client, { current: mesh });

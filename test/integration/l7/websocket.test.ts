@@ -10,7 +10,7 @@ import http2 from 'node:http2';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import WebSocket, { WebSocketServer, type RawData } from 'ws';
-import { FilterStatus, type FilterFactory } from '../../../src/pipeline/filter.ts';
+import { FilterStatus, sendLocalReply, type FilterFactory } from '../../../src/pipeline/index.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 import { recorder as l7recorder } from './l7-helpers.ts';
 
@@ -38,7 +38,7 @@ function guard() {
       },
       onRequestHeaders(s) {
         if (s.path.startsWith('/deny')) {
-          s.sendLocalReply(403, 'RBAC: access denied', '-', 'rbac_access_denied_matched_policy[none]');
+          sendLocalReply(s, 403, 'RBAC: access denied', '-', 'rbac_access_denied_matched_policy[none]');
           return FilterStatus.StopAndReply;
         }
         return FilterStatus.Continue;

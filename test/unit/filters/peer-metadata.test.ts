@@ -25,7 +25,7 @@ import type { Endpoint, MeshSnapshot } from '../../../src/state/types.ts';
 import { log } from '../../../src/util/log.ts';
 import { caught } from '../../helpers/config-error.ts';
 import { ISTIO_124_HEADER, ISTIO_124_PEER } from '../peer/fixtures.ts';
-import { INFO, terminal } from '../pipeline/fakes.ts';
+import { INFO, headOf, terminal } from '../pipeline/fakes.ts';
 
 const MESH = `apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -118,9 +118,8 @@ function connection(info: Partial<ConnectInfo> = {}, mesh: MeshSnapshot = snap):
 }
 
 function stream(chain: FilterChain, conn: ConnectionContext, headers: Record<string, string> = {}): StreamContext {
-  // A copy, as Node gives each request its own (StreamContext adds a generated x-request-id to it).
   const req = { headers: { ...headers }, rawHeaders: Object.entries(headers).flat(), httpVersion: '1.1', method: 'GET', url: '/' } as unknown as IncomingMessage;
-  return new StreamContext(conn, chain, req, {} as never);
+  return new StreamContext(conn, chain, req, {} as never, headOf(req));
 }
 
 /** One request through every phase the chain has: connection, request headers, upstream request, response headers. */

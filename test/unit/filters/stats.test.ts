@@ -21,7 +21,7 @@ import type { FilterChain } from '../../../src/pipeline/chain.ts';
 import type { MeshSnapshot, Service, Target } from '../../../src/state/types.ts';
 import { log } from '../../../src/util/log.ts';
 import { parsePrometheus, type Sample } from '../../helpers/prometheus.ts';
-import { INFO } from '../pipeline/fakes.ts';
+import { INFO, headOf } from '../pipeline/fakes.ts';
 
 const CLIENT: PeerInfo = Object.freeze({
   name: 'client-7d9f-x2',
@@ -183,7 +183,7 @@ function stream(c: ConnectionContext, opts: { url?: string; headers?: Record<str
   const headers: Record<string, string> = { ...opts.headers };
   if (opts.grpc) headers['content-type'] = 'application/grpc';
   const req = { headers, httpVersion: opts.grpc ? '2.0' : '1.1', method: 'GET', url: opts.url ?? '/' } as unknown as IncomingMessage;
-  return new StreamContext(c, CHAIN, req, {} as ServerResponse);
+  return new StreamContext(c, CHAIN, req, {} as ServerResponse, headOf(req));
 }
 
 function setup(config: Partial<StatsConfig> = {}): { registry: Registry; filter: StatsFilter } {

@@ -3,10 +3,20 @@
  * `req`/`res`/`mesh`/`target` get empty stand-ins; tests of local replies pass a real request.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { FilterChain } from '../../../src/pipeline/chain.ts';
-import { ConnectionContext, StreamContext, type ConnectInfo } from '../../../src/pipeline/context.ts';
-import { FilterStatus, type Filter, type PhaseResult, type TerminalFilter } from '../../../src/pipeline/filter.ts';
-import type { HeaderList } from '../../../src/pipeline/headers.ts';
+import { admitRequest, requestHead } from '../../../src/inner-http/conn-manager.ts';
+import {
+  ConnectionContext,
+  FilterStatus,
+  HeaderList,
+  StreamContext,
+  sendLocalReply,
+  type ConnectInfo,
+  type Filter,
+  type FilterChain,
+  type PhaseResult,
+  type RequestHead,
+  type TerminalFilter,
+} from '../../../src/pipeline/index.ts';
 import type { MeshSnapshot, Target } from '../../../src/state/types.ts';
 
 export const INFO: ConnectInfo = Object.freeze({
@@ -25,13 +35,37 @@ export function fakeConnection(): ConnectionContext {
   return new ConnectionContext(INFO, {} as MeshSnapshot, {} as Target, 'HTTP');
 }
 
+/**
+ * A stream over `req`/`res`. Its head is read from `req` as the connection manager reads it (a
+ * real request, or a stand-in with `rawHeaders`); a stand-in without them gets its `headers`
+ * record as the header list.
+ */
 export function fakeStream(
   chain: FilterChain,
   req: IncomingMessage = { headers: {}, httpVersion: '1.1', method: 'GET', url: '/' } as IncomingMessage,
   res: ServerResponse = {} as ServerResponse,
   conn: ConnectionContext = fakeConnection(),
 ): StreamContext {
-  return new StreamContext(conn, chain, req, res);
+  return new StreamContext(conn, chain, req, res, headOf(req));
+}
+
+/** The request head of a real request or a stand-in (see {@link fakeStream}). */
+export function headOf(req: IncomingMessage): RequestHead {
+  if (Array.isArray(req.rawHeaders)) return requestHead(req);
+  const raw: string[] = [];
+  for (const [n, v] of Object.entries(req.headers ?? {})) {
+    if (v === undefined) continue;
+    for (const one of Array.isArray(v) ? v : [v]) raw.push(n, String(one));
+  }
+  const h2 = req.httpVersion === '2.0';
+  const host = req.headers?.host;
+  return {
+    protocol: h2 ? 'HTTP/2' : req.httpVersion === '1.0' ? 'HTTP/1.0' : 'HTTP/1.1',
+    method: req.method ?? 'GET',
+    path: req.url ?? '/',
+    authority: (h2 ? (req as unknown as { authority?: string }).authority : typeof host === 'string' ? host : undefined) ?? '',
+    headers: new HeaderList(raw),
+  };
 }
 
 export type PhaseName =
@@ -114,4 +148,17 @@ export function runPhase(chain: FilterChain, phase: PhaseName, stream: StreamCon
     case 'onConnectionComplete':
       return chain.completeConnection(stream.conn);
   }
+}
+
+/**
+ * The request phase as the data path runs it: the connection manager's checks first (a refusal
+ * is answered and reported as StopAndReply), then the chain's `onRequestHeaders`.
+ */
+export async function admitAndRun(chain: FilterChain, stream: StreamContext): Promise<FilterStatus> {
+  const refused = admitRequest(stream, { rejectHttp10: false });
+  if (refused) {
+    sendLocalReply(stream, refused.status, refused.body, refused.flag, refused.details);
+    return FilterStatus.StopAndReply;
+  }
+  return chain.runRequestHeaders(stream);
 }

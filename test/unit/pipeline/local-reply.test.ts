@@ -9,6 +9,7 @@ import { FilterChain } from '../../../src/pipeline/chain.ts';
 import type { StreamContext } from '../../../src/pipeline/context.ts';
 import type { Filter } from '../../../src/pipeline/filter.ts';
 import { HeaderList } from '../../../src/pipeline/headers.ts';
+import { respond, sendLocalReply } from '../../../src/pipeline/local-reply.ts';
 import { LOCAL_REPLY_BODY, LOCAL_REPLY_STATUS, ResponseFlag } from '../../../src/telemetry/response-flags.ts';
 import { fakeStream, terminal } from './fakes.ts';
 
@@ -102,7 +103,7 @@ describe('LOCAL_REPLY_STATUS', () => {
 
 describe('sendLocalReply', () => {
   test.each(Object.entries(ENVOY_STATUS))('flag %s with no explicit status answers %i with the flag body and records the flag', async (flag, status) => {
-    const { reply, stream } = await exchange([], (s) => s.sendLocalReply(undefined, undefined, flag, `details_${flag}`));
+    const { reply, stream } = await exchange([], (s) => sendLocalReply(s, undefined, undefined, flag, `details_${flag}`));
     const body = LOCAL_REPLY_BODY[flag] ?? '';
     expect(reply.status).toBe(status);
     expect(reply.body).toBe(body);
@@ -115,7 +116,7 @@ describe('sendLocalReply', () => {
 
   test('an explicit status and body win over the flag mapping; content-length counts bytes', async () => {
     const body = 'dénié ✓';
-    const { reply, stream } = await exchange([], (s) => s.sendLocalReply(429, body, ResponseFlag.UpstreamOverflow, 'overflow'));
+    const { reply, stream } = await exchange([], (s) => sendLocalReply(s, 429, body, ResponseFlag.UpstreamOverflow, 'overflow'));
     expect(reply.status).toBe(429);
     expect(reply.body).toBe(body);
     expect(reply.headers['content-length']).toBe(String(Buffer.byteLength(body)));
@@ -125,7 +126,7 @@ describe('sendLocalReply', () => {
   });
 
   test('a flag without a mapped status and no explicit status answers 500 with an empty body', async () => {
-    const { reply, stream } = await exchange([], (s) => s.sendLocalReply(undefined, undefined, ResponseFlag.DownstreamConnectionTermination, 'x'));
+    const { reply, stream } = await exchange([], (s) => sendLocalReply(s, undefined, undefined, ResponseFlag.DownstreamConnectionTermination, 'x'));
     expect(reply.status).toBe(500);
     expect(reply.body).toBe('');
     expect(reply.headers['content-length']).toBe('0');
@@ -133,7 +134,7 @@ describe('sendLocalReply', () => {
   });
 
   test('the None flag is not recorded', async () => {
-    const { reply, stream } = await exchange([], (s) => s.sendLocalReply(403, 'no', ResponseFlag.None, 'rbac_access_denied'));
+    const { reply, stream } = await exchange([], (s) => sendLocalReply(s, 403, 'no', ResponseFlag.None, 'rbac_access_denied'));
     expect(reply.status).toBe(403);
     expect(stream.responseFlags).toBe('-');
     expect(stream.responseCodeDetails).toBe('rbac_access_denied');
@@ -143,7 +144,7 @@ describe('sendLocalReply', () => {
     const { stream } = await exchange([], (s) => {
       s.addFlag(ResponseFlag.NoHealthyUpstream);
       s.addFlag(ResponseFlag.None);
-      s.sendLocalReply(undefined, undefined, ResponseFlag.UpstreamConnectionFailure, 'd');
+      sendLocalReply(s, undefined, undefined, ResponseFlag.UpstreamConnectionFailure, 'd');
     });
     expect(stream.responseFlags).toBe('UH,UF');
   });
@@ -157,7 +158,7 @@ describe('sendLocalReply', () => {
         headers.append('x-order', name);
       },
     });
-    const { reply } = await exchange([adder('first'), adder('second')], (s) => s.sendLocalReply(undefined, undefined, ResponseFlag.NoRouteFound, 'route_not_found'));
+    const { reply } = await exchange([adder('first'), adder('second')], (s) => sendLocalReply(s, undefined, undefined, ResponseFlag.NoRouteFound, 'route_not_found'));
     expect(reply.status).toBe(404);
     const order: string[] = [];
     for (let i = 0; i < reply.rawHeaders.length; i += 2) if (reply.rawHeaders[i].toLowerCase() === 'x-order') order.push(reply.rawHeaders[i + 1]);
@@ -167,9 +168,9 @@ describe('sendLocalReply', () => {
 
   test('after the response started it resets the downstream instead of answering', async () => {
     const { reply, stream } = await exchange([], (s) => {
-      s.respond(200, undefined, new HeaderList(['content-length', '100']));
+      respond(s, 200, undefined, new HeaderList(['content-length', '100']));
       (s.res as import('node:http').ServerResponse).write('partial');
-      setTimeout(() => s.sendLocalReply(undefined, undefined, ResponseFlag.UpstreamRemoteReset, 'upstream_reset_after_response_started'), 20);
+      setTimeout(() => sendLocalReply(s, undefined, undefined, ResponseFlag.UpstreamRemoteReset, 'upstream_reset_after_response_started'), 20);
     });
     expect(reply.status).toBe(200);
     expect(reply.aborted).toBe(true);
@@ -185,7 +186,7 @@ describe('respond', () => {
   test('writes status, reason phrase and headers (case preserved) and returns true', async () => {
     let ok: boolean | undefined;
     const { reply, stream } = await exchange([], (s) => {
-      ok = s.respond(201, 'Made It', new HeaderList(['X-Custom', 'v', 'content-length', '0']));
+      ok = respond(s, 201, 'Made It', new HeaderList(['X-Custom', 'v', 'content-length', '0']));
       s.res.end();
     });
     expect(ok).toBe(true);
@@ -201,8 +202,8 @@ describe('respond', () => {
     const counter: Filter = { name: 'count', onResponseHeaders: () => void runs++ };
     let second: boolean | undefined;
     const { reply, stream } = await exchange([counter], (s) => {
-      s.respond(200, undefined, new HeaderList(['content-length', '2']));
-      second = s.respond(502, undefined, new HeaderList(['content-length', '0']));
+      respond(s, 200, undefined, new HeaderList(['content-length', '2']));
+      second = respond(s, 502, undefined, new HeaderList(['content-length', '0']));
       s.res.end('ok');
     });
     expect(second).toBe(false);
@@ -216,7 +217,7 @@ describe('respond', () => {
     let ok: boolean | undefined;
     const { reply } = await exchange([], (s) => {
       s.res.destroy();
-      ok = s.respond(200, undefined, new HeaderList());
+      ok = respond(s, 200, undefined, new HeaderList());
     }).catch(() => ({ reply: undefined }));
     expect(ok).toBe(false);
     expect(reply?.status ?? 0).not.toBe(200);

@@ -1,0 +1,35 @@
+/**
+ * The filter API: everything a filter (filters/*) and the code that runs chains may use of the
+ * pipeline. Filters import this entry and engine entries (src/authz, src/authn, src/netpol,
+ * src/peer), never a pipeline module directly.
+ *
+ *   onRequestHeaders(stream) {
+ *     if (stream.requestHeaders.get('x-debug') !== undefined) stream.requestHeaders.remove('x-debug');
+ *     if (denied) {
+ *       sendLocalReply(stream, 403, 'RBAC: access denied', ResponseFlag.None, 'rbac_access_denied');
+ *       return FilterStatus.StopAndReply;
+ *     }
+ *     return FilterStatus.Continue;
+ *   }
+ */
+export { FilterStatus, type Filter, type FilterEnv, type FilterFactory, type PhaseResult, type TerminalFilter } from './filter.ts';
+export {
+  ConnectionContext,
+  StreamContext,
+  type BufferedBody,
+  type ConnectInfo,
+  type DownstreamRequest,
+  type DownstreamResponse,
+  type RequestHead,
+  type StreamPhases,
+} from './context.ts';
+export { HeaderList, stripHopByHop } from './headers.ts';
+export { defineSlot, type Slot } from './slots.ts';
+export { downstreamClosed, grpcMessageEncode, httpToGrpcStatus, resetDownstream, respond, responseComplete, sendLocalReply } from './local-reply.ts';
+export { asksForContinue, bodyAfterBuffer, bufferRequestBody, discardUnreadBody, requestHasBody } from './request-body.ts';
+export { FilterChain } from './chain.ts';
+export { FilterRegistry } from './registry.ts';
+// Response flags are defined once, in telemetry/response-flags.ts; filters take them from here.
+export { ResponseFlag } from '../telemetry/response-flags.ts';
+/** Whether a tunnel's port protocol is HTTP-family (per-request phases apply). */
+export { isHttpProtocol } from '../state/protocol.ts';
