@@ -169,7 +169,11 @@ async function relayTcp(clusters: ClusterManager, stream: ServerHttp2Stream, con
       conn.bytesReceived += head.length;
       upstream.write(head);
     }
-    await relay(stream, upstream, conn);
+    // The destination cut the tunnel before its end: Envoy's tcp_proxy flags UR and resets the
+    // downstream (ENV:source/common/tcp_proxy/tcp_proxy.cc `onUpstreamEvent`); relay() resets it.
+    await relay(stream, upstream, conn, (side) => {
+      if (side === 'upstream' && conn.responseFlags === ResponseFlag.None) conn.responseFlags = ResponseFlag.UpstreamRemoteReset;
+    });
   } finally {
     clusters.lb.finish(ep);
     cluster?.releaseConnection();

@@ -32,7 +32,7 @@ import type { ClusterManager } from '../upstream/cluster-manager.ts';
 import { clusterName } from '../upstream/cluster-name.ts';
 import { UpstreamOverflowError } from '../upstream/cluster-state.ts';
 import { GENERATED_COOKIE, requestHash } from '../upstream/hash-policy.ts';
-import { UpstreamResetError, type UpstreamHandler } from '../upstream/h2-upstream.ts';
+import { UpstreamResetError, type UpstreamHandler, type UpstreamResetReason } from '../upstream/h2-upstream.ts';
 import { pickEndpoint } from '../upstream/pick-endpoint.ts';
 import { dedicatedKind, expectsContinue, forwardDedicated, restoreUpgradeHeaders } from './dedicated-upstream.ts';
 import { forwardedFor } from './forwarded.ts';
@@ -890,9 +890,15 @@ export function classify(err: Error & { code?: string }, started: boolean): [str
     return [ResponseFlag.DownstreamConnectionTermination, 'downstream_remote_disconnect'];
   }
   const when = started ? 'upstream_reset_after_response_started' : 'upstream_reset_before_response_started';
-  if (err instanceof UpstreamResetError && err.rstCode !== 0) {
-    const reason = err.rstCode === 7 ? 'remote_refused_stream_reset' : 'remote_reset';
-    return [ResponseFlag.UpstreamRemoteReset, `${when}{${reason}}`];
-  }
+  // [integrity] The h2c upstream names the reset reason (a RST_STREAM(NO_ERROR) is a remote reset too).
+  if (err instanceof UpstreamResetError) return [RESET_FLAG[err.reason], `${when}{${err.reason}}`];
   return [ResponseFlag.UpstreamConnectionTermination, `${when}{connection_termination}`];
 }
+
+/** Envoy's flag per reset reason (ENV:source/common/router/router.cc `streamResetReasonToResponseFlag`). */
+const RESET_FLAG: Readonly<Record<UpstreamResetReason, string>> = Object.freeze({
+  remote_reset: ResponseFlag.UpstreamRemoteReset,
+  remote_refused_stream_reset: ResponseFlag.UpstreamRemoteReset,
+  connection_termination: ResponseFlag.UpstreamConnectionTermination,
+  protocol_error: ResponseFlag.UpstreamProtocolError,
+});

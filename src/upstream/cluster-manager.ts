@@ -16,6 +16,7 @@ import { isHttpProtocol } from '../state/protocol.ts';
 import type { Endpoint, MeshSnapshot, Target } from '../state/types.ts';
 import { HboneConnectError, type HboneSessionPool } from '../hbone/pool.ts';
 import type { Http2Params } from '../hbone/settings.ts';
+import { asHttp1Socket } from '../hbone/stream-end.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import { log } from '../util/log.ts';
 import { clusterName } from './cluster-name.ts';
@@ -441,7 +442,9 @@ export class ClusterManager {
           return stream;
         });
         this.openWithin(stream, connectTimeout, ep).then(
-          (s) => callback(null, joinWritev(s) as unknown as net.Socket),
+          // A CONNECT reset mid-body must fail the request, never complete it (hbone/stream-end.ts);
+          // undici's socket-error code keeps the requests queued on this connection for another one.
+          (s) => callback(null, asHttp1Socket(joinWritev(s), (r) => Object.assign(new Error(`HBONE stream to ${ep.authority} ${r.connectionLost ? 'lost with its connection' : `reset (code ${r.code})`}`), { code: 'UND_ERR_SOCKET' })) as unknown as net.Socket),
           (err: Error) => callback(err, null),
         );
       },
