@@ -14,7 +14,7 @@ import http2, { type Http2Stream } from 'node:http2';
 import net from 'node:net';
 import tls from 'node:tls';
 import type { Duplex } from 'node:stream';
-import { endStreamReceived, watchEndStream } from './stream-end.ts';
+import { endStreamReceived, resetStream, watchEndStream } from './stream-end.ts';
 
 /** Outcome of {@link relay}: byte counts (bytes), the first error and which side was cut first. */
 export interface RelayResult {
@@ -99,13 +99,11 @@ export function relay(downstream: Duplex, upstream: Duplex, meter?: RelayMeter, 
 
   const stopSending = (s: Http2Stream & Duplex, side: Side, other: Duplex) => {
     stopped = side;
+    // What the other side still sends has nowhere to go: read and drop it until it ends. (Asking
+    // it to stop with RST_STREAM(NO_ERROR) could overtake our END_STREAM, which flow control may
+    // hold back, and Node gives no sign of when END_STREAM went out.)
     other.unpipe(s);
-    if (isHttp2(other)) {
-      // Pass the request on (RFC 9113 §8.1): Node sends RST_STREAM(NO_ERROR) only once our END_STREAM went out.
-      other.once('finish', () => other.close(http2.constants.NGHTTP2_NO_ERROR));
-    } else {
-      other.resume(); // what the client still sends has nowhere to go
-    }
+    other.resume();
     if (s.readableEnded) s.destroy();
   };
 
@@ -138,13 +136,8 @@ function cut(s: Duplex): void {
   s.resetAndDestroy();
 }
 
-/** Close one side now: an HTTP/2 stream with RST_STREAM(CANCEL), a socket by destroying it. */
+/** Close one side now: an HTTP/2 stream with RST_STREAM(CANCEL) (no END_STREAM first), a socket by destroying it. */
 export function teardown(s: Duplex): void {
-  if (isHttp2(s)) {
-    // A stream the peer already closed can still be held open by writes it will never take.
-    if (s.closed) s.destroy();
-    else if (!s.destroyed) s.close(http2.constants.NGHTTP2_CANCEL);
-    return;
-  }
+  if (isHttp2(s)) return resetStream(s);
   s.destroy();
 }

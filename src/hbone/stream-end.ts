@@ -10,6 +10,7 @@
  * ends the readable side. So the stream's `closed` flag at that moment tells the two apart.
  */
 import type { Http2Stream } from 'node:http2';
+import { addAbortSignal } from 'node:stream';
 
 /** What ended a stream's incoming side without END_STREAM. */
 export interface StreamReset {
@@ -133,3 +134,24 @@ function wake(s: Http2Stream): void {
 function fail(s: Http2Stream, err: Error): void {
   if (!s.destroyed) s.destroy(err);
 }
+
+/** Aborted once: handing it to `addAbortSignal` destroys a stream with Node's own AbortError. */
+const ABORTED = AbortSignal.abort();
+
+/**
+ * Reset `stream` with RST_STREAM(CANCEL) and nothing before it. Node's `close(code)` first ends
+ * our side when it is still open, and flushes that END_STREAM before the RST_STREAM
+ * (lib/internal/http2/core.js `closeStream`, src/node_http2.cc `SubmitRstStream`), so the peer
+ * sees a complete message, then a reset it may ignore. A destroyed stream is not ended, and Node
+ * resets it with CANCEL when destroyed with its AbortError (core.js `_destroy`). A stream the peer
+ * already closed is only released.
+ */
+export function resetStream(stream: Http2Stream): void {
+  if (stream.destroyed) return;
+  if (stream.closed) return void stream.destroy();
+  // The AbortError is emitted as the stream's 'error': ours, expected.
+  stream.on('error', noop);
+  addAbortSignal(ABORTED, stream);
+}
+
+function noop(): void {}

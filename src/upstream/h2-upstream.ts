@@ -16,7 +16,7 @@ import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHt
 import type { Duplex, Readable } from 'node:stream';
 import { WaypointError } from '../errors.ts';
 import { http2Settings, type Http2Params } from '../hbone/settings.ts';
-import { endStreamReceived, resetOf, watchEndStream, type StreamReset } from '../hbone/stream-end.ts';
+import { endStreamReceived, resetOf, resetStream, watchEndStream, type StreamReset } from '../hbone/stream-end.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import { log } from '../util/log.ts';
 
@@ -188,7 +188,7 @@ export class H2Upstream {
     }
     const body = req.body;
     body.pipe(stream);
-    body.once('error', () => stream.close(http2.constants.NGHTTP2_CANCEL));
+    body.once('error', () => resetStream(stream));
   }
 
   private acquire(): PooledH2 {
@@ -293,7 +293,8 @@ class H2Exchange {
     this.where = where;
     watchEndStream(stream, (r) => this.reset(r));
     handler.onConnect((err) => {
-      if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_CANCEL);
+      // RST_STREAM(CANCEL) only: an END_STREAM first would pass a cut request body on as whole.
+      resetStream(stream);
       this.fail(err ?? new Error('cancelled'));
     });
     stream.on('headers', (h: IncomingHttpHeaders) => handler.onInformational?.(Number(h[':status'])));

@@ -28,6 +28,7 @@ import socket
 import ssl
 import sys
 import threading
+import time
 from urllib.parse import parse_qs, urlsplit
 
 import h2.config
@@ -144,7 +145,13 @@ class Conn:
         if grpc and then != "rst":
             st.queue.append(("headers", [("grpc-status", "0")], True))
         if then in ("rst", "end-rst"):
+            self.wait(st, q)
             st.queue.append(("rst", code))
+
+    def wait(self, st, q):
+        """`delay=MS`: hold the last frame back, so the receiver has passed everything else on."""
+        if "delay" in q:
+            st.queue.append(("wait", float(q["delay"]) / 1000))
 
     # hbone tunnels -------------------------------------------------------------------------------
 
@@ -172,7 +179,10 @@ class Conn:
         n = int(words[1])
         then = args.get("then", "end")
         code = int(args.get("code", "0"))
-        st.queue.append(("data", pattern(n), then != "rst"))
+        st.queue.append(("data", pattern(n), then not in ("rst", "end")))
+        self.wait(st, args)
+        if then == "end":
+            st.queue.append(("data", b"", True))
         if then in ("rst", "end-rst"):
             st.queue.append(("rst", code))
 
@@ -196,7 +206,10 @@ class Conn:
         if framing == "chunked" and then == "end":
             body += b"0\r\n\r\n"
         end_stream = then == "fin" or (then == "end" and framing == "close")
-        st.queue.append(("data", (head + "\r\n").encode() + body, end_stream))
+        st.queue.append(("data", (head + "\r\n").encode() + body, False))
+        self.wait(st, q)
+        if end_stream:
+            st.queue.append(("data", b"", True))
         if then == "rst":
             st.queue.append(("rst", code))
         # The connection stays usable only after a complete, length- or chunk-framed answer.
@@ -209,7 +222,13 @@ class Conn:
             while st.queue and not st.reset:
                 item = st.queue[0]
                 kind = item[0]
-                if kind == "headers":
+                if kind == "wait":
+                    st.queue[0] = ("until", time.monotonic() + item[1])
+                elif kind == "until":
+                    if time.monotonic() < item[1]:
+                        break
+                    st.queue.pop(0)
+                elif kind == "headers":
                     self.h2.send_headers(st.sid, item[1], end_stream=item[2])
                     st.queue.pop(0)
                 elif kind == "rst":

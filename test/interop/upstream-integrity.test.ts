@@ -215,6 +215,14 @@ describe('h2c upstream (127.0.250.x)', () => {
     },
   );
 
+  test.each([0, 8])('the upstream RST_STREAM(%i) once everything before it went out (nothing pending downstream) still reaches the h2c reader as RST_STREAM alone', async (code) => {
+    const id = tag();
+    const seen = await h2c(`/x?id=${id}&bytes=1000&then=rst&code=${code}&delay=200`, 'fast');
+    expect(seen).toMatchObject({ status: 200, bytes: 1000, ended: false });
+    expect(seen.reset).not.toBeNull();
+    expect(await line(id)).toMatchObject({ response_flags: 'UR' });
+  });
+
   test.each(READERS)('%s HTTP/1.1 reader: the upstream RST_STREAM(NO_ERROR) mid-response leaves the chunked body without its last chunk and the connection closed; istio_requests_total counts UR', async (reader) => {
     const id = tag();
     const before = (await requestsByFlags(topo)).UR ?? 0;
@@ -322,6 +330,14 @@ describe('HTTP/1.1 upstream inside HBONE (127.0.251.x)', () => {
     expect(await line(id)).toMatchObject({ response_flags: 'UC', response_code_details: `${RESET_AFTER}{connection_termination}` });
   });
 
+  test.each([0, 8])('RST_STREAM(%i) on the tunnel once the close-delimited body went out (nothing pending downstream) still reaches the h2c reader as RST_STREAM alone; UC', async (code) => {
+    const id = tag();
+    const seen = await client({ mode: 'h2c', host: topo.entry.host, port: topo.entry.port, path: `/x?id=${id}&bytes=1000&framing=close&then=rst&code=${code}&delay=200` }, 'fast');
+    expect(seen).toMatchObject({ status: 200, bytes: 1000, ended: false });
+    expect(seen.reset).not.toBeNull();
+    expect(await line(id)).toMatchObject({ response_flags: 'UC' });
+  });
+
   test.each(READERS)('%s HTTP/1.1 reader: a close-delimited body cut by RST_STREAM(NO_ERROR) on the tunnel is not completed (no last chunk, connection closed); UC', async (reader) => {
     const id = tag();
     const seen = await h1(topo, `GET /x?id=${id}&bytes=${256 * KiB}&framing=close&then=rst&code=0 HTTP/1.1\r\nHost: echo\r\n\r\n`, reader);
@@ -374,6 +390,13 @@ describe('TCP tunnels (127.0.252.x)', () => {
       expect(entry.bytes_sent).toBeGreaterThanOrEqual(seen.bytes);
     },
   );
+
+  test.each([0, 8])('the destination RST_STREAM(%i) once its bytes went out (nothing pending downstream) resets the client CONNECT with RST_STREAM alone, no END_STREAM first; UR', async (code) => {
+    const { seen, entry } = await tunnel(`send 1000 then=rst code=${code} delay=200`, 'fast');
+    expect(seen).toMatchObject({ status: 200, bytes: 1000, patternOk: true, ended: false });
+    expect(seen.reset).not.toBeNull();
+    expect(entry.response_flags).toBe('UR');
+  });
 
   test.each(READERS)('%s reader: END_STREAM then RST_STREAM(NO_ERROR) from the destination delivers all 256 KiB, then END_STREAM; no flag', async (reader) => {
     const { seen, entry } = await tunnel(`send ${256 * KiB} then=end-rst`, reader);
