@@ -8,13 +8,17 @@ Usage: h2_downstream.py JSON, with JSON keys:
             inside the tunnel and the bytes that come back are the response body.
   host, port; cert, key, ca (hbone); authority, line (hbone); path (h2c)
   grpc      h2c: a unary gRPC call (POST, one request message, END_STREAM).
-  upload    h2c: "forever" sends request DATA (1 KiB every 50 ms) and never ends it.
+  upload    "forever" sends request DATA (1 KiB every 50 ms, once the response headers are in) and
+            never ends it.
+  resetAfterMs  resets our stream (RST_STREAM(CANCEL)) this long after the response headers.
+  keepBody  add the body received (latin-1) as "body".
   halfClose hbone: END_STREAM right after `line` (else our side stays open).
   window    SETTINGS_INITIAL_WINDOW_SIZE we announce (a small one makes a slow reader).
   delayMs   pause before returning each DATA frame's flow-control credit (a slow reader).
 Prints one JSON line: status, bytes (DATA payload received), patternOk (the body is the test
 pattern, byte i = (i * 31 + 7) & 0xff; gRPC: after the 5-byte message prefix), ended
-(END_STREAM seen), reset (RST_STREAM code, or null), trailers, eof (the connection closed).
+(END_STREAM seen), reset (RST_STREAM code, or null), trailers, eof (the connection closed),
+resetSent (we reset the stream ourselves).
 """
 import json
 import socket
@@ -65,13 +69,21 @@ def main():
     skip = 5 if o.get("grpc") else 0  # the gRPC message prefix is not pattern
     offset = 0
     next_upload = time.monotonic()
+    reset_at = None
+    body = b""
     deadline = time.monotonic() + float(o.get("timeoutS", 20))
     sock.settimeout(0.05)
     while not r["ended"] and r["reset"] is None and time.monotonic() < deadline:
-        if upload and not (o["mode"] == "hbone") and time.monotonic() >= next_upload and conn.local_flow_control_window(sid) >= 1024:
+        if upload and r["status"] is not None and time.monotonic() >= next_upload and conn.local_flow_control_window(sid) >= 1024:
             conn.send_data(sid, b"u" * 1024)
             sock.sendall(conn.data_to_send())
             next_upload = time.monotonic() + 0.05
+        if reset_at is not None and time.monotonic() >= reset_at:
+            # We give up on the stream mid-upload: RST_STREAM(CANCEL).
+            conn.reset_stream(sid, error_code=8)
+            sock.sendall(conn.data_to_send())
+            r["resetSent"] = True
+            break
         try:
             data = sock.recv(65536)
         except (socket.timeout, ssl.SSLWantReadError):
@@ -88,6 +100,8 @@ def main():
                 continue
             if isinstance(ev, h2.events.ResponseReceived):
                 r["status"] = int(dict(ev.headers)[":status"])
+                if "resetAfterMs" in o:
+                    reset_at = time.monotonic() + float(o["resetAfterMs"]) / 1000
                 if o["mode"] == "hbone" and r["status"] == 200:
                     conn.send_data(sid, (o["line"] + "\n").encode(), end_stream=bool(o.get("halfClose")))
             elif isinstance(ev, h2.events.DataReceived):
@@ -96,6 +110,8 @@ def main():
                         r["patternOk"] = False
                     offset += 1
                 r["bytes"] += len(ev.data)
+                if o.get("keepBody"):
+                    body += ev.data
                 if delay:
                     sock.sendall(conn.data_to_send())
                     time.sleep(delay)
@@ -124,7 +140,9 @@ def main():
                     r["reset"] = int(ev.error_code)
         except (OSError, ssl.SSLWantReadError):
             pass
-    r["timedOut"] = not r["ended"] and r["reset"] is None and not r["eof"]
+    r["timedOut"] = not r["ended"] and r["reset"] is None and not r["eof"] and not r.get("resetSent")
+    if o.get("keepBody"):
+        r["body"] = body.decode("latin-1")
     print(json.dumps(r))
     sock.close()
 

@@ -22,7 +22,13 @@ the tunnel).
 
 TCP command in a tunnel, one line `send N then=T code=C`: N bytes, then T as for h2c (`end`,
 `rst`, `end-rst`) applied to the CONNECT stream.
+
+What the peer did is recorded for requests with `id=X` (h2c; `then=hold` answers 200 and some
+DATA, then waits) and for tunnels opened with the command `hold id=X` (waits, reading): whether
+its side ended with END_STREAM or RST_STREAM (code), and the bytes it sent. `GET /report?id=X`
+(h2c) and the command `report id=X` answer with that record as JSON.
 """
+import json
 import select
 import socket
 import ssl
@@ -46,11 +52,25 @@ def pattern(size):
     return (_PERIOD * (size // 256 + 1))[:size]
 
 
+# How each request or tunnel that carried `id=X` ended on our side: {"ended", "reset", "bytes"}.
+FATES = {}
+FATES_LOCK = threading.Lock()
+
+
+def fate(fid, **change):
+    with FATES_LOCK:
+        f = FATES.setdefault(fid, {"ended": False, "reset": None, "bytes": 0})
+        for k, v in change.items():
+            f[k] = f[k] + v if k == "bytes" else v
+        return dict(f)
+
+
 class Stream:
     """Frames queued for one stream, sent as flow control allows."""
 
     def __init__(self, sid):
         self.sid = sid
+        self.fate = None  # the id its end is recorded under
         self.queue = []  # ("data", bytes, end) | ("headers", list, end) | ("rst", code) | ("call", fn)
         self.remote_ended = False
         self.reset = False
@@ -112,23 +132,37 @@ class Conn:
         elif isinstance(ev, h2.events.DataReceived):
             self.h2.acknowledge_received_data(ev.flow_controlled_length, sid)
             st = self.streams.get(sid)
-            if st is not None and st.tunnel is not None:
+            if st is not None and st.fate is not None:
+                fate(st.fate, bytes=len(ev.data))
+            if st is not None and st.tunnel is not None and not st.handled:
                 st.tunnel += ev.data
                 self.tunnel_input(st)
         elif isinstance(ev, h2.events.StreamEnded):
             st = self.streams.get(sid)
             if st is not None:
                 st.remote_ended = True
+                if st.fate is not None:
+                    fate(st.fate, ended=True)
         elif isinstance(ev, h2.events.StreamReset):
             st = self.streams.get(sid)
             if st is not None:
                 st.reset = True
                 st.queue = []
+                if st.fate is not None:
+                    fate(st.fate, reset=int(ev.error_code))
 
     # h2c -----------------------------------------------------------------------------------------
 
     def h2c_request(self, st, headers):
         q = {k: v[0] for k, v in parse_qs(urlsplit(headers.get(":path", "/")).query).items()}
+        if urlsplit(headers.get(":path", "/")).path == "/report":
+            body = json.dumps(fate(q["id"])).encode()
+            st.queue.append(("headers", [(":status", "200"), ("content-type", "application/json")], False))
+            st.queue.append(("data", body, True))
+            return
+        if "id" in q:
+            st.fate = q["id"]
+            fate(st.fate)
         n = int(q.get("bytes", "0"))
         then = q.get("then", "end")
         code = int(q.get("code", "0"))
@@ -141,8 +175,8 @@ class Conn:
         body = pattern(n)
         if grpc:
             body = b"\x00" + n.to_bytes(4, "big") + body
-        st.queue.append(("data", body, then != "rst" and not grpc))
-        if grpc and then != "rst":
+        st.queue.append(("data", body, then not in ("rst", "hold") and not grpc))
+        if grpc and then not in ("rst", "hold"):
             st.queue.append(("headers", [("grpc-status", "0")], True))
         if then in ("rst", "end-rst"):
             self.wait(st, q)
@@ -159,7 +193,7 @@ class Conn:
         if st.handled:
             return
         buf = st.tunnel
-        if not buf.startswith(b"send "):
+        if not buf[:7].split(b" ")[0] in (b"send", b"hold", b"report"):
             end = buf.find(b"\r\n\r\n")
             if end < 0:
                 return
@@ -175,6 +209,14 @@ class Conn:
             return
         st.handled = True
         words = buf[:nl].decode().split()
+        if words[0] in ("hold", "report"):
+            args = dict(w.split("=", 1) for w in words[1:])
+            if words[0] == "report":
+                st.queue.append(("data", json.dumps(fate(args["id"])).encode(), True))
+            else:
+                st.fate = args["id"]
+                fate(st.fate, bytes=len(buf) - nl - 1)
+            return
         args = dict(w.split("=", 1) for w in words[2:])
         n = int(words[1])
         then = args.get("then", "end")

@@ -45,6 +45,15 @@ interface Seen {
   trailers: Record<string, string> | null;
   eof: boolean;
   timedOut: boolean;
+  resetSent?: boolean;
+  body?: string;
+}
+
+/** How the misbehaving upstream saw a request or tunnel end (its `/report` / `report` record). */
+interface Fate {
+  ended: boolean;
+  reset: number | null;
+  bytes: number;
 }
 
 type Reader = 'fast' | 'slow';
@@ -243,6 +252,40 @@ describe('h2c upstream (127.0.250.x)', () => {
     expect(await line(id)).toMatchObject({ response_flags: 'UR' });
   });
 
+  test('a downstream that resets its stream mid-upload: the upstream sees the request end with RST_STREAM, never END_STREAM', async () => {
+    const id = tag();
+    const seen = await h2c(`/x?id=${id}&bytes=1000&then=hold`, 'fast', { upload: 'forever', resetAfterMs: 300 });
+    expect(seen.resetSent).toBe(true);
+    const fate = await vi.waitFor(async () => {
+      const f = JSON.parse((await h2c(`/report?id=${id}`, 'fast', { keepBody: true })).body!) as Fate;
+      expect(f.ended || f.reset !== null).toBe(true);
+      return f;
+    });
+    expect(fate).toMatchObject({ ended: false });
+    expect(fate.reset).not.toBeNull();
+    expect(fate.bytes).toBeGreaterThan(0);
+  });
+
+  test('an HTTP/1.1 downstream whose connection is reset mid-upload: the upstream sees the request end with RST_STREAM, never END_STREAM', async () => {
+    const id = tag();
+    const socket = await openEntry(topo);
+    socket.on('error', () => {});
+    socket.write(`POST /x?id=${id}&bytes=1000&then=hold HTTP/1.1\r\nHost: echo\r\nTransfer-Encoding: chunked\r\n\r\n`);
+    for (let i = 0; i < 5; i++) {
+      socket.write('400\r\n' + 'u'.repeat(1024) + '\r\n');
+      await sleep(50);
+    }
+    socket.resetAndDestroy();
+    const fate = await vi.waitFor(async () => {
+      const f = JSON.parse((await h2c(`/report?id=${id}`, 'fast', { keepBody: true })).body!) as Fate;
+      expect(f.ended || f.reset !== null).toBe(true);
+      return f;
+    });
+    expect(fate).toMatchObject({ ended: false });
+    expect(fate.reset).not.toBeNull();
+    expect(fate.bytes).toBeGreaterThan(0);
+  });
+
   test('a body shorter than its content-length (nghttp2 resets the stream: PROTOCOL_ERROR) is an abort flagged UPE, not a clean end', async () => {
     const id = tag();
     const seen = await h2c(`/x?id=${id}&bytes=${64 * KiB}&cl=${128 * KiB}&then=end`, 'fast');
@@ -396,6 +439,21 @@ describe('TCP tunnels (127.0.252.x)', () => {
     expect(seen).toMatchObject({ status: 200, bytes: 1000, patternOk: true, ended: false });
     expect(seen.reset).not.toBeNull();
     expect(entry.response_flags).toBe('UR');
+  });
+
+  test('a client that resets its CONNECT mid-upload: the destination sees the tunnel end with RST_STREAM, never END_STREAM', async () => {
+    const id = tag();
+    const hbone = { mode: 'hbone', host: '127.0.252.1', port: topo.waypoint!.addresses.hbone.port, ...pem, authority: '127.0.252.100:80' };
+    const seen = await client({ ...hbone, line: `hold id=${id}`, upload: 'forever', resetAfterMs: 300 }, 'fast');
+    expect(seen.resetSent).toBe(true);
+    const fate = await vi.waitFor(async () => {
+      const f = JSON.parse((await client({ ...hbone, line: `report id=${id}`, keepBody: true }, 'fast')).body!) as Fate;
+      expect(f.ended || f.reset !== null).toBe(true);
+      return f;
+    });
+    expect(fate).toMatchObject({ ended: false });
+    expect(fate.reset).not.toBeNull();
+    expect(fate.bytes).toBeGreaterThan(0);
   });
 
   test.each(READERS)('%s reader: END_STREAM then RST_STREAM(NO_ERROR) from the destination delivers all 256 KiB, then END_STREAM; no flag', async (reader) => {
