@@ -9,8 +9,9 @@
  * it) while the stream is still open; a reset closes the stream first (Node's `closeStream`), then
  * ends the readable side. So the stream's `closed` flag at that moment tells the two apart.
  */
-import type { Http2Stream } from 'node:http2';
-import { addAbortSignal } from 'node:stream';
+import http2, { type Http2Stream } from 'node:http2';
+
+const { NGHTTP2_CANCEL } = http2.constants;
 
 /** What ended a stream's incoming side without END_STREAM. */
 export interface StreamReset {
@@ -135,23 +136,20 @@ function fail(s: Http2Stream, err: Error): void {
   if (!s.destroyed) s.destroy(err);
 }
 
-/** Aborted once: handing it to `addAbortSignal` destroys a stream with Node's own AbortError. */
-const ABORTED = AbortSignal.abort();
-
 /**
- * Reset `stream` with RST_STREAM(CANCEL) and nothing before it. Node's `close(code)` first ends
- * our side when it is still open, and flushes that END_STREAM before the RST_STREAM
- * (lib/internal/http2/core.js `closeStream`, src/node_http2.cc `SubmitRstStream`), so the peer
- * sees a complete message, then a reset it may ignore. A destroyed stream is not ended, and Node
- * resets it with CANCEL when destroyed with its AbortError (core.js `_destroy`). A stream the peer
- * already closed is only released.
+ * Reset `stream` with RST_STREAM(`code`, CANCEL by default) and no END_STREAM before it. Node's
+ * `close(code)` first ends our side when it is still open, and flushes that END_STREAM before the
+ * RST_STREAM (lib/internal/http2/core.js `closeStream`, src/node_http2.cc `SubmitRstStream`): the
+ * peer would see a complete message, then a reset it may ignore. So our side's end is made a no-op
+ * first (`_final` is what sends END_STREAM). A stream the peer already closed is only released.
  */
-export function resetStream(stream: Http2Stream): void {
+export function resetStream(stream: Http2Stream, code: number = NGHTTP2_CANCEL): void {
   if (stream.destroyed) return;
   if (stream.closed) return void stream.destroy();
-  // The AbortError is emitted as the stream's 'error': ours, expected.
-  stream.on('error', noop);
-  addAbortSignal(ABORTED, stream);
+  (stream as Http2Stream & { _final(cb: () => void): void })._final = endWithoutEndStream;
+  stream.close(code);
 }
 
-function noop(): void {}
+function endWithoutEndStream(cb: () => void): void {
+  cb();
+}

@@ -16,6 +16,7 @@ import http2, { type ServerHttp2Stream } from 'node:http2';
 import type { HboneRequest } from '../hbone/server.ts';
 import { respondAndClose } from '../hbone/server.ts';
 import { relay, teardown } from '../hbone/relay.ts';
+import { resetStream } from '../hbone/stream-end.ts';
 import type { InnerHttpServer } from '../inner-http/server.ts';
 import type { FilterChain } from '../pipeline/chain.ts';
 import { ConnectionContext, type ConnectInfo } from '../pipeline/context.ts';
@@ -182,7 +183,8 @@ async function relayTcp(clusters: ClusterManager, stream: ServerHttp2Stream, con
 
 function failTcp(stream: ServerHttp2Stream, answered: boolean, message: string): void {
   if (!answered) return respondAndClose(stream, 503, message);
-  if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_CONNECT_ERROR);
+  // [integrity] RST_STREAM alone: `close()` would end the answered tunnel (END_STREAM) first, a clean close to the client.
+  resetStream(stream, http2.constants.NGHTTP2_CONNECT_ERROR);
 }
 
 function protocolOf(target: Target): PortProtocol {

@@ -469,3 +469,21 @@ describe('TCP tunnels (127.0.252.x)', () => {
     expect(entry).toMatchObject({ response_flags: '-', bytes_sent: 256 * KiB });
   });
 });
+
+describe('an undeclared port whose upstream cannot be reached (127.0.253.x)', () => {
+  let topo: TestTopology;
+  let pem: { cert: string; key: string; ca: string };
+  beforeAll(async () => {
+    // Port name `other`: protocol sniffed, so the CONNECT is answered 200 before the upstream is dialed; nothing listens on :15011.
+    topo = await startTestTopology(253, { portName: 'other', backends: false, podIps: ['127.0.253.11'], bootstrap: { upstream: { hbonePort: 15011 } } });
+    pem = await pemFiles(topo.caDir, 'client', path.join(topo.dir, 'client'));
+  });
+  afterAll(async () => {
+    await topo?.close();
+  });
+
+  test('TCP bytes on an answered CONNECT whose upstream connect fails: RST_STREAM(CONNECT_ERROR) alone, never END_STREAM', async () => {
+    const seen = await client({ mode: 'hbone', host: '127.0.253.1', port: topo.waypoint!.addresses.hbone.port, ...pem, authority: '127.0.253.100:80', line: 'send 10 then=end' }, 'fast');
+    expect(seen).toMatchObject({ status: 200, bytes: 0, ended: false, reset: 10 });
+  });
+});
