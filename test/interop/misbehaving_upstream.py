@@ -11,7 +11,7 @@ Every body is the test pattern: byte i is (i * 31 + 7) & 0xff.
 
 h2c, request target /x?bytes=N&then=T&code=C[&grpc=1][&cl=L]: 200 (with content-length L), N bytes of DATA (gRPC: one message of
 N bytes), then T: `end` (END_STREAM; gRPC: trailers grpc-status 0), `rst` (RST_STREAM(C), no
-END_STREAM), `end-rst` (END_STREAM, then RST_STREAM(C) if the client still sends: RFC 9113 8.1).
+END_STREAM; with `nohead=1`, before any response), `end-rst` (END_STREAM, then RST_STREAM(C) if the client still sends: RFC 9113 8.1).
 The response starts as soon as the request headers arrive; request bodies are read and dropped.
 
 HTTP/1.1 in a tunnel, /x?bytes=N&send=M&framing=F&then=T&code=C: 200 with F `length`
@@ -171,6 +171,9 @@ class Conn:
         head = [(":status", "200"), ("content-type", ctype)]
         if "cl" in q:
             head.append(("content-length", q["cl"]))
+        if q.get("nohead") == "1":  # reset before any response
+            st.queue.append(("rst", code))
+            return
         st.queue.append(("headers", head, False))
         body = pattern(n)
         if grpc:

@@ -286,6 +286,14 @@ describe('h2c upstream (127.0.250.x)', () => {
     expect(fate.bytes).toBeGreaterThan(0);
   });
 
+  test.each([0, 8])('the upstream RST_STREAM(%i) before any response is a local 503 UR, never an empty 200', async (code) => {
+    const id = tag();
+    const seen = await h2c(`/x?id=${id}&then=rst&code=${code}&nohead=1`, 'fast', { keepBody: true });
+    expect(seen).toMatchObject({ status: 503, ended: true });
+    expect(seen.body).toContain('reset reason: remote reset');
+    expect(await line(id)).toMatchObject({ response_code: 503, response_flags: 'UR', response_code_details: 'upstream_reset_before_response_started{remote_reset}' });
+  });
+
   test('a body shorter than its content-length (nghttp2 resets the stream: PROTOCOL_ERROR) is an abort flagged UPE, not a clean end', async () => {
     const id = tag();
     const seen = await h2c(`/x?id=${id}&bytes=${64 * KiB}&cl=${128 * KiB}&then=end`, 'fast');
