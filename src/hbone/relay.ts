@@ -89,7 +89,8 @@ export function relay(downstream: Duplex, upstream: Duplex, meter?: RelayMeter, 
       if (over) return;
       if (isHttp2(s) && !endStreamReceived(s)) return; // a reset: the watch aborts
       if (stopped !== otherSide(side)) other.end();
-      if (stopped === side) s.destroy(); // nothing more can be written to it; its end was the last event
+      // A stopped side takes nothing more: release it (writes still queued to it would hold it open).
+      if (stopped === side) s.destroy();
     });
     s.once('close', () => {
       // Destroyed by someone else (e.g. the tunnel was terminated) before both ends: abort.

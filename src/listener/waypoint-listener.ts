@@ -183,7 +183,7 @@ async function relayTcp(clusters: ClusterManager, stream: ServerHttp2Stream, con
 
 function failTcp(stream: ServerHttp2Stream, answered: boolean, message: string): void {
   if (!answered) return respondAndClose(stream, 503, message);
-  // [integrity] RST_STREAM alone: `close()` would end the answered tunnel (END_STREAM) first, a clean close to the client.
+  // RST_STREAM alone: `close()` would first end the answered tunnel (END_STREAM), a clean close to the client.
   resetStream(stream, http2.constants.NGHTTP2_CONNECT_ERROR);
 }
 

@@ -6,17 +6,21 @@
  *  - An upstream reset mid-response (RST_STREAM of any code, NO_ERROR and CANCEL included, after
  *    the headers and some DATA; an HTTP/1.1 upstream whose connection closes or is reset mid-body)
  *    reaches the downstream as an abort: HTTP/1.1 without the last chunk and with its connection
- *    closed, h2c RST_STREAM, gRPC without trailers, a TCP tunnel's CONNECT reset. The access log
- *    and `istio_requests_total` carry Envoy's flag (`UR` for an HTTP/2 stream reset, `UC` for an
- *    HTTP/1.1 connection lost, `UPE` for a body shorter than its content-length) and the bytes.
+ *    closed, h2c RST_STREAM, gRPC without trailers, a TCP tunnel's CONNECT reset; never END_STREAM
+ *    first. The access log and `istio_requests_total` carry Envoy's flag (`UR` for an HTTP/2 stream
+ *    reset, `UC` for an HTTP/1.1 connection lost, `UPE` for a body shorter than its content-length)
+ *    and the bytes. A reset before any response is a local 503, not an empty 200.
  *  - END_STREAM then RST_STREAM(NO_ERROR) (RFC 9113 §8.1: the server asks the client to stop
  *    sending; gRPC servers do it, envoyproxy/envoy#38206): every byte reaches a slow downstream,
  *    then a clean end.
- *  - Each with a fast reader and a slow one (small window, pauses).
+ *  - The other way: a downstream that resets mid-upload reaches the upstream as RST_STREAM, never
+ *    as the end of the request body or tunnel.
+ *  - Each with a fast reader and a slow one (small window, pauses) where the reader matters.
  *
  * Addresses: 127.0.250.x (h2c upstream: the app behind the topology's inbound role),
  * 127.0.251.x (HTTP/1.1 upstream inside HBONE: python3-h2 as the destination ztunnel on :15010),
- * 127.0.252.x (TCP tunnels, the same destination ztunnel).
+ * 127.0.252.x (TCP tunnels, the same destination ztunnel), 127.0.253.x (an undeclared port whose
+ * upstream cannot be reached).
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -85,7 +89,7 @@ function stop(child: ChildProcess | undefined): void {
   if (child && child.exitCode === null) child.kill();
 }
 
-/** The access log's JSON line for `path` (or for the one TCP tunnel when `path` is undefined), once written. */
+/** The one access log JSON line `match` selects, once written. */
 async function logLine(file: string, match: (e: Record<string, unknown>) => boolean): Promise<Record<string, unknown>> {
   return vi.waitFor(
     () => {
