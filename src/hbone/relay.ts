@@ -100,11 +100,16 @@ export function relay(downstream: Duplex, upstream: Duplex, meter?: RelayMeter, 
 
   const stopSending = (s: Http2Stream & Duplex, side: Side, other: Duplex) => {
     stopped = side;
-    // What the other side still sends has nowhere to go: read and drop it until it ends. (Asking
-    // it to stop with RST_STREAM(NO_ERROR) could overtake our END_STREAM, which flow control may
-    // hold back, and Node gives no sign of when END_STREAM went out.)
+    // What the other side still sends has nowhere to go: drop it. An HTTP/2 peer is asked to stop
+    // the same way, once all we relayed to it and our END_STREAM went out ('finish'; Node then
+    // sends RST_STREAM(NO_ERROR) after it); a socket is read until its client closes.
     other.unpipe(s);
     other.resume();
+    if (isHttp2(other)) {
+      const stop = () => other.close(http2.constants.NGHTTP2_NO_ERROR);
+      if (other.writableFinished) stop();
+      else other.once('finish', stop);
+    }
     if (s.readableEnded) s.destroy();
   };
 
