@@ -73,8 +73,8 @@ export function resetOf(stream: Http2Stream): StreamReset | undefined {
 }
 
 /**
- * Prepare an HBONE CONNECT stream to serve as an HTTP/1.1 client's socket (undici's):
- *  - a reset, or the connection lost, before END_STREAM destroys it with `error(reset)` and never
+ * Prepare an HBONE CONNECT stream (to `where`) to serve as an HTTP/1.1 client's socket (undici's):
+ *  - a reset, or the connection lost, before END_STREAM destroys it with an error and never
  *    ends it: undici takes an 'end', or a 'close' without an error, as the end of a close-delimited
  *    or `Connection: close` body (undici client-h1.js `onHttpSocketEnd`, `onHttpSocketClose`), so
  *    a body cut by RST_STREAM would be passed on as complete;
@@ -83,7 +83,8 @@ export function resetOf(stream: Http2Stream): StreamReset | undefined {
  *    (nodejs/undici#5360), and Node would emit it as soon as the last bytes are read.
  * Returns the stream.
  */
-export function asHttp1Socket<T extends Http2Stream>(stream: T, error: (reset: StreamReset) => Error): T {
+export function asHttp1Socket<T extends Http2Stream>(stream: T, where: string): T {
+  const error = (r: StreamReset) => tunnelReset(where, r);
   const s = stream as T &
     Watched & {
       _destroy(err: Error | null, cb: (err?: Error | null) => void): void;
@@ -126,6 +127,15 @@ export function asHttp1Socket<T extends Http2Stream>(stream: T, error: (reset: S
     });
   };
   return stream;
+}
+
+/**
+ * The error of a tunnel reset before its end. Its code is undici's for a failed socket, so the
+ * requests queued on that connection wait for another (undici client.js `onError`).
+ */
+function tunnelReset(where: string, r: StreamReset): Error {
+  const what = r.connectionLost ? 'lost with its connection' : `reset (code ${r.code})`;
+  return Object.assign(new Error(`HBONE stream to ${where} ${what} before its end`), { code: 'UND_ERR_SOCKET' });
 }
 
 function wake(s: Http2Stream): void {

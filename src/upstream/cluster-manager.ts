@@ -16,7 +16,7 @@ import { isHttpProtocol } from '../state/protocol.ts';
 import type { Endpoint, MeshSnapshot, Target } from '../state/types.ts';
 import { HboneConnectError, type HboneSessionPool } from '../hbone/pool.ts';
 import type { Http2Params } from '../hbone/settings.ts';
-import { asHttp1Socket, type StreamReset } from '../hbone/stream-end.ts';
+import { asHttp1Socket } from '../hbone/stream-end.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import { log } from '../util/log.ts';
 import { clusterName } from './cluster-name.ts';
@@ -443,21 +443,12 @@ export class ClusterManager {
         });
         this.openWithin(stream, connectTimeout, ep).then(
           // A CONNECT reset mid-body must fail the request, never complete it (hbone/stream-end.ts).
-          (s) => callback(null, asHttp1Socket(joinWritev(s), (r) => tunnelReset(ep, r)) as unknown as net.Socket),
+          (s) => callback(null, asHttp1Socket(joinWritev(s), ep.authority) as unknown as net.Socket),
           (err: Error) => callback(err, null),
         );
       },
     });
   }
-}
-
-/**
- * The error undici gets when the HBONE stream it uses as a socket is reset before its end. The
- * code is undici's for a failed socket, so requests queued on that connection wait for another.
- */
-function tunnelReset(ep: Endpoint, r: StreamReset): Error {
-  const what = r.connectionLost ? 'lost with its connection' : `reset (code ${r.code})`;
-  return Object.assign(new Error(`HBONE stream to ${ep.authority} ${what} before its end`), { code: 'UND_ERR_SOCKET' });
 }
 
 /** Pool keys by endpoint: endpoints are immutable per snapshot, and the key was built twice per request. */
