@@ -10,6 +10,7 @@
  * ends the readable side. So the stream's `closed` flag at that moment tells the two apart.
  */
 import http2, { type Http2Stream } from 'node:http2';
+import { addAbortSignal } from 'node:stream';
 
 const { NGHTTP2_CANCEL } = http2.constants;
 
@@ -146,20 +147,33 @@ function fail(s: Http2Stream, err: Error): void {
   if (!s.destroyed) s.destroy(err);
 }
 
+/** Aborted once: handing it to `addAbortSignal` destroys a stream with Node's own AbortError. */
+const ABORTED = AbortSignal.abort();
+
 /**
- * Reset `stream` with RST_STREAM(`code`, CANCEL by default) and no END_STREAM before it. Node's
+ * Reset `stream` with RST_STREAM (CANCEL, or `code`) and no END_STREAM before it. Node's
  * `close(code)` first ends our side when it is still open, and flushes that END_STREAM before the
  * RST_STREAM (lib/internal/http2/core.js `closeStream`, src/node_http2.cc `SubmitRstStream`): the
- * peer would see a complete message, then a reset it may ignore. So our side's end is made a no-op
- * first (`_final` is what sends END_STREAM). A stream the peer already closed is only released.
+ * peer would see a complete message, then a reset it may ignore. A destroyed stream is not ended,
+ * and Node resets it with CANCEL when destroyed with its AbortError (core.js `_destroy`). Another
+ * `code` goes through `close(code)` with our side's end made a no-op (`_final` is what sends
+ * END_STREAM); use it only on a stream with nothing in flight. A stream the peer already closed
+ * is only released.
  */
 export function resetStream(stream: Http2Stream, code: number = NGHTTP2_CANCEL): void {
   if (stream.destroyed) return;
   if (stream.closed) return void stream.destroy();
-  (stream as Http2Stream & { _final(cb: () => void): void })._final = endWithoutEndStream;
-  stream.close(code);
+  if (code !== NGHTTP2_CANCEL) {
+    (stream as Http2Stream & { _final(cb: () => void): void })._final = endWithoutEndStream;
+    return void stream.close(code);
+  }
+  // The AbortError is emitted as the stream's 'error': ours, expected.
+  stream.on('error', noop);
+  addAbortSignal(ABORTED, stream);
 }
 
 function endWithoutEndStream(cb: () => void): void {
   cb();
 }
+
+function noop(): void {}
