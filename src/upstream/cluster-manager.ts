@@ -14,6 +14,7 @@ import { Pool, type Dispatcher } from 'undici';
 import type { Endpoint, MeshSnapshot, Target } from '../state/types.ts';
 import { HboneConnectError, type HboneSessionPool } from '../hbone/pool.ts';
 import type { Http2Params } from '../hbone/settings.ts';
+import { asHttp1Socket } from '../hbone/stream-end.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import { log } from '../util/log.ts';
 import { TrackedAttempt, type ClusterState } from './cluster-state.ts';
@@ -379,7 +380,8 @@ export class ClusterManager {
           return stream;
         });
         this.openWithin(stream, connectTimeout, ep).then(
-          (s) => callback(null, joinWritev(s) as unknown as net.Socket),
+          // A CONNECT reset mid-body must fail the request, never complete it (hbone/stream-end.ts).
+          (s) => callback(null, asHttp1Socket(joinWritev(s), ep.authority) as unknown as net.Socket),
           (err: Error) => callback(err, null),
         );
       },
