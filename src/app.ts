@@ -5,6 +5,7 @@
  */
 import os from 'node:os';
 import path from 'node:path';
+import v8 from 'node:v8';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { routingConfigDump } from './admin/config-dump.ts';
@@ -23,6 +24,7 @@ import { refuseDownstreamPeer } from './listener/peer-policy.ts';
 import { waypointConnectHandler } from './listener/waypoint-listener.ts';
 import type { FilterChain } from './pipeline/chain.ts';
 import type { Filter, FilterEnv, FilterFactory } from './pipeline/filter.ts';
+import { OverloadManager } from './pipeline/index.ts';
 import { FilterRegistry } from './pipeline/registry.ts';
 import { NETWORK_POLICIES } from './netpol/index.ts';
 import { routerFactory, TcpProxy } from './router/index.ts';
@@ -31,6 +33,7 @@ import { MeshStore } from './state/store.ts';
 import type { MeshPart } from './state/types.ts';
 import { AccessLogFilter, AccessLogSinks } from './telemetry/access-log.ts';
 import { createMetricsRegistry } from './telemetry/metrics.ts';
+import { registerOverloadMetrics } from './telemetry/overload-metrics.ts';
 import { ClusterManager } from './upstream/cluster-manager.ts';
 import { ClusterTable } from './upstream/cluster-table.ts';
 import type { LbAlgorithm } from './upstream/traffic-policy.ts';
@@ -83,6 +86,8 @@ export class Waypoint {
   private readonly inner: InnerHttpServer;
   private readonly accessLog: AccessLogSinks;
   private readonly bootstrap: BootstrapConfig;
+  /** The buffered-bytes budget (read-only outside: tests and `/stats/prometheus`). */
+  readonly overload: OverloadManager;
   private draining = false;
   private stopped: Promise<void> | undefined;
 
@@ -102,6 +107,7 @@ export class Waypoint {
     inner: InnerHttpServer;
     accessLog: AccessLogSinks;
     bootstrap: BootstrapConfig;
+    overload: OverloadManager;
   }) {
     this.addresses = parts.addresses;
     this.mesh = parts.mesh;
@@ -118,6 +124,7 @@ export class Waypoint {
     this.inner = parts.inner;
     this.accessLog = parts.accessLog;
     this.bootstrap = parts.bootstrap;
+    this.overload = parts.overload;
   }
 
   /**
@@ -202,6 +209,9 @@ export class Waypoint {
         clusters: clusterTable,
       });
       cleanup.push(() => clusters.destroy());
+      const overload = new OverloadManager(overloadSettings(cfg));
+      cleanup.push(() => overload.stop());
+      registerOverloadMetrics(metrics, overload);
 
       // CUSTOM authorization (ext_authz providers reached through the cluster manager, as Envoy's
       // ext_authz clusters) and RequestAuthentication (JWKS cached across mesh snapshots).
@@ -215,7 +225,7 @@ export class Waypoint {
           requestTimeoutMs: cfg.http.requestTimeoutMs,
           appendForwardedFor: cfg.http.appendForwardedFor,
           retry: cfg.http.retry,
-        }),
+        }, overload),
       );
       for (const f of opts.extraFilters ?? []) registry.register(f);
       // The access logger is first in every chain: its completion hooks run last (reverse order).
@@ -236,7 +246,14 @@ export class Waypoint {
         material: certificate.current,
         http2: cfg.http2,
         verifyPeer: (peer) => refuseDownstreamPeer(peer, mesh.current.meshConfig),
-        onConnect: waypointConnectHandler({ mesh, chain, inner, tcp: new TcpProxy(clusters), protocolDetectionTimeoutMs: cfg.http.protocolDetectionTimeoutMs }),
+        onConnect: waypointConnectHandler({
+          mesh,
+          chain,
+          inner,
+          tcp: new TcpProxy(clusters, overload),
+          protocolDetectionTimeoutMs: cfg.http.protocolDetectionTimeoutMs,
+          overload,
+        }),
       });
       certificate.on('rotated', (m) => {
         hbone.updateMaterial(m);
@@ -274,6 +291,7 @@ export class Waypoint {
         inner,
         accessLog,
         bootstrap: cfg,
+        overload,
       });
       log.info({ hbone: addr(hboneAddr), admin: addr(adminAddr), identity: snap.waypoint.identity }, 'waypoint ready');
       return self;
@@ -323,6 +341,7 @@ export class Waypoint {
       await settleWithin(Promise.all([this.extAuthz.close(), this.clusters.close()]), 1000);
       await this.clusters.destroy();
       this.sessions.destroy();
+      this.overload.stop();
       this.certificate.close();
       this.mesh.close();
       await Promise.all([this.admin.close(), this.readiness?.close(), this.accessLog.close()]);
@@ -348,6 +367,12 @@ export function waypointParts(authn: RequestAuthn, clusters: ClusterTable, fallb
     clusters.part,
     EXT_AUTHZ_PROVIDERS,
   ];
+}
+
+/** The overload manager's settings; the budget defaults to a quarter of V8's heap limit (see config/bootstrap.ts). */
+export function overloadSettings(cfg: BootstrapConfig) {
+  const o = cfg.overload;
+  return { ...o, maxBufferedBytes: o.maxBufferedBytes ?? Math.floor(v8.getHeapStatistics().heap_size_limit / 4) };
 }
 
 /** Build the filter chain (`core` filters first); configuration errors name the bootstrap file. */

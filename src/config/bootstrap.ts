@@ -4,8 +4,9 @@
  * every field has a default, so the file is optional. CLI flags override fields after parsing.
  *
  * Defaults follow ztunnel and Istio's Envoy waypoint where they have one (HBONE on 15008, admin
- * 15020, readiness 15021, HTTP/2 windows 4 MiB stream / 16 MiB connection, PING every 10 s with a
- * 20 s timeout, pool idle release after 5 min): see ../shared/reference/hbone-waypoint.md §1.5.
+ * 15020, readiness 15021, HTTP/2 connection window 16 MiB, PING every 10 s with a 20 s timeout,
+ * pool idle release after 5 min; the stream window is smaller than ztunnel's on purpose: see
+ * `http2.initialStreamWindowSize`): see ../shared/reference/hbone-waypoint.md §1.5.
  */
 import fs from 'node:fs';
 import { z } from 'zod';
@@ -59,7 +60,13 @@ const schema = z.strictObject({
     .prefault({}),
   http2: z
     .strictObject({
-      initialStreamWindowSize: z.number().int().min(65_535).max(2 ** 31 - 1).default(4 * 1024 * 1024),
+      /**
+       * Also the most one stream holds when its reader stalls: Node pushes every DATA frame into
+       * the stream's buffer whether or not it is read (src/pipeline/overload.ts). 256 KiB, not
+       * ztunnel's 4 MiB: large windows are what piles up in waypoints under slow readers
+       * (istio/istio#59887); 256 KiB per round trip still moves 2 Gbit/s per stream at 1 ms.
+       */
+      initialStreamWindowSize: z.number().int().min(65_535).max(2 ** 31 - 1).default(256 * 1024),
       initialConnectionWindowSize: z.number().int().min(65_535).max(2 ** 31 - 1).default(16 * 1024 * 1024),
       maxFrameSize: z.number().int().min(16_384).max(16_777_215).default(1024 * 1024),
       /** Advertised by the HBONE server (Envoy's waypoint: 100). */
@@ -110,6 +117,32 @@ const schema = z.strictObject({
           retriableStatusCodes: z.array(z.number().int().min(100).max(599)).default([503]),
         })
         .prefault({}),
+    })
+    .prefault({}),
+  /**
+   * The overload manager's budget for buffered bytes (Envoy's overload manager with
+   * `stop_accepting_requests` and `reset_high_memory_stream`; src/pipeline/overload.ts). What
+   * one stream can hold is bounded by `http2.initialStreamWindowSize`.
+   */
+  overload: z
+    .strictObject({
+      /**
+       * Bytes all streams and tunnels together may hold in their buffers. Default: a quarter of
+       * V8's heap limit (which Node sizes from the machine's or container's memory).
+       */
+      maxBufferedBytes: z.number().int().min(1024 * 1024).optional(),
+      /** Past this fraction of the budget, new CONNECTs and requests are answered 503 (flag `OM`). */
+      stopAcceptingRequests: z.number().gt(0).max(1).default(0.9),
+      /** Past this fraction, the streams holding the most are reset (flag `OM`) until under the first threshold. */
+      resetHighMemoryStreams: z.number().gt(0).max(4).default(1),
+      /** Only streams holding at least 2^this bytes are reset (Envoy's `minimum_account_to_track_power_of_two`). */
+      minimumAccountToTrackPowerOfTwo: z.number().int().min(10).max(40).default(16),
+      /** How often the buffers are sampled (Envoy's `refresh_interval`). */
+      refreshIntervalMs: ms.min(10).max(60_000).default(250),
+    })
+    .refine((o) => o.stopAcceptingRequests <= o.resetHighMemoryStreams, {
+      message: 'stopAcceptingRequests must not exceed resetHighMemoryStreams',
+      path: ['stopAcceptingRequests'],
     })
     .prefault({}),
   drain: z

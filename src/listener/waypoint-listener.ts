@@ -10,7 +10,9 @@
  *  - undeclared ports and workload-addressed traffic: answer 200, sniff the first bytes (Envoy's
  *    http_inspector); HTTP/1.x or the HTTP/2 preface ⇒ HTTP, anything else, or silence for the
  *    detection timeout ⇒ TCP, so server-first protocols work (pitfall G1).
- * Unknown target ⇒ 503 (deliberately clearer than Envoy's 200-then-close with `NR`).
+ * Unknown target ⇒ 503 (deliberately clearer than Envoy's 200-then-close with `NR`). While the
+ * overload manager's `stop_accepting_requests` is active, every CONNECT is answered 503 first, as
+ * Envoy's `connect_terminate` connection manager answers requests then (pipeline/overload.ts).
  */
 import type { ServerHttp2Stream } from 'node:http2';
 import type { HboneRequest } from '../hbone/server.ts';
@@ -20,6 +22,7 @@ import type { InnerHttpServer } from '../inner-http/server.ts';
 import type { FilterChain } from '../pipeline/chain.ts';
 import { ConnectionContext, type ConnectInfo } from '../pipeline/context.ts';
 import { FilterStatus } from '../pipeline/filter.ts';
+import { OVERLOAD_BODY, type OverloadManager } from '../pipeline/index.ts';
 import { isHttpProtocol } from '../state/protocol.ts';
 import type { MeshSnapshot, PortProtocol, Target } from '../state/types.ts';
 import { log } from '../util/log.ts';
@@ -44,11 +47,17 @@ export interface WaypointListenerDeps {
   readonly tcp: TcpTerminal;
   /** How long (ms) an undeclared port waits for the client's first bytes before treating it as TCP. */
   readonly protocolDetectionTimeoutMs: number;
+  /** The buffered-bytes budget: new CONNECTs are refused while it stops accepting requests. */
+  readonly overload?: OverloadManager;
 }
 
 /** Build the HBONE server's `onConnect` handler for the waypoint. */
 export function waypointConnectHandler(deps: WaypointListenerDeps): (stream: ServerHttp2Stream, req: HboneRequest) => void {
   return (stream, req) => {
+    if (deps.overload && !deps.overload.acceptingRequests) {
+      deps.overload.refused('tunnel');
+      return respondAndClose(stream, 503, OVERLOAD_BODY);
+    }
     const mesh = deps.mesh.current;
     const target = mesh.resolveTarget(req.ip, req.port);
     if (!target) {

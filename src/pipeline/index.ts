@@ -28,6 +28,7 @@ export { defineSlot, type Slot } from './slots.ts';
 export { downstreamClosed, grpcMessageEncode, httpToGrpcStatus, resetDownstream, respond, responseComplete, sendLocalReply } from './local-reply.ts';
 export { asksForContinue, bodyAfterBuffer, bufferRequestBody, discardUnreadBody, requestHasBody } from './request-body.ts';
 export { FilterChain } from './chain.ts';
+export { heldBy, OverloadManager, OVERLOAD_BODY, OVERLOAD_DETAILS, type BufferAccount, type BufferHolder, type OverloadSettings } from './overload.ts';
 export { FilterRegistry } from './registry.ts';
 // Response flags are defined once, in telemetry/response-flags.ts; filters take them from here.
 export { ResponseFlag } from '../telemetry/response-flags.ts';

@@ -7,6 +7,10 @@
  *
  * It is the core's handle on the upstream side (`StreamContext.abortUpstream`): a downstream that
  * goes away cancels the current attempt, the timers and a pending retry.
+ *
+ * It is also the request's account in the overload manager's budget (pipeline/overload.ts): the
+ * bytes waiting in the downstream request and transport, the streamed body and the current
+ * attempt's upstream connection; reset as Envoy's `reset_high_memory_stream` (flag `OM`).
  */
 import type { IncomingMessage } from 'node:http';
 import type { Http2ServerRequest } from 'node:http2';
@@ -20,10 +24,21 @@ import { NO_HEALTHY_UPSTREAM, upstreamFailure } from '../upstream/failure.ts';
 import { GrpcFrameCounter } from './grpc-frames.ts';
 import { RetryState, type CompiledRoute } from './retry-policy.ts';
 import { counted, isStream, replayable, ReplayBuffer, SMALL_BODY_BYTES, startAttempt, UpstreamRequest, type AttemptOwner } from './upstream-request.ts';
-import { bodyAfterBuffer, downstreamClosed, type HeaderList, resetDownstream, sendLocalReply, type StreamContext } from '../pipeline/index.ts';
+import {
+  bodyAfterBuffer,
+  downstreamClosed,
+  type BufferAccount,
+  type HeaderList,
+  heldBy,
+  type OverloadManager,
+  OVERLOAD_DETAILS,
+  resetDownstream,
+  sendLocalReply,
+  type StreamContext,
+} from '../pipeline/index.ts';
 
 /** See the module comment. One per request (and one UpstreamRequest per attempt); its timers call module functions, not closures. */
-export class RequestForwarder implements AttemptOwner {
+export class RequestForwarder implements AttemptOwner, BufferAccount {
   readonly stream: StreamContext;
   readonly clusters: ClusterManager;
   private readonly retry: RetryState;
@@ -47,6 +62,9 @@ export class RequestForwarder implements AttemptOwner {
   /** gRPC only: message counters of the request body (read once, whatever the retries) and of the answer sent downstream. */
   readonly requestFrames: GrpcFrameCounter | null;
   readonly responseFrames: GrpcFrameCounter | null;
+  /** The budget this request counts in (from its first attempt to its end), if any. */
+  private readonly overload: OverloadManager | undefined;
+  accounted: number;
 
   constructor(
     stream: StreamContext,
@@ -58,6 +76,7 @@ export class RequestForwarder implements AttemptOwner {
     h2: boolean,
     authority: string,
     responseEdits: readonly HeaderModifier[] | undefined,
+    overload?: OverloadManager,
   ) {
     this.stream = stream;
     this.clusters = clusters;
@@ -77,6 +96,8 @@ export class RequestForwarder implements AttemptOwner {
     const grpc = stream.isGrpc;
     this.requestFrames = grpc ? new GrpcFrameCounter() : null;
     this.responseFrames = grpc ? new GrpcFrameCounter() : null;
+    this.overload = overload;
+    this.accounted = 0;
     stream.abortUpstream = this;
   }
 
@@ -94,7 +115,28 @@ export class RequestForwarder implements AttemptOwner {
     const req = this.stream.req;
     if (!isStream(body) || req.readableEnded) this.armTimeout();
     else req.once('end', () => this.armTimeout());
+    this.overload?.open(this);
     this.attempt();
+  }
+
+  /** Bytes this request holds: downstream request and transport, streamed body, current attempt upstream. */
+  bufferedBytes(): number {
+    const s = this.stream;
+    const req = s.req;
+    const transport = s.http2 ? (req as Http2ServerRequest).stream : (req as IncomingMessage).socket;
+    const body = this.body;
+    return req.readableLength + heldBy(transport) + (isStream(body) ? body.readableLength : 0) + (this.current?.bufferedBytes ?? 0);
+  }
+
+  /** The overload manager resets this request (Envoy's `reset_high_memory_stream`): flag `OM`, the downstream reset, the attempt cancelled. */
+  overloadReset(): void {
+    if (this.over) return;
+    const s = this.stream;
+    s.addFlag(ResponseFlag.OverloadManager);
+    s.responseCodeDetails = OVERLOAD_DETAILS;
+    this.current?.cancel(new Error('request cancelled'));
+    this.end();
+    resetDownstream(s);
   }
 
   private armTimeout(): void {
@@ -219,6 +261,7 @@ export class RequestForwarder implements AttemptOwner {
   /** The request is over: clear its timer and a pending retry (the current attempt has finished or was cancelled). */
   private end(): void {
     this.over = true;
+    this.overload?.close(this);
     if (this.timer) {
       clearTimeout(this.timer);
       this.timer = undefined;

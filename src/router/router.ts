@@ -25,13 +25,26 @@ import { clusterName } from '../upstream/cluster-name.ts';
 import { dedicatedKind, expectsContinue, forwardDedicated, restoreUpgradeHeaders } from './dedicated-upstream.ts';
 import { forwardWithBody, RequestForwarder } from './request-forwarder.ts';
 import { compileRoute, DEFAULT_ROUTER_OPTIONS, RouteSettings, type CompiledRoute, type RouterOptions } from './retry-policy.ts';
-import { type FilterEnv, type FilterFactory, type HeaderList, sendLocalReply, type StreamContext, type TerminalFilter } from '../pipeline/index.ts';
+import {
+  type FilterEnv,
+  type FilterFactory,
+  type HeaderList,
+  OVERLOAD_BODY,
+  OVERLOAD_DETAILS,
+  type OverloadManager,
+  sendLocalReply,
+  type StreamContext,
+  type TerminalFilter,
+} from '../pipeline/index.ts';
 
 /** The router's filter name, as Envoy's. */
 export const ROUTER_FILTER_NAME = 'envoy.filters.http.router';
 
-/** The router's factory, bound to the core's cluster manager and route options. */
-export function routerFactory(clusters: ClusterManager, opts: RouterOptions = DEFAULT_ROUTER_OPTIONS): FilterFactory<Record<string, never>> {
+/**
+ * The router's factory, bound to the core's cluster manager and route options, and to the
+ * overload manager's budget (requests count in it; none are refused without one).
+ */
+export function routerFactory(clusters: ClusterManager, opts: RouterOptions = DEFAULT_ROUTER_OPTIONS, overload?: OverloadManager): FilterFactory<Record<string, never>> {
   return {
     name: ROUTER_FILTER_NAME,
     parseConfig(raw) {
@@ -40,7 +53,7 @@ export function routerFactory(clusters: ClusterManager, opts: RouterOptions = DE
       }
       return {};
     },
-    create: (_config, env) => new Router(clusters, env, new RouteSettings(compileRoute(opts))),
+    create: (_config, env) => new Router(clusters, env, new RouteSettings(compileRoute(opts)), overload),
   };
 }
 
@@ -51,9 +64,11 @@ class Router implements TerminalFilter {
   /** The bootstrap's route settings and each route rule's, derived per snapshot as it is published. */
   private readonly settings: RouteSettings;
   private readonly mirrors: MirrorSender;
+  private readonly overload: OverloadManager | undefined;
 
-  constructor(clusters: ClusterManager, env: FilterEnv, settings: RouteSettings) {
+  constructor(clusters: ClusterManager, env: FilterEnv, settings: RouteSettings, overload: OverloadManager | undefined) {
     this.clusters = clusters;
+    this.overload = overload;
     this.env = env;
     this.settings = settings;
     this.mirrors = new MirrorSender(clusters);
@@ -73,6 +88,13 @@ class Router implements TerminalFilter {
 
   /** Resolve the target and its route (backend, path, authority, settings), then {@link send}. */
   forward(stream: StreamContext): void {
+    // Under `stop_accepting_requests` nothing new goes upstream: Envoy's load-shed point before the
+    // router creates an upstream request (`envoy.load_shed_points.http_downstream_filter_check`).
+    if (this.overload && !this.overload.acceptingRequests) {
+      this.overload.refused('request');
+      sendLocalReply(stream, 503, OVERLOAD_BODY, ResponseFlag.OverloadManager, OVERLOAD_DETAILS);
+      return;
+    }
     const conn = stream.conn;
     // A tunnel lives across mesh updates: use the current snapshot's view of its target, so new
     // requests on an old tunnel see today's endpoints (Envoy updates clusters under live connections).
@@ -166,7 +188,7 @@ class Router implements TerminalFilter {
       headers.remove('host');
       headers.raw.unshift('host', authority);
     }
-    const f = new RequestForwarder(stream, this.clusters, route, upstream, headers, path, h2, authority, routed?.responseHeaders);
+    const f = new RequestForwarder(stream, this.clusters, route, upstream, headers, path, h2, authority, routed?.responseHeaders, this.overload);
     if (routed && routed.rule.mirrors.length > 0) f.mirror = this.mirrorOf(stream, routed, path, authority, headers);
     forwardWithBody(stream, f);
   }

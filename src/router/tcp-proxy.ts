@@ -10,18 +10,22 @@
  * before, so a failure resets the stream. Failures map to Envoy's tcp_proxy flags through
  * upstream/failure.ts: no endpoint `UH`, `tcp.maxConnections` full `UO`, connect failure `UF`.
  *
+ * While bytes flow, the tunnel counts in the overload manager's budget (its two sides' buffers) and
+ * is reset with flag `OM` when it holds the most past the budget (pipeline/overload.ts).
+ *
  * No upstream is dialed for a client that already reset its CONNECT, nor kept for one that resets
  * while the dial is pending (a rapid-reset flood must not open upstream connections:
  * CVE-2023-44487 class).
  */
 import http2, { type ServerHttp2Stream } from 'node:http2';
 import type { Duplex } from 'node:stream';
-import { relay } from '../hbone/relay.ts';
+import { relay, teardown } from '../hbone/relay.ts';
 import { resetStream } from '../hbone/stream-end.ts';
 import { respondAndClose } from '../hbone/server.ts';
 import { CONNECTION_ADMISSION } from '../netpol/admission.ts';
 import { originalClient } from '../peer/forwarded.ts';
 import type { ConnectionContext } from '../pipeline/context.ts';
+import { heldBy, type BufferAccount, type OverloadManager } from '../pipeline/index.ts';
 import { ResponseFlag, type ResponseFlagName } from '../telemetry/response-flags.ts';
 import { connectResponseHeaders, exchangePeer, type ClusterManager } from '../upstream/cluster-manager.ts';
 import { clusterName } from '../upstream/cluster-name.ts';
@@ -46,9 +50,11 @@ const REFUSAL_TEXT: Readonly<Partial<Record<ResponseFlagName, string>>> = Object
 /** The TCP terminal; one per waypoint, bound to the core's cluster manager. */
 export class TcpProxy {
   private readonly clusters: ClusterManager;
+  private readonly overload: OverloadManager | undefined;
 
-  constructor(clusters: ClusterManager) {
+  constructor(clusters: ClusterManager, overload?: OverloadManager) {
     this.clusters = clusters;
+    this.overload = overload;
   }
 
   /**
@@ -75,6 +81,7 @@ export class TcpProxy {
     conn.upstreamHost = lease.ep.authority;
     // Envoy's tcp_proxy on a full `max_connections` circuit breaker: the connection is refused.
     if (!lease.admitted) return refuse(stream, conn, answered, CONNECTION_OVERFLOW);
+    let account: TunnelAccount | undefined;
     try {
       const upstream = await this.dial(stream, lease);
       if (upstream === 'gone') return;
@@ -90,12 +97,15 @@ export class TcpProxy {
         conn.bytesReceived += head.length;
         upstream.write(head);
       }
+      account = this.overload ? new TunnelAccount(conn, stream, upstream) : undefined;
+      if (account) this.overload!.open(account);
       // The destination cut the tunnel before its end: Envoy's tcp_proxy flags UR and resets the
       // downstream (envoyproxy/envoy source/common/tcp_proxy/tcp_proxy.cc `onUpstreamEvent`); relay() resets it.
       await relay(stream, upstream, conn, (side) => {
         if (side === 'upstream' && conn.responseFlags === ResponseFlag.None) conn.responseFlags = ResponseFlag.UpstreamRemoteReset;
       });
     } finally {
+      if (account) this.overload!.close(account);
       lease.release();
     }
   }
@@ -130,6 +140,31 @@ export class TcpProxy {
         },
       );
     });
+  }
+}
+
+/** A relayed tunnel's share of the overload budget: what its two sides hold. */
+class TunnelAccount implements BufferAccount {
+  accounted = 0;
+  private readonly conn: ConnectionContext;
+  private readonly downstream: Duplex;
+  private readonly upstream: Duplex;
+
+  constructor(conn: ConnectionContext, downstream: Duplex, upstream: Duplex) {
+    this.conn = conn;
+    this.downstream = downstream;
+    this.upstream = upstream;
+  }
+
+  bufferedBytes(): number {
+    return heldBy(this.downstream) + heldBy(this.upstream);
+  }
+
+  /** Reset both sides (the relay then ends); the tunnel is logged and counted with flag `OM`. */
+  overloadReset(): void {
+    this.conn.responseFlags = ResponseFlag.OverloadManager;
+    teardown(this.downstream);
+    teardown(this.upstream);
   }
 }
 

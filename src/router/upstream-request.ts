@@ -19,7 +19,7 @@ import { requestHash, type HashRequest } from '../upstream/hash-policy.ts';
 import { leaseEndpoint, type UpstreamLease } from '../upstream/pick-endpoint.ts';
 import type { HashKey } from '../upstream/traffic-policy.ts';
 import type { GrpcFrameCounter } from './grpc-frames.ts';
-import { defineSlot, HeaderList, respond, type Slot, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
+import { type BufferHolder, defineSlot, HeaderList, heldBy, respond, type Slot, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
 
 /** Where an attempt is (one state at a time; the last two are final). */
 export const AttemptState = {
@@ -104,6 +104,8 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
   private resume: () => void;
   /** Trailers split off a gRPC trailers-only answer, sent when the response ends. */
   private pendingTrailers: string[] | null;
+  /** The upstream stream or connection carrying the exchange (its buffers count for the request). */
+  private carrier: BufferHolder | undefined;
 
   constructor(owner: AttemptOwner, lease: UpstreamLease) {
     this.state = AttemptState.Idle;
@@ -113,11 +115,17 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
     this.tryTimer = undefined;
     this.resume = noop;
     this.pendingTrailers = null;
+    this.carrier = undefined;
   }
 
   /** Not finished: its callbacks still count. */
   get live(): boolean {
     return this.state !== AttemptState.Done && this.state !== AttemptState.Cancelled;
+  }
+
+  /** Bytes waiting in the upstream side's buffers for this attempt (0 once it is over: the connection may serve another request). */
+  get bufferedBytes(): number {
+    return this.live ? heldBy(this.carrier) : 0;
   }
 
   /** The request reached a connection (the attempt can be aborted). */
@@ -142,6 +150,10 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
     this.state = AttemptState.Cancelled;
     this.release();
     this.abort?.(err);
+  }
+
+  onCarrier(carrier: BufferHolder): void {
+    this.carrier = carrier;
   }
 
   onConnect(abort: (err?: Error) => void): void {

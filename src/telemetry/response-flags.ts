@@ -39,6 +39,8 @@ export const ResponseFlag = {
    * (ZT:src/proxy/metrics.rs). Used for NetworkPolicy denials (src/netpol), which have no Envoy flag.
    */
   AuthorizationPolicyDenied: 'DENY',
+  /** Refused or reset by the overload manager (buffered-bytes budget: src/pipeline/overload.ts). */
+  OverloadManager: 'OM',
 } as const;
 
 export type ResponseFlagName = (typeof ResponseFlag)[keyof typeof ResponseFlag];
@@ -57,6 +59,7 @@ export const LOCAL_REPLY_STATUS: Readonly<Record<string, number>> = Object.freez
   DPE: 400,
   UAEX: 403,
   SI: 408,
+  OM: 503,
 });
 
 /** Response body Envoy writes for each local reply (`<details>` is Envoy's response code details). */
@@ -71,4 +74,6 @@ export const LOCAL_REPLY_BODY: Readonly<Record<string, string>> = Object.freeze(
   LR: 'upstream connect error or disconnect/reset before headers. reset reason: local reset',
   UO: 'upstream connect error or disconnect/reset before headers. reset reason: overflow',
   SI: 'stream timeout',
+  // Envoy's connection manager under `stop_accepting_requests` (conn_manager_impl.cc).
+  OM: 'envoy overloaded',
 });

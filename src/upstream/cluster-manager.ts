@@ -17,6 +17,7 @@ import type { Http2Params } from '../hbone/settings.ts';
 import { asHttp1Socket } from '../hbone/stream-end.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import { log } from '../util/log.ts';
+import { carrierClient } from './carrier-client.ts';
 import { TrackedAttempt, type ClusterState } from './cluster-state.ts';
 import { ClusterTable, type ClusterRuntimeDump } from './cluster-table.ts';
 import { H2Upstream, type UpstreamHandler, type UpstreamRequest } from './h2-upstream.ts';
@@ -348,6 +349,8 @@ export class ClusterManager {
       headersTimeout: 0,
       bodyTimeout: 0,
       pipelining: 1,
+      // Each request learns the connection carrying it (its buffers count in the overload budget).
+      factory: carrierClient,
       ...(p && Number.isFinite(p.maxConnections) ? { connections: p.maxConnections } : {}),
       // undici closes a connection after maxRequestsPerClient + 1 requests; 1 is done per request (see dispatch).
       ...(p && p.maxRequestsPerConnection > 1 ? { maxRequestsPerClient: p.maxRequestsPerConnection - 1 } : {}),

@@ -11,6 +11,7 @@ import type { Dispatcher } from 'undici';
 import { WaypointError } from '../errors.ts';
 import type { Endpoint } from '../state/types.ts';
 import type { UpstreamHandler } from './h2-upstream.ts';
+import type { BufferHolder } from '../pipeline/index.ts';
 import type { LoadBalancer } from './load-balancer.ts';
 import { log } from '../util/log.ts';
 import type { ClusterStats } from './cluster-stats.ts';
@@ -242,6 +243,10 @@ export class TrackedAttempt implements UpstreamHandler, Dispatcher.DispatchHandl
 
   onInformational(status: number): void {
     this.inner.onInformational?.(status);
+  }
+
+  onCarrier(carrier: BufferHolder): void {
+    this.inner.onCarrier?.(carrier);
   }
 
   onHeaders(status: number, rawHeaders: (Buffer | string)[], resume: () => void, statusText: string): boolean {

@@ -19,6 +19,7 @@ import { http2Settings, type Http2Params } from '../hbone/settings.ts';
 import { endStreamReceived, resetOf, resetStream, watchEndStream, type StreamReset } from '../hbone/stream-end.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import { log } from '../util/log.ts';
+import type { BufferHolder } from '../pipeline/index.ts';
 
 /** One request to send: flat header list without pseudo-headers or connection-specific ones. */
 export interface UpstreamRequest {
@@ -36,6 +37,8 @@ export interface UpstreamRequest {
 /** The undici-style handler the router implements. Header lists are flat; names lower-case. */
 export interface UpstreamHandler {
   onConnect(abort: (err?: Error) => void): void;
+  /** The stream or connection carrying the exchange (its buffers count in the overload budget); optional. */
+  onCarrier?(carrier: BufferHolder): void;
   /** Informational (1xx) response headers; optional. */
   onInformational?(status: number): void;
   onHeaders(status: number, rawHeaders: (Buffer | string)[], resume: () => void, statusText: string): boolean;
@@ -292,6 +295,7 @@ class H2Exchange {
     this.release = release;
     this.where = where;
     watchEndStream(stream, (r) => this.reset(r));
+    handler.onCarrier?.(stream);
     handler.onConnect((err) => {
       // RST_STREAM(CANCEL) only: an END_STREAM first would pass a cut request body on as whole.
       resetStream(stream);

@@ -32,7 +32,7 @@ describe('defaults', () => {
     { path: 'upstream.connectTimeoutMs', value: 10_000, why: 'ztunnel connect timeout' },
     { path: 'upstream.maxStreamsPerConnection', value: 100, why: 'ztunnel POOL_MAX_STREAMS_PER_CONNECTION' },
     { path: 'upstream.idleTimeoutMs', value: 300_000, why: 'ztunnel pool idle release' },
-    { path: 'http2.initialStreamWindowSize', value: 4 * MiB, why: 'ztunnel/Envoy stream window' },
+    { path: 'http2.initialStreamWindowSize', value: 256 * 1024, why: 'bounds what one stalled stream holds (istio/istio#59887)' },
     { path: 'http2.initialConnectionWindowSize', value: 16 * MiB, why: 'ztunnel/Envoy connection window' },
     { path: 'http2.maxFrameSize', value: 1 * MiB, why: 'large frames for bulk tunnels' },
     { path: 'http2.maxConcurrentStreams', value: 100, why: "Envoy waypoint's advertised limit" },
@@ -99,7 +99,7 @@ filters:
     expect(cfg.upstream.loadBalancer).toBe('ROUND_ROBIN');
     expect(cfg.upstream.hbonePort).toBe(15008);
     expect(cfg.http2.maxFrameSize).toBe(16_384);
-    expect(cfg.http2.initialStreamWindowSize).toBe(4 * MiB);
+    expect(cfg.http2.initialStreamWindowSize).toBe(256 * 1024);
     expect(cfg.filters).toEqual([{ name: 'istio.stats', config: { a: 1 } }, { name: 'envoy.filters.http.router' }]);
     expect(Object.isFrozen(cfg.filters[0].config)).toBe(true);
   });
