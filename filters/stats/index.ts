@@ -230,9 +230,10 @@ export class StatsFilter implements Filter {
 
   onUpstreamConnected(conn: ConnectionContext): void {
     const cs = this.connStats(conn, conn.get(DOWNSTREAM_PEER));
-    const series = this.tcpSeries(this.pair(cs.src, this.destinationOf(conn.get(TCP_UPSTREAM_PEER), conn.target)), conn.responseFlags, conn.info.peer.uri);
+    const pair = this.pair(cs.src, this.destinationOf(conn.get(TCP_UPSTREAM_PEER), conn.target));
+    const series = this.tcpSeries(pair, conn.responseFlags, conn.info.peer.uri);
     series.opened.add(1);
-    const live = new TcpLive(conn, series);
+    const live = new TcpLive(conn, pair, series);
     cs.tcp = live;
     this.track(live);
   }
@@ -241,6 +242,7 @@ export class StatsFilter implements Filter {
     const live = conn.get(CONN_STATS)?.tcp;
     if (live !== undefined) {
       this.live.delete(live);
+      this.reflag(live);
       live.report();
       live.series.closed.add(1);
       return;
@@ -256,6 +258,18 @@ export class StatsFilter implements Filter {
     series.sent.add(conn.bytesSent);
     series.received.add(conn.bytesReceived);
     series.closed.add(1);
+  }
+
+  /**
+   * Flags the tunnel got while open (UR when its destination cut it, OM when the overload manager
+   * reset it) go with what is reported from then on, its close included, as in its access-log
+   * line: the series is picked again for the current flags (the pair stays the connect's).
+   */
+  private reflag(live: TcpLive): void {
+    const flags = live.conn.responseFlags;
+    if (flags === live.flags) return;
+    live.flags = flags;
+    live.series = this.tcpSeries(live.pair, flags, live.conn.info.peer.uri);
   }
 
   // -- periodic reports ---------------------------------------------------------------------
@@ -277,8 +291,10 @@ export class StatsFilter implements Filter {
       return;
     }
     for (const live of this.live) {
-      if (live instanceof TcpLive) live.report();
-      else this.reportMessages(live);
+      if (live instanceof TcpLive) {
+        this.reflag(live);
+        live.report();
+      } else this.reportMessages(live);
     }
   }
 

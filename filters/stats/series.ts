@@ -102,15 +102,20 @@ export class ConnStats {
   }
 }
 
-/** An open TCP tunnel: what it has reported so far. */
+/** An open TCP tunnel: what it has reported so far, and under which series (its pair and response flags). */
 export class TcpLive {
   readonly conn: ConnectionContext;
-  readonly series: TcpSeries;
+  readonly pair: Pair;
+  series: TcpSeries;
+  /** The response flags `series` was picked for. */
+  flags: string;
   sent = 0;
   received = 0;
-  constructor(conn: ConnectionContext, series: TcpSeries) {
+  constructor(conn: ConnectionContext, pair: Pair, series: TcpSeries) {
     this.conn = conn;
+    this.pair = pair;
     this.series = series;
+    this.flags = conn.responseFlags;
   }
   /** Add the bytes moved since the last report. */
   report(): void {

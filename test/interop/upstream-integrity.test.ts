@@ -446,11 +446,20 @@ describe('TCP tunnels (127.0.252.x)', () => {
     },
   );
 
+  /** `istio_tcp_connections_closed_total` summed over the series with response flags `flags`. */
+  async function tcpClosed(flags: string): Promise<number> {
+    const samples = samplesOf(await scrape(topo.waypoint!.addresses.admin), 'istio_tcp_connections_closed_total');
+    return samples.filter((x) => x.labels.response_flags === flags).reduce((n, x) => n + x.value, 0);
+  }
+
   test.each([0, 8])('the destination RST_STREAM(%i) once its bytes went out (nothing pending downstream) resets the client CONNECT with RST_STREAM alone, no END_STREAM first; UR', async (code) => {
+    const closedBefore = await tcpClosed('UR');
     const { seen, entry } = await tunnel(`send 1000 then=rst code=${code} delay=200`, 'fast');
     expect(seen).toMatchObject({ status: 200, bytes: 1000, patternOk: true, ended: false });
     expect(seen.reset).not.toBeNull();
     expect(entry.response_flags).toBe('UR');
+    // The flag the tunnel got at close is the one istio_tcp_connections_closed_total counts it under.
+    expect(await tcpClosed('UR')).toBe(closedBefore + 1);
   });
 
   test('a client that resets its CONNECT mid-upload: the destination sees the tunnel end with RST_STREAM, never END_STREAM', async () => {
