@@ -14,8 +14,8 @@
  *  - past `resetHighMemoryStreams` × the budget, `envoy.overload_actions.reset_high_memory_stream`:
  *    the accounts holding the most (at least 2^`minimumAccountToTrackPowerOfTwo` bytes, Envoy's
  *    `buffer_factory_config.minimum_account_to_track_power_of_two`) are reset, largest first and
- *    at most 50 per refresh as Envoy's action (per worker), until the total is back under the
- *    first threshold, so that new requests are served again.
+ *    at most 50 per refresh as Envoy's action (per worker), at this and the next refreshes until
+ *    the total is back under the first threshold, so that new requests are served again.
  *
  * What one stream can hold is bounded by HTTP/2 flow control: Node pushes every DATA frame into
  * the stream's readable buffer whether or not anyone reads it, so a stream whose reader stalled
@@ -139,7 +139,9 @@ export class OverloadManager {
       total += n;
     }
     this.bufferedBytes = total;
-    this.resetting = total > this.resetBytes;
+    // Once past the budget, keep shedding until under the first threshold: streams still filling
+    // after a reset would otherwise hold the total between the thresholds, refusing all new traffic.
+    this.resetting = total > this.resetBytes || (this.resetting && total > this.stopBytes);
     if (this.resetting) this.shed();
     this.stopAccepting = this.bufferedBytes > this.stopBytes;
     if (this.accounts.size === 0 && this.timer !== undefined) {
