@@ -13,6 +13,7 @@
 import type { Registry } from 'prom-client';
 import { definePart } from '../state/parts.ts';
 import { isHttpProtocol } from '../state/protocol.ts';
+import { upstreamEndpoints } from '../state/service-waypoints.ts';
 import type { Endpoint, MeshPart, MeshSnapshot, ServicePort, Target } from '../state/types.ts';
 import { clusterName } from './cluster-name.ts';
 import { ClusterState, hashTableOf, sameHash, type HashTable } from './cluster-state.ts';
@@ -27,7 +28,7 @@ export interface PlannedCluster {
   /** Envoy's cluster name (`inbound-vip|<port>|<http|tcp>|<hostname>`). */
   readonly name: string;
   readonly policy: ClusterTrafficPolicy;
-  /** The cluster's healthy endpoints in the snapshot. */
+  /** The cluster's healthy endpoints in the snapshot (the other waypoint's instances for a service that goes through one). */
   readonly endpoints: readonly Endpoint[];
   /** Their authorities (outlier detection forgets the others). */
   readonly hosts: ReadonlySet<string>;
@@ -139,7 +140,7 @@ export class ClusterTable {
     for (const { target, policy } of this.shaped(snapshot)) {
       byPort.set(target.port, policy.key);
       if (clusters.has(policy.key)) continue;
-      const endpoints = target.service.endpoints.get(target.port.port) ?? [];
+      const endpoints = upstreamEndpoints(target.service, target.port.port);
       clusters.set(policy.key, {
         key: policy.key,
         name: clusterName(target, isHttpProtocol(target.port.protocol) ? 'http' : 'tcp'),
