@@ -8,10 +8,16 @@ import { Duplex } from 'node:stream';
 import { describe, expect, test } from 'vitest';
 import type { HboneDestination, HboneSessionPool } from '../../../src/hbone/pool.ts';
 import { DEFAULT_HTTP2 } from '../../../src/hbone/settings.ts';
+import { hasCandidates } from '../../../src/netpol/admission.ts';
+import { Registry } from 'prom-client';
+import { DESTINATION_RULES, destinationRulesFor } from '../../../src/routing/index.ts';
+import { MeshStore } from '../../../src/state/store.ts';
+import { ClusterTable } from '../../../src/upstream/cluster-table.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import { upstreamEndpoints } from '../../../src/state/service-waypoints.ts';
 import type { Service } from '../../../src/state/types.ts';
 import { ClusterManager } from '../../../src/upstream/cluster-manager.ts';
+import { clusterName } from '../../../src/upstream/cluster-name.ts';
 import { pickEndpoint } from '../../../src/upstream/pick-endpoint.ts';
 import type { SidecarTransport } from '../../../src/upstream/sidecar-transport.ts';
 
@@ -130,4 +136,32 @@ describe('toward another waypoint instance', () => {
     expect(cm.dispatcherFor(a)).toBe(before);
     await cm.destroy();
   });
+});
+
+test('a backend this waypoint does not serve is an outbound cluster (Istio: getWaypointDestinationCluster)', () => {
+  const a = svc('a');
+  expect(clusterName({ kind: 'service', service: a, port: a.ports[0] }, 'http')).toBe('outbound|80||a.apps.svc.cluster.local');
+  const ours = compileMesh({ text: MESH, file: 'chain.yaml', gateway: 'apps/other' }).services.find((s) => s.name === 'a')!;
+  expect(clusterName({ kind: 'service', service: ours, port: ours.ports[0] }, 'http')).toBe('inbound-vip|80|http|a.apps.svc.cluster.local');
+});
+
+test('NetworkPolicy admission counts the instances as the candidates (a 403 only when it refused them all)', () => {
+  // b has no pod of its own: its candidates are the other waypoint's instance.
+  expect(hasCandidates({ kind: 'service', service: svc('b'), port: svc('b').ports[0] })).toBe(true);
+});
+
+test("a DestinationRule on the backend shapes the cluster of the other waypoint's instances (as Istio's endpoints for a service waypoint)", () => {
+  const table = new ClusterTable({ clusters: (x) => destinationRulesFor(x).clusters, metrics: new Registry() });
+  const rule = `
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: { name: b, namespace: apps }
+spec: { host: b, trafficPolicy: { outlierDetection: { consecutive5xxErrors: 1 } } }`;
+  const shaped = MeshStore.fromText(MESH + rule, { gateway: 'apps/ours', parts: [DESTINATION_RULES, table.part] }).current;
+  // b has no pod of its own: its one host is the instance.
+  const b = shaped.services.find((x) => x.name === 'b')!;
+  const state = table.clusterFor({ kind: 'service', service: b, port: b.ports[0] })!;
+  expect(state).toMatchObject({ name: 'outbound|80||b.apps.svc.cluster.local', hostCount: 1 });
+  table.close();
 });
