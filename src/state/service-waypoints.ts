@@ -74,15 +74,11 @@ export function* chainServiceWaypoints(services: Service[], ctx: ServiceWaypoint
     if (ref === undefined || s.servedByThisWaypoint) continue;
     // Named this waypoint but not served (it is for workloads only): istiod gives it no waypoint.
     if (ref.name === ctx.waypoint.name && ref.namespace === ctx.waypoint.namespace) continue;
-    const instances = resolver.instances(ref, s);
-    if (instances === undefined) continue;
+    // A waypoint takes traffic addressed to a VIP only: a headless service is reached directly.
     const vip = s.addresses.find((a) => !a.includes('/'));
-    if (vip === undefined) {
-      resolver.warnOnce(`${ref.namespace}/${ref.name} ${s.namespace}/${s.hostname}`, { service: `${s.namespace}/${s.hostname}`, waypoint: `${ref.namespace}/${ref.name}` },
-        'mesh: service has no VIP, and a waypoint only takes traffic addressed to one: its waypoint is not used, it is reached directly');
-      continue;
-    }
-    services[i] = { ...s, waypoint: chained(ref, s, vip, instances) };
+    if (vip === undefined) continue;
+    const instances = resolver.instances(ref, s);
+    if (instances !== undefined) services[i] = { ...s, waypoint: chained(ref, s, vip, instances) };
   }
 }
 
@@ -170,7 +166,7 @@ class WaypointResolver {
     return instances;
   }
 
-  warnOnce(key: string, fields: Record<string, string>, message: string): void {
+  private warnOnce(key: string, fields: Record<string, string>, message: string): void {
     if (this.warned.has(key)) return;
     this.warned.add(key);
     log.warn(fields, message);
