@@ -7,9 +7,13 @@
  */
 import type { Target } from '../state/types.ts';
 
-/** The cluster name for `target`, whose traffic is handled as `kind`. */
+/** The cluster name for a tunnel's `target` (a service port this waypoint serves, or a workload), whose traffic is handled as `kind`. */
 export function clusterName(target: Target, kind: 'http' | 'tcp'): string {
   if (target.kind === 'workload') return 'encap';
-  if (!target.service.servedByThisWaypoint) return `outbound|${target.port.port}||${target.service.hostname}`;
   return `inbound-vip|${target.port.port}|${kind}|${target.service.hostname}`;
+}
+
+/** The cluster name for any service port (a DestinationRule's cluster): {@link clusterName} when this waypoint serves it, else `outbound|<port>||<hostname>`. */
+export function serviceClusterName(target: Extract<Target, { kind: 'service' }>, kind: 'http' | 'tcp'): string {
+  return target.service.servedByThisWaypoint ? clusterName(target, kind) : `outbound|${target.port.port}||${target.service.hostname}`;
 }

@@ -17,7 +17,7 @@ import { compileMesh } from '../../../src/state/compile.ts';
 import { upstreamEndpoints } from '../../../src/state/service-waypoints.ts';
 import type { Service } from '../../../src/state/types.ts';
 import { ClusterManager } from '../../../src/upstream/cluster-manager.ts';
-import { clusterName } from '../../../src/upstream/cluster-name.ts';
+import { serviceClusterName } from '../../../src/upstream/cluster-name.ts';
 import { pickEndpoint } from '../../../src/upstream/pick-endpoint.ts';
 import type { SidecarTransport } from '../../../src/upstream/sidecar-transport.ts';
 
@@ -140,9 +140,9 @@ describe('toward another waypoint instance', () => {
 
 test('a backend this waypoint does not serve is an outbound cluster (Istio: getWaypointDestinationCluster)', () => {
   const a = svc('a');
-  expect(clusterName({ kind: 'service', service: a, port: a.ports[0] }, 'http')).toBe('outbound|80||a.apps.svc.cluster.local');
+  expect(serviceClusterName({ kind: 'service', service: a, port: a.ports[0] }, 'http')).toBe('outbound|80||a.apps.svc.cluster.local');
   const ours = compileMesh({ text: MESH, file: 'chain.yaml', gateway: 'apps/other' }).services.find((s) => s.name === 'a')!;
-  expect(clusterName({ kind: 'service', service: ours, port: ours.ports[0] }, 'http')).toBe('inbound-vip|80|http|a.apps.svc.cluster.local');
+  expect(serviceClusterName({ kind: 'service', service: ours, port: ours.ports[0] }, 'http')).toBe('inbound-vip|80|http|a.apps.svc.cluster.local');
 });
 
 test('NetworkPolicy admission counts the instances as the candidates (a 403 only when it refused them all)', () => {
