@@ -60,7 +60,7 @@ interface Instance {
 }
 
 /**
- * Set `waypoint` on every service that goes through another waypoint (replacing its object;
+ * Set `viaWaypoint` on every service that goes through another waypoint (replacing its object;
  * `services` is rewritten in place, before the snapshot is built and frozen). Pauses every few
  * hundred services.
  * @throws ConfigError for a named waypoint Gateway with an invalid `istio.io/waypoint-for`.
@@ -78,7 +78,7 @@ export function* chainServiceWaypoints(services: Service[], ctx: ServiceWaypoint
     const vip = s.addresses.find((a) => !a.includes('/'));
     if (vip === undefined) continue;
     const instances = resolver.instances(ref, s);
-    if (instances !== undefined) services[i] = { ...s, waypoint: chained(ref, s, vip, instances) };
+    if (instances !== undefined) services[i] = { ...s, viaWaypoint: chained(ref, s, vip, instances) };
   }
 }
 
@@ -183,8 +183,8 @@ const NO_ENDPOINTS: readonly Endpoint[] = Object.freeze([]);
 
 /**
  * The endpoints requests to `service`'s `port` go to: its waypoint's instances when it goes
- * through another waypoint ({@link Service.waypoint}), else its own healthy endpoints. A lookup.
+ * through another waypoint ({@link Service.viaWaypoint}), else its own healthy endpoints. A lookup.
  */
 export function upstreamEndpoints(service: Service, port: number): readonly Endpoint[] {
-  return (service.waypoint ?? service).endpoints.get(port) ?? NO_ENDPOINTS;
+  return (service.viaWaypoint ?? service).endpoints.get(port) ?? NO_ENDPOINTS;
 }

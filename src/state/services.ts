@@ -125,13 +125,13 @@ export function serviceEntryService(
 }
 
 /**
- * Which waypoint a service uses, and whether it is this one. `waypoint` (another waypoint in
+ * Which waypoint a service uses, and whether it is this one. `viaWaypoint` (another waypoint in
  * front of the service) is resolved once every service is built (service-waypoints.ts).
  */
-function attachment(labels: Labels, namespace: string, ctx: ServiceContext): Pick<Service, 'servedByThisWaypoint' | 'useWaypoint' | 'waypoint'> {
+function attachment(labels: Labels, namespace: string, ctx: ServiceContext): Pick<Service, 'servedByThisWaypoint' | 'useWaypoint' | 'viaWaypoint'> {
   const ref = useWaypointRef(labels, namespace, ctx.namespaceLabels(namespace));
   const ours = ref !== undefined && ref.name === ctx.waypoint.name && ref.namespace === ctx.waypoint.namespace;
-  return { servedByThisWaypoint: ours && servesServices(ctx.waypoint), useWaypoint: ref, waypoint: undefined };
+  return { servedByThisWaypoint: ours && servesServices(ctx.waypoint), useWaypoint: ref, viaWaypoint: undefined };
 }
 
 /** Workloads whose labels contain every selector entry; an empty selector selects nothing. */

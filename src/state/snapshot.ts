@@ -144,8 +144,8 @@ function dump(data: SnapshotData, resources: ReadonlyMap<string, readonly KeptRe
       servedByThisWaypoint: s.servedByThisWaypoint,
       useWaypoint: s.useWaypoint ? `${s.useWaypoint.namespace}/${s.useWaypoint.name}` : null,
       // Another waypoint routed requests go through (chained waypoints), with its instances.
-      throughWaypoint: s.waypoint
-        ? { gateway: `${s.waypoint.namespace}/${s.waypoint.name}`, instances: [...new Set([...s.waypoint.endpoints.values()].flat().map((e) => e.authority))] }
+      throughWaypoint: s.viaWaypoint
+        ? { gateway: `${s.viaWaypoint.namespace}/${s.viaWaypoint.name}`, instances: [...new Set([...s.viaWaypoint.endpoints.values()].flat().map((e) => e.authority))] }
         : null,
       ports: s.ports,
       endpoints: Object.fromEntries(

@@ -155,7 +155,7 @@ export interface Service {
    * not a waypoint of the mesh that handles service traffic (it is then reached directly, as
    * ztunnel does when istiod reports no waypoint).
    */
-  readonly waypoint: ServiceWaypoint | undefined;
+  readonly viaWaypoint: ServiceWaypoint | undefined;
 }
 
 /** What a CONNECT `:authority` resolves to on this waypoint (IS:listener_waypoint.go `buildWaypointInternal`). */

@@ -264,7 +264,7 @@ export class ClusterManager {
     const liveHosts = new Set<string>();
     for (const svc of snapshot.services) {
       // A service that goes through another waypoint is dialed at that waypoint's instances.
-      for (const endpoints of svc.waypoint ? [svc.endpoints, svc.waypoint.endpoints] : [svc.endpoints]) {
+      for (const endpoints of svc.viaWaypoint ? [svc.endpoints, svc.viaWaypoint.endpoints] : [svc.endpoints]) {
         for (const eps of endpoints.values()) {
           for (const ep of eps) {
             liveEndpoints.add(poolKey(ep));

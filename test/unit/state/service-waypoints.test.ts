@@ -87,8 +87,8 @@ describe('a service bound to another waypoint', () => {
     const back = svc(snap, 'apps', 'back');
     expect(back.servedByThisWaypoint).toBe(false);
     expect(back.useWaypoint).toEqual({ namespace: 'infra', name: 'other' });
-    expect(back.waypoint?.namespace).toBe('infra');
-    expect(back.waypoint?.name).toBe('other');
+    expect(back.viaWaypoint?.namespace).toBe('infra');
+    expect(back.viaWaypoint?.name).toBe('other');
     const eps = upstreamEndpoints(back, 80);
     expect(eps.map((e) => ({ pod: e.workload.name, address: e.address, port: e.targetPort, tunnel: e.tunnel, authority: e.authority, connect: e.connectAuthority, id: e.workload.identity }))).toEqual([
       { pod: 'other-0', address: '10.1.9.1', port: 15008, tunnel: 'HBONE', authority: '10.1.9.1:15008', connect: '10.96.0.2:80', id: 'spiffe://cluster.local/ns/infra/sa/other' },
@@ -96,7 +96,7 @@ describe('a service bound to another waypoint', () => {
     ]);
     // Each port has its own authority; UDP ports are never proxied.
     expect(upstreamEndpoints(back, 9090).map((e) => e.connectAuthority)).toEqual(['10.96.0.2:9090', '10.96.0.2:9090']);
-    expect(back.waypoint?.endpoints.has(53)).toBe(false);
+    expect(back.viaWaypoint?.endpoints.has(53)).toBe(false);
     // The service's own endpoints are still its pods.
     expect(back.endpoints.get(80)!.map((e) => e.authority)).toEqual(['10.1.0.2:8080']);
   });
@@ -104,12 +104,12 @@ describe('a service bound to another waypoint', () => {
   test('a service this waypoint serves is served directly', () => {
     const front = svc(snap, 'apps', 'front');
     expect(front.servedByThisWaypoint).toBe(true);
-    expect(front.waypoint).toBeUndefined();
+    expect(front.viaWaypoint).toBeUndefined();
     expect(upstreamEndpoints(front, 80).map((e) => e.authority)).toEqual(['10.1.0.1:8080']);
   });
 
   test('a waypoint Service itself has no waypoint', () => {
-    expect(svc(snap, 'infra', 'other').waypoint).toBeUndefined();
+    expect(svc(snap, 'infra', 'other').viaWaypoint).toBeUndefined();
   });
 
   test('the other waypoint (same file, other gateway) serves the service and chains back to nothing', () => {
@@ -124,7 +124,7 @@ describe('a service bound to another waypoint', () => {
     ], 'infra/other');
     const back = svc(theirs, 'apps', 'back');
     expect(back.servedByThisWaypoint).toBe(true);
-    expect(back.waypoint).toBeUndefined();
+    expect(back.viaWaypoint).toBeUndefined();
     expect(theirs.resolveTarget('10.96.0.2', 80)?.kind).toBe('service');
   });
 
@@ -145,11 +145,11 @@ describe('reached directly', () => {
       service('apps', 'optout', '10.96.0.2', { 'istio.io/use-waypoint': 'none' }),
       service('apps', 'ours', '10.96.0.3', { 'istio.io/use-waypoint': 'ours' }),
     ]);
-    expect(svc(snap, 'apps', 'bynamespace').waypoint?.name).toBe('other');
-    expect(svc(snap, 'apps', 'optout').waypoint).toBeUndefined();
+    expect(svc(snap, 'apps', 'bynamespace').viaWaypoint?.name).toBe('other');
+    expect(svc(snap, 'apps', 'optout').viaWaypoint).toBeUndefined();
     expect(svc(snap, 'apps', 'optout').useWaypoint).toBeUndefined();
     expect(svc(snap, 'apps', 'ours').servedByThisWaypoint).toBe(true);
-    expect(svc(snap, 'apps', 'ours').waypoint).toBeUndefined();
+    expect(svc(snap, 'apps', 'ours').viaWaypoint).toBeUndefined();
   });
 
   test('a waypoint the mesh does not have, a headless service', () => {
@@ -159,8 +159,8 @@ describe('reached directly', () => {
       service('apps', 'headless', 'None'),
     ]);
     expect(svc(snap, 'apps', 'ghost').useWaypoint).toEqual({ namespace: 'apps', name: 'missing' });
-    expect(svc(snap, 'apps', 'ghost').waypoint).toBeUndefined();
-    expect(svc(snap, 'apps', 'headless').waypoint).toBeUndefined();
+    expect(svc(snap, 'apps', 'ghost').viaWaypoint).toBeUndefined();
+    expect(svc(snap, 'apps', 'headless').viaWaypoint).toBeUndefined();
   });
 
   test('a waypoint for workloads only (its own label, or its GatewayClass)', () => {
@@ -170,7 +170,7 @@ describe('reached directly', () => {
       gateway('apps', 'wl', { 'istio.io/waypoint-for': 'workload' }),
       service('apps', 'a', '10.96.0.1', { 'istio.io/use-waypoint': 'wl' }),
     ]);
-    expect(svc(forWorkloads, 'apps', 'a').waypoint).toBeUndefined();
+    expect(svc(forWorkloads, 'apps', 'a').viaWaypoint).toBeUndefined();
     const byClass = [
       `apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
@@ -186,8 +186,8 @@ spec: { controllerName: istio.io/mesh-controller }`,
     ];
     const snap = compile(byClass);
     expect(snap.waypoint.waypointFor).toBe('service');
-    expect(svc(snap, 'apps', 'a').waypoint).toBeUndefined();
-    expect(svc(snap, 'apps', 'b').waypoint?.name).toBe('svc');
+    expect(svc(snap, 'apps', 'a').viaWaypoint).toBeUndefined();
+    expect(svc(snap, 'apps', 'b').viaWaypoint?.name).toBe('svc');
     // Our own Gateway without a label takes the class's value too.
     expect(compile(byClass.map((d) => d.replace('"istio.io/waypoint-for":"service"', ''))).waypoint.waypointFor).toBe('workload');
   });
@@ -195,7 +195,7 @@ spec: { controllerName: istio.io/mesh-controller }`,
   test('a service naming this waypoint when it serves workloads only', () => {
     const snap = compile([namespace('apps'), gateway('apps', 'ours', { 'istio.io/waypoint-for': 'workload' }), service('apps', 'a', '10.96.0.1', { 'istio.io/use-waypoint': 'ours' })]);
     expect(svc(snap, 'apps', 'a').servedByThisWaypoint).toBe(false);
-    expect(svc(snap, 'apps', 'a').waypoint).toBeUndefined();
+    expect(svc(snap, 'apps', 'a').viaWaypoint).toBeUndefined();
   });
 });
 
@@ -224,7 +224,7 @@ describe('where the other waypoint is reached', () => {
 
   test('unreachable (no Service, no port 15008, no ready instance): chained with no endpoint, never direct', () => {
     const noService = compile(docs(''));
-    expect(svc(noService, 'apps', 'back').waypoint?.name).toBe('other');
+    expect(svc(noService, 'apps', 'back').viaWaypoint?.name).toBe('other');
     expect(upstreamEndpoints(svc(noService, 'apps', 'back'), 80)).toEqual([]);
     const notReady = compile(docs('', waypointPods('apps', 'other', '10.96.9.9', ['10.1.9.9'], false)));
     expect(upstreamEndpoints(svc(notReady, 'apps', 'back'), 80)).toEqual([]);
