@@ -2,7 +2,9 @@
  * Upstream connections toward service endpoints (Envoy's cluster manager, reduced to what a
  * waypoint needs). For HTTP it keeps one undici Pool per endpoint whose "sockets" are HBONE
  * CONNECT streams to `podIP:15008` with `:authority podIP:targetPort` (IS:cluster_waypoint.go
- * `connect_originate`), or plain TCP to `podIP:targetPort` for endpoints outside the mesh
+ * `connect_originate`) — or, to an instance of another waypoint in front of the service (chained
+ * waypoints), to `waypointIP:15008` with `:authority VIP:port` (`Endpoint.connectAuthority`) —
+ * or plain TCP to `podIP:targetPort` for endpoints outside the mesh
  * (`istio.io/dataplane-mode: none`), or mutual TLS with Istio's ALPN to `podIP:targetPort` for
  * workloads that run an Istio sidecar (`sidecar-transport.ts`). For TCP it opens one tunnel per
  * downstream connection.
@@ -245,7 +247,7 @@ export class ClusterManager {
 
   private async open(ep: Endpoint, use: SidecarProtocol): Promise<Duplex> {
     if (ep.tunnel === 'HBONE') {
-      const { stream, headers } = await this.opts.sessions.connect(this.hboneDestination(ep), ep.authority);
+      const { stream, headers } = await this.opts.sessions.connect(this.hboneDestination(ep), connectAuthority(ep));
       (stream as { [CONNECT_RESPONSE_HEADERS]?: IncomingHttpHeaders })[CONNECT_RESPONSE_HEADERS] = headers;
       return stream;
     }
@@ -262,10 +264,13 @@ export class ClusterManager {
     const liveEndpoints = new Set<string>();
     const liveHosts = new Set<string>();
     for (const svc of snapshot.services) {
-      for (const eps of svc.endpoints.values()) {
-        for (const ep of eps) {
-          liveEndpoints.add(poolKey(ep));
-          liveHosts.add(workloadKey(ep.tunnel, ep.address, ep.workload.identity));
+      // A service that goes through another waypoint is dialed at that waypoint's instances.
+      for (const endpoints of svc.viaWaypoint ? [svc.endpoints, svc.viaWaypoint.endpoints] : [svc.endpoints]) {
+        for (const eps of endpoints.values()) {
+          for (const ep of eps) {
+            liveEndpoints.add(poolKey(ep));
+            liveHosts.add(workloadKey(ep.tunnel, ep.address, ep.workload.identity));
+          }
         }
       }
     }
@@ -375,7 +380,7 @@ export class ClusterManager {
       ...common,
       // Each undici "socket" is one CONNECT stream on a pooled HBONE connection.
       connect: (_opts, callback) => {
-        const stream = sessions.connect(dst, ep.authority).then(({ stream, headers }) => {
+        const stream = sessions.connect(dst, connectAuthority(ep)).then(({ stream, headers }) => {
           this.connectHeaders.set(key, headers);
           return stream;
         });
@@ -394,8 +399,14 @@ const poolKeys = new WeakMap<Endpoint, string>();
 
 function poolKey(ep: Endpoint): string {
   let key = poolKeys.get(ep);
-  if (key === undefined) poolKeys.set(ep, (key = `${ep.tunnel}|${ep.authority}|${ep.workload.identity}`));
+  // One waypoint instance fronts several services: their CONNECT authorities keep their pools apart.
+  if (key === undefined) poolKeys.set(ep, (key = `${ep.tunnel}|${ep.authority}|${ep.workload.identity}${ep.connectAuthority ? `|${ep.connectAuthority}` : ''}`));
   return key;
+}
+
+/** The CONNECT `:authority` toward `ep`: the service's `VIP:port` for another waypoint's instance, else the endpoint's own. */
+function connectAuthority(ep: Endpoint): string {
+  return ep.connectAuthority ?? ep.authority;
 }
 
 function workloadKey(tunnel: string, ip: string, identity: string): string {
