@@ -46,6 +46,7 @@ import {
   decodePeerMetadata,
   parseBaggage,
   peerFromWorkload,
+  sourceWorkloadAt,
   upstreamExchangePeerOf,
   workloadAt,
   type PeerInfo,
@@ -243,9 +244,13 @@ class PeerMetadata {
 
   // ---- methods ----------------------------------------------------------------------------
 
-  /** The workload owning the tunnel's source address in the current snapshot. */
+  /**
+   * The workload owning the tunnel's source address in the current snapshot, when its identity is
+   * the client certificate's: an east-west gateway forwarding another workload's tunnel, or a
+   * client at a borrowed address, is not that workload (the next method decides).
+   */
   private downstreamWorkload(conn: ConnectionContext): PeerInfo | undefined {
-    const w = workloadAt(this.env.mesh.current, conn.info.downstreamAddress);
+    const w = sourceWorkloadAt(this.env.mesh.current, conn.info.downstreamAddress, conn.info.peer.uri);
     return w && this.workloadPeer(w);
   }
 

@@ -13,7 +13,7 @@ import { createPeerMetadataFilter, parsePeerMetadataConfig, peerMetadataFactory,
 import { peerBaggage, selfMetadata } from '../../../filters/peer-metadata/self.ts';
 import { formatBaggage } from '../../../src/peer/baggage.ts';
 import { parseBaggage } from '../../../src/peer/baggage-parse.ts';
-import { DOWNSTREAM_PEER, EMPTY_PEER, REQUEST_DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, downstreamPeerOf, type PeerInfo } from '../../../src/peer/peer-info.ts';
+import { DOWNSTREAM_PEER, EMPTY_PEER, REQUEST_DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, downstreamPeerOf, sourceWorkloadAt, type PeerInfo } from '../../../src/peer/peer-info.ts';
 import { decodePeerMetadata, encodePeerMetadata, PEER_METADATA_HEADER, PEER_METADATA_ID_HEADER } from '../../../src/peer/peer-metadata-header.ts';
 import { FilterChain } from '../../../src/pipeline/chain.ts';
 import { ConnectionContext, StreamContext, type ConnectInfo } from '../../../src/pipeline/context.ts';
@@ -199,6 +199,19 @@ describe('defaults (Istio waypoint: workload discovery both ways, no propagation
     const { chain } = make();
     const { conn } = exchange(chain, { info: { downstreamAddress: '10.9.9.9' } });
     expect(conn.get(DOWNSTREAM_PEER)).toEqual({ ...UNKNOWN, identity: CERT });
+  });
+
+  test('a workload at the source address counts only with the certificate identity it has (an east-west gateway, a borrowed address)', () => {
+    const { chain } = make({ downstreamDiscovery: ['workload_discovery', 'baggage'] });
+    const other = 'spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway';
+    const peer = { ...INFO.peer, uri: other };
+    expect(exchange(chain, { info: { peer } }).conn.get(DOWNSTREAM_PEER)).toEqual({ ...UNKNOWN, identity: other });
+    expect(sourceWorkloadAt(snap, '10.0.0.1', other)).toBeUndefined();
+    expect(sourceWorkloadAt(snap, '::ffff:10.0.0.1', CERT)?.name).toBe('client');
+    expect(sourceWorkloadAt(snap, '10.0.0.1', '')).toBeUndefined();
+    // The next method decides: the CONNECT's baggage.
+    const down = exchange(chain, { info: { peer, baggage: 'k8s.namespace.name=demo,k8s.deployment.name=web,service.name=web' } }).conn.get(DOWNSTREAM_PEER);
+    expect(down).toMatchObject({ workload: 'web', service: 'web', identity: other });
   });
 
   test('no endpoint (local reply before one was picked): no upstream peer', () => {
