@@ -9,7 +9,9 @@
  * only a stream that closes before it is destroyed, `closeStream`, gets its timer cleared). The
  * armed timer keeps the object and all it references (queued response bytes, the request and its
  * upstream side) alive until it fires: the stream idle timeout (5 min) or the h2c idle timeout
- * (1 h). {@link clearTimerOnDestroy} closes that gap.
+ * (1 h). {@link clearTimerOnDestroy} closes that gap for `destroy()`; an h2c session whose
+ * socket (the tunnel) closes is destroyed without it (`socketOnClose` calls `closeSession`), so the
+ * tunnel's own close listener clears the session's timer first ({@link clearIdleTimer}).
  */
 import http2 from 'node:http2';
 import type { Duplex } from 'node:stream';
