@@ -14,7 +14,7 @@ import { dumpDestinationRules, routesFor, type RouteTable } from '../routing/ind
 import { isHttpProtocol } from '../state/protocol.ts';
 import type { MeshSnapshot, Target } from '../state/types.ts';
 import type { ClusterManager } from '../upstream/cluster-manager.ts';
-import { clusterName } from '../upstream/cluster-name.ts';
+import { clusterName } from '../state/cluster-name.ts';
 
 interface TableDump {
   readonly routes: readonly string[];

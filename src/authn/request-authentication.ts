@@ -8,7 +8,7 @@
  * outputPayloadToHeader, forwardOriginalToken, outputClaimToHeaders (header, claim), timeout (JWKS
  * fetch), spaceDelimitedClaims.
  */
-import { ConfigError } from '../errors.ts';
+import { ConfigError } from '../util/errors.ts';
 import { canonicalGroup, type TargetRef } from '../authz/policy.ts';
 import type { KeptResource } from '../state/types.ts';
 import { locateField } from '../state/resource-location.ts';

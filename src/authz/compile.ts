@@ -11,7 +11,7 @@
  *   their own. Each served service with Service/ServiceEntry-attached policies gets its own pair.
  * - `forTarget` is one Map lookup.
  */
-import { ConfigError } from '../errors.ts';
+import { ConfigError } from '../util/errors.ts';
 import type { KeptResource, MeshSnapshot, Service, Target } from '../state/types.ts';
 import { locateField } from '../state/resource-location.ts';
 import { log } from '../util/log.ts';

@@ -11,8 +11,22 @@
  * `statusOnError` itself and should resolve instead).
  */
 import type { ConnectionContext, StreamContext } from '../pipeline/index.ts';
-import type { HeaderMutation } from './ext-authz/types.ts';
 import type { CustomCheck, RequestAttributes } from './types.ts';
+
+/**
+ * One header change asked by the authorization server, in order:
+ * - `set`: replace every value of `name` (or add it);
+ * - `append`: append `value` to the existing value with `,` (add when absent);
+ * - `add`: add another `name: value` line, keeping existing ones;
+ * - `add-if-absent`: add only when `name` is absent;
+ * - `overwrite-if-exists`: replace only when `name` is present.
+ * Names are lower-case.
+ */
+export interface HeaderMutation {
+  readonly name: string;
+  readonly value: string;
+  readonly action: 'set' | 'append' | 'add' | 'add-if-absent' | 'overwrite-if-exists';
+}
 
 /** The provider's answer. */
 export interface ExtAuthzDecision {

@@ -21,9 +21,6 @@ export type { ExtAuthzProvider } from './providers.ts';
 export type { AuthzAction, AuthzResult, CustomCheck, Decision, HeaderLookup, JwtInfo, RequestAttributes, ShadowResult } from './types.ts';
 // What the authorization filter (filters/authz) shares through slots, and the ext_authz hook it calls.
 export { AUTHZ_RESULT, REQUEST_JWT, TCP_AUTHZ_RESULT } from './slots.ts';
-export type { ExtAuthzDecision, ExtAuthzHook } from './ext-authz-hook.ts';
-export type { HeaderMutation } from './ext-authz/types.ts';
+export type { ExtAuthzDecision, ExtAuthzHook, HeaderMutation } from './ext-authz-hook.ts';
 // The compiled parts (compiled into every mesh snapshot by the store).
 export { AUTHZ } from './compile.ts';
-export { PEER_AUTHENTICATION, peerAuthenticationFor, type CompiledPeerAuthentication } from './peer-authentication.ts';
-export { ZTUNNEL_AUTHZ, ztunnelAuthzFor, rejectionReason, type ZtunnelAuthz } from './selector.ts';

@@ -9,7 +9,7 @@
  * In this standalone waypoint the mesh file plays the API server: a policy that Istio would refuse
  * at admission makes the whole mesh file invalid (the last good state stays).
  */
-import { ConfigError } from '../errors.ts';
+import { ConfigError } from '../util/errors.ts';
 import type { KeptResource } from '../state/types.ts';
 import { locateField } from '../state/resource-location.ts';
 import type { FieldPath } from '../state/yaml-locate.ts';

@@ -4,8 +4,8 @@
 import { Command } from 'commander';
 import { readTrustRoot } from '../identity/ca.ts';
 import { WorkloadCertificate } from '../identity/workload-certificate.ts';
-import { INBOUND_PARTS, InboundRole } from '../roles/inbound.ts';
-import { TunnelRole } from '../roles/tunnel.ts';
+import { INBOUND_PARTS, InboundRole } from '../ztunnel/inbound.ts';
+import { TunnelRole } from '../ztunnel/tunnel.ts';
 import { MeshStore } from '../state/store.ts';
 import { addr } from '../app.ts';
 import { REQUIRED, checkListenFlag, namingListenFlags, writePidFile } from './flags.ts';

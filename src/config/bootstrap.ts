@@ -10,7 +10,7 @@
 import fs from 'node:fs';
 import { z } from 'zod';
 import { LineCounter, parseDocument } from 'yaml';
-import { ConfigError } from '../errors.ts';
+import { ConfigError } from '../util/errors.ts';
 import { parseTtl } from '../identity/ca.ts';
 import { deepFreeze } from '../util/freeze.ts';
 

@@ -13,10 +13,10 @@ import { LocalCa } from '../identity/ca.ts';
 import { WorkloadCertificate } from '../identity/workload-certificate.ts';
 import type { Http2Params } from '../hbone/settings.ts';
 import type { FilterFactory } from '../pipeline/filter.ts';
-import { INBOUND_PARTS, InboundRole } from '../roles/inbound.ts';
+import { INBOUND_PARTS, InboundRole } from '../ztunnel/inbound.ts';
 import { formatHostPort } from '../state/ip.ts';
 import { MeshStore } from '../state/store.ts';
-import { TunnelRole } from '../roles/tunnel.ts';
+import { TunnelRole } from '../ztunnel/tunnel.ts';
 
 /** Addresses and knobs of one loopback topology. Ports default to 15008 (HBONE), 80 (service) and 8080 (pods). */
 export interface TopologyOptions {

@@ -12,7 +12,7 @@
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders } from 'node:http2';
 import net from 'node:net';
 import tls, { type TLSSocket } from 'node:tls';
-import { WaypointError } from '../errors.ts';
+import { WaypointError } from '../util/errors.ts';
 import { spiffeUrisOf } from '../identity/spiffe.ts';
 import { formatHostPort } from '../state/ip.ts';
 import { log } from '../util/log.ts';

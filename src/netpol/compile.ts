@@ -18,7 +18,7 @@
  * Egress policies are the client's CNI's business and are not evaluated (a waypoint cannot stand in
  * for the source pod's egress enforcement).
  */
-import { ConfigError } from '../errors.ts';
+import { ConfigError } from '../util/errors.ts';
 import { definePart } from '../state/parts.ts';
 import { locateField } from '../state/resource-location.ts';
 import type { Endpoint, MeshSnapshot, Workload } from '../state/types.ts';

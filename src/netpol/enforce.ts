@@ -14,7 +14,7 @@
  */
 import type { ConnectionContext } from '../pipeline/index.ts';
 import type { MeshSnapshot, Target } from '../state/types.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
+import { ResponseFlag } from '../pipeline/response-flags.ts';
 import { CONNECTION_ADMISSION, hasCandidates, NETWORK_POLICY_DENIED_DETAILS, type EndpointAdmission } from './admission.ts';
 import { networkPolicyFor } from './compile.ts';
 import { originalSource } from './source.ts';

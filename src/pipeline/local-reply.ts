@@ -6,7 +6,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { Http2ServerResponse } from 'node:http2';
-import { LOCAL_REPLY_BODY, LOCAL_REPLY_STATUS } from '../telemetry/response-flags.ts';
+import { LOCAL_REPLY_BODY, LOCAL_REPLY_STATUS } from './response-flags.ts';
 import type { StreamContext } from './context.ts';
 import { HeaderList } from './headers.ts';
 

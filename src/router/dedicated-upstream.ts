@@ -33,7 +33,7 @@ import type { Duplex } from 'node:stream';
 import { relay, teardown } from '../hbone/relay.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import type { Target } from '../state/types.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
+import { ResponseFlag } from '../pipeline/response-flags.ts';
 import { replyIfAllRefused } from '../netpol/admission.ts';
 import { connectResponseHeaders, type ClusterManager } from '../upstream/cluster-manager.ts';
 import { isConnectFailure, NO_HEALTHY_UPSTREAM, upstreamFailure } from '../upstream/failure.ts';

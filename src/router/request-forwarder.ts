@@ -14,7 +14,7 @@ import { Readable } from 'node:stream';
 import { replyIfAllRefused } from '../netpol/admission.ts';
 import type { HeaderModifier } from '../routing/index.ts';
 import type { Target } from '../state/types.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
+import { ResponseFlag } from '../pipeline/response-flags.ts';
 import type { ClusterManager } from '../upstream/cluster-manager.ts';
 import { NO_HEALTHY_UPSTREAM, upstreamFailure } from '../upstream/failure.ts';
 import { GrpcFrameCounter } from './grpc-frames.ts';

@@ -7,7 +7,7 @@
  */
 import { routesFor, type CompiledRule, type RouteTable } from '../routing/index.ts';
 import type { MeshSnapshot } from '../state/types.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
+import { ResponseFlag } from '../pipeline/response-flags.ts';
 import { UpstreamOverflowError, type ClusterState } from '../upstream/cluster-state.ts';
 import { isConnectFailure } from '../upstream/failure.ts';
 import { UpstreamResetError } from '../upstream/h2-upstream.ts';

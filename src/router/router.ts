@@ -18,10 +18,11 @@
 import type { ServerResponse } from 'node:http';
 import { originalClient } from '../peer/forwarded.ts';
 import type { Target } from '../state/types.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
-import { applyRequestHeaders, MirrorSender, routeRequest, routesFor, type RoutedRequest } from '../routing/index.ts';
+import { ResponseFlag } from '../pipeline/response-flags.ts';
+import { applyRequestHeaders, routeRequest, routesFor, type RoutedRequest } from '../routing/index.ts';
 import type { ClusterManager } from '../upstream/cluster-manager.ts';
-import { clusterName } from '../upstream/cluster-name.ts';
+import { clusterName } from '../state/cluster-name.ts';
+import { MirrorSender } from './mirror.ts';
 import { dedicatedKind, expectsContinue, forwardDedicated, restoreUpgradeHeaders } from './dedicated-upstream.ts';
 import { forwardWithBody, RequestForwarder } from './request-forwarder.ts';
 import { compileRoute, DEFAULT_ROUTER_OPTIONS, RouteSettings, type CompiledRoute, type RouterOptions } from './retry-policy.ts';

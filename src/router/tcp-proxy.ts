@@ -21,13 +21,13 @@ import { respondAndClose } from '../hbone/server.ts';
 import { CONNECTION_ADMISSION } from '../netpol/admission.ts';
 import { originalClient } from '../peer/forwarded.ts';
 import type { ConnectionContext } from '../pipeline/context.ts';
-import type { ResponseFlagName } from '../telemetry/response-flags.ts';
+import type { ResponseFlagName } from '../pipeline/response-flags.ts';
 import { connectResponseHeaders, exchangePeer, type ClusterManager } from '../upstream/cluster-manager.ts';
-import { clusterName } from '../upstream/cluster-name.ts';
+import { clusterName } from '../state/cluster-name.ts';
 import { CONNECT_FAILURE, CONNECTION_OVERFLOW, NO_HEALTHY_UPSTREAM, type UpstreamFailure } from '../upstream/failure.ts';
 import { connectionHash } from '../upstream/hash-policy.ts';
 import { leaseEndpoint, type UpstreamLease } from '../upstream/pick-endpoint.ts';
-import type { HashKey } from '../upstream/traffic-policy.ts';
+import type { HashKey } from '../routing/traffic-policy.ts';
 import { log } from '../util/log.ts';
 
 /** What the TCP proxy calls back into: the tunnel's filter chain (`onUpstreamConnected`). */

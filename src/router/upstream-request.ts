@@ -17,7 +17,7 @@ import type { ClusterManager } from '../upstream/cluster-manager.ts';
 import type { UpstreamHandler, UpstreamRequest as UpstreamMessage } from '../upstream/h2-upstream.ts';
 import { requestHash, type HashRequest } from '../upstream/hash-policy.ts';
 import { leaseEndpoint, type UpstreamLease } from '../upstream/pick-endpoint.ts';
-import type { HashKey } from '../upstream/traffic-policy.ts';
+import type { HashKey } from '../routing/traffic-policy.ts';
 import type { GrpcFrameCounter } from './grpc-frames.ts';
 import { defineSlot, HeaderList, respond, type Slot, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
 

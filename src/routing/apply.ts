@@ -7,7 +7,7 @@
 import { HeaderList, respond, sendLocalReply, type StreamContext } from '../pipeline/index.ts';
 import { downstreamPeerOf } from '../peer/peer-info.ts';
 import type { Target } from '../state/types.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
+import { ResponseFlag } from '../pipeline/response-flags.ts';
 import { applyHeaderModifier, modifyPath, redirectLocation } from './filters.ts';
 import { splitTarget } from './match.ts';
 import { pickBackend, selectMatch, tableFor } from './select.ts';

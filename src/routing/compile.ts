@@ -21,7 +21,7 @@
  * An invalid route is ignored with its error logged (istiod's `Accepted=False`); the rest of the
  * snapshot keeps working. {@link compileRoutes} also returns the rejections.
  */
-import { ConfigError } from '../errors.ts';
+import { ConfigError } from '../util/errors.ts';
 import { definePart } from '../state/parts.ts';
 import { locateField } from '../state/resource-location.ts';
 import type { KeptResource, MeshSnapshot, Service, Target } from '../state/types.ts';

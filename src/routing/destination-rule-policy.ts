@@ -9,9 +9,9 @@
  * level policies do not inherit and instead go to defaults if not provided").
  */
 import type { FieldPath } from '../state/yaml-locate.ts';
-import { DEFAULT_MAGLEV_TABLE_SIZE } from '../upstream/maglev.ts';
-import { MAX_RING_SIZE } from '../upstream/ring-hash.ts';
 import {
+  DEFAULT_MAGLEV_TABLE_SIZE,
+  MAX_RING_SIZE,
   UNLIMITED_POOL,
   type ConnectionPoolPolicy,
   type ConsistentHashPolicy,
@@ -19,7 +19,7 @@ import {
   type LbAlgorithm,
   type LoadBalancerSettings,
   type OutlierDetectionPolicy,
-} from '../upstream/traffic-policy.ts';
+} from './traffic-policy.ts';
 import type { ConnectionPoolDoc, LoadBalancerDoc, OutlierDetectionDoc, PortTrafficPolicyDoc, TrafficPolicyDoc } from './destination-rule-schema.ts';
 
 /** Reports a validation failure at `path` (relative to the DestinationRule object); never returns. */

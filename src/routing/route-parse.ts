@@ -15,7 +15,7 @@
  * honoured. Invalid backends (unknown service, missing port, cross-namespace without a
  * ReferenceGrant) keep their weight and answer 500 for their share.
  */
-import { ConfigError } from '../errors.ts';
+import { ConfigError } from '../util/errors.ts';
 import { locateField } from '../state/resource-location.ts';
 import type { KeptResource } from '../state/types.ts';
 import { formatFieldPath, type FieldPath } from '../state/yaml-locate.ts';

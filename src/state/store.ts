@@ -16,7 +16,7 @@
  */
 import { readFile } from 'node:fs/promises';
 
-import { ConfigError } from '../errors.ts';
+import { ConfigError } from '../util/errors.ts';
 import { log } from '../util/log.ts';
 import { runInSlices, runNow } from '../util/slices.ts';
 import { compileMeshStepwise, type CompileInput } from './compile.ts';

@@ -19,7 +19,7 @@ import sonicBoom, { type SonicBoom } from 'sonic-boom';
 import type { ConnectionContext, Filter, StreamContext } from '../pipeline/index.ts';
 import { formatHostPort } from '../state/ip.ts';
 import type { AccessLogEncoding, MeshSnapshot } from '../state/types.ts';
-import { ResponseFlag } from './response-flags.ts';
+import { ResponseFlag } from '../pipeline/response-flags.ts';
 
 // sonic-boom is CommonJS: its class is the module itself (also exported as `.SonicBoom`).
 const SonicBoomClass = sonicBoom.SonicBoom;

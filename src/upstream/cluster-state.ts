@@ -8,7 +8,7 @@
  * applied from then on.
  */
 import type { Dispatcher } from 'undici';
-import { WaypointError } from '../errors.ts';
+import { WaypointError } from '../util/errors.ts';
 import type { Endpoint } from '../state/types.ts';
 import type { UpstreamHandler } from './h2-upstream.ts';
 import type { LoadBalancer } from './load-balancer.ts';
@@ -17,7 +17,7 @@ import type { ClusterStats } from './cluster-stats.ts';
 import { MaglevTable } from './maglev.ts';
 import { OutlierDetector, type OutlierEvents } from './outlier-detector.ts';
 import { RingHash } from './ring-hash.ts';
-import { poolSignature, type ClusterTrafficPolicy, type ConsistentHashPolicy } from './traffic-policy.ts';
+import { poolSignature, type ClusterTrafficPolicy, type ConsistentHashPolicy } from '../routing/traffic-policy.ts';
 
 /**
  * A circuit breaker refused the request (Envoy's connection-pool failure reason `Overflow`): answered

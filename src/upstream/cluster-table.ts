@@ -14,11 +14,11 @@ import type { Registry } from 'prom-client';
 import { definePart } from '../state/parts.ts';
 import { isHttpProtocol } from '../state/protocol.ts';
 import type { Endpoint, MeshPart, MeshSnapshot, ServicePort, Target } from '../state/types.ts';
-import { clusterName } from './cluster-name.ts';
+import { clusterName } from '../state/cluster-name.ts';
 import { ClusterState, hashTableOf, sameHash, type HashTable } from './cluster-state.ts';
 import { ClusterStats } from './cluster-stats.ts';
 import type { Ejection } from './outlier-detector.ts';
-import type { ClusterTrafficPolicy } from './traffic-policy.ts';
+import type { ClusterTrafficPolicy } from '../routing/traffic-policy.ts';
 
 /** One DestinationRule-shaped cluster of a snapshot, as planned. */
 export interface PlannedCluster {

@@ -7,7 +7,7 @@
  * `UC`/`UR` before the response started; upstream protocol error ⇒ 502 `UPE`.
  */
 import { HboneConnectError } from '../hbone/pool.ts';
-import { LOCAL_REPLY_STATUS, ResponseFlag, type ResponseFlagName } from '../telemetry/response-flags.ts';
+import { LOCAL_REPLY_STATUS, ResponseFlag, type ResponseFlagName } from '../pipeline/response-flags.ts';
 import { UpstreamOverflowError } from './cluster-state.ts';
 import { UpstreamResetError } from './h2-upstream.ts';
 

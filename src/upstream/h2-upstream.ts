@@ -14,7 +14,7 @@
  */
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders } from 'node:http2';
 import type { Duplex, Readable } from 'node:stream';
-import { WaypointError } from '../errors.ts';
+import { WaypointError } from '../util/errors.ts';
 import { http2Settings, type Http2Params } from '../hbone/settings.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import { log } from '../util/log.ts';

@@ -17,7 +17,7 @@
  * its source IP ({@link connectionHash}).
  */
 import { formatHostPort } from '../state/ip.ts';
-import type { HashKey } from './traffic-policy.ts';
+import type { HashKey } from '../routing/traffic-policy.ts';
 import { uint64ToHex, xxHash64 } from './xxhash.ts';
 
 /** What a request's hash reads; the router fills it from the stream (this layer knows no stream). */

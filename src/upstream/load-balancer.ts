@@ -10,7 +10,7 @@
  * Consistent hashing (ring hash, maglev) lives in `cluster-state.ts`.
  */
 import type { Endpoint } from '../state/types.ts';
-import type { LbAlgorithm } from './traffic-policy.ts';
+import type { LbAlgorithm } from '../routing/traffic-policy.ts';
 
 export type LoadBalancerPolicy = LbAlgorithm;
 

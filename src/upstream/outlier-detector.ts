@@ -19,7 +19,7 @@
  * snapshots); hosts that left the cluster are forgotten by {@link OutlierDetector.retain}.
  */
 import type { Endpoint } from '../state/types.ts';
-import type { OutlierDetectionPolicy } from './traffic-policy.ts';
+import type { OutlierDetectionPolicy } from '../routing/traffic-policy.ts';
 
 /** Why a host was ejected (Envoy's `envoy::data::cluster::v3::OutlierEjectionType`, lower-case as in its stat names). */
 export type EjectionReason = 'consecutive_5xx' | 'consecutive_gateway_failure';

@@ -13,7 +13,7 @@ import type { Endpoint, Target } from '../state/types.ts';
 import type { ClusterManager } from './cluster-manager.ts';
 import type { ClusterState } from './cluster-state.ts';
 import type { LoadBalancer } from './load-balancer.ts';
-import type { HashKey } from './traffic-policy.ts';
+import type { HashKey } from '../routing/traffic-policy.ts';
 
 /** Optional inputs of {@link pickEndpoint}. */
 export interface PickOptions {

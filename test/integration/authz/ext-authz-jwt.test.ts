@@ -11,7 +11,7 @@ import * as grpc from '@grpc/grpc-js';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { describe, expect, test } from 'vitest';
 import { log } from '../../../src/util/log.ts';
-import type { CheckRequest } from '../../../src/authz/ext-authz/proto.ts';
+import type { CheckRequest } from '../../../src/ext-authz/proto.ts';
 import { startGrpcAuthz, type CheckReply } from '../ext-authz/helpers.ts';
 import { AuthzWaypoint, HTTP_PORT, meshYaml, servicePolicy, spiffe, startAll, type HttpBackend } from './harness.ts';
 

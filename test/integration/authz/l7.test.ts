@@ -8,7 +8,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
-import { TunnelRole } from '../../../src/roles/tunnel.ts';
+import { TunnelRole } from '../../../src/ztunnel/tunnel.ts';
 import { HTTP_PORT, meshYaml, servicePolicy, spiffe, startAll, type AuthzWaypoint, type HttpBackend } from './harness.ts';
 
 const NET = '127.0.150';

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 
 import { LocalCa } from '../../../src/identity/ca.ts';
 import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
-import { INBOUND_PARTS, InboundRole } from '../../../src/roles/inbound.ts';
+import { INBOUND_PARTS, InboundRole } from '../../../src/ztunnel/inbound.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { connect, hboneSession, readAll } from '../../helpers/hbone-client.ts';

@@ -6,8 +6,8 @@
 import { stringify } from 'yaml';
 import { describe, expect, test } from 'vitest';
 
-import { compilePeerAuthentication, PEER_AUTHENTICATION, peerAuthenticationFor } from '../../../src/authz/peer-authentication.ts';
-import { ConfigError } from '../../../src/errors.ts';
+import { compilePeerAuthentication, PEER_AUTHENTICATION, peerAuthenticationFor } from '../../../src/ztunnel/peer-authentication.ts';
+import { ConfigError } from '../../../src/util/errors.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { MeshSnapshot, Workload } from '../../../src/state/types.ts';
 

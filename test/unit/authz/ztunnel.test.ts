@@ -8,9 +8,9 @@ import { stringify } from 'yaml';
 import { describe, expect, test } from 'vitest';
 
 import { compileAuthz } from '../../../src/authz/compile.ts';
-import { compileZtunnelAuthz, rejectionReason, ZTUNNEL_AUTHZ, ztunnelAuthzFor } from '../../../src/authz/selector.ts';
+import { compileZtunnelAuthz, rejectionReason, ZTUNNEL_AUTHZ, ztunnelAuthzFor } from '../../../src/ztunnel/authz.ts';
 import type { AuthzResult, RequestAttributes } from '../../../src/authz/types.ts';
-import { ConfigError } from '../../../src/errors.ts';
+import { ConfigError } from '../../../src/util/errors.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { MeshPart, MeshSnapshot } from '../../../src/state/types.ts';
 

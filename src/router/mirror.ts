@@ -14,8 +14,8 @@ import { log } from '../util/log.ts';
 import type { ClusterManager } from '../upstream/cluster-manager.ts';
 import type { UpstreamHandler } from '../upstream/h2-upstream.ts';
 import { pickEndpoint } from '../upstream/pick-endpoint.ts';
-import { shadowAuthority } from './filters.ts';
-import type { Mirror } from './types.ts';
+import { shadowAuthority } from '../routing/filters.ts';
+import type { Mirror } from '../routing/types.ts';
 
 /** Bounds of mirrored requests. */
 export interface MirrorOptions {

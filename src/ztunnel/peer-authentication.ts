@@ -25,13 +25,13 @@
  * compiled once per mesh snapshot.
  */
 import { z } from 'zod';
-import { ConfigError } from '../errors.ts';
+import { ConfigError } from '../util/errors.ts';
 import { definePart } from '../state/parts.ts';
 import { locateField } from '../state/resource-location.ts';
 import type { KeptResource, MeshSnapshot, Workload } from '../state/types.ts';
 import type { FieldPath } from '../state/yaml-locate.ts';
 import { log } from '../util/log.ts';
-import { mapping, show } from './policy-schema.ts';
+import { mapping, show } from '../authz/policy-schema.ts';
 
 /** Effective mode as ztunnel applies it: only STRICT refuses plaintext. */
 export type EffectiveMtlsMode = 'STRICT' | 'PERMISSIVE';

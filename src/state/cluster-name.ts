@@ -3,7 +3,7 @@
  * port is `inbound-vip|<port>|<http|tcp>|<hostname>`; workload-addressed traffic goes through
  * the `encap` cluster. Access logs (`%UPSTREAM_CLUSTER%`) and metrics show these strings.
  */
-import type { Target } from '../state/types.ts';
+import type { Target } from './types.ts';
 
 /** The cluster name for `target`, whose traffic is handled as `kind`. */
 export function clusterName(target: Target, kind: 'http' | 'tcp'): string {

@@ -22,15 +22,15 @@
  * else a matching ALLOW policy allows; else deny. An ALLOW policy without rules (or whose rules
  * were all dropped for HTTP attributes) matches nothing but still exists: deny-all.
  */
-import { ConfigError } from '../errors.ts';
+import { ConfigError } from '../util/errors.ts';
 import type { KeptResource, MeshSnapshot, Workload } from '../state/types.ts';
 import { formatFieldPath } from '../state/yaml-locate.ts';
 import { log } from '../util/log.ts';
-import { ruleId } from './compile.ts';
-import { Evaluator, type CompiledRule } from './evaluator.ts';
-import { parsePolicy, type AuthorizationPolicy } from './policy.ts';
-import { MATCH_NEVER, ztunnelRule } from './rule.ts';
-import type { AuthzResult } from './types.ts';
+import { ruleId } from '../authz/compile.ts';
+import { Evaluator, type CompiledRule } from '../authz/evaluator.ts';
+import { parsePolicy, type AuthorizationPolicy } from '../authz/policy.ts';
+import { MATCH_NEVER, ztunnelRule } from '../authz/rule.ts';
+import type { AuthzResult } from '../authz/types.ts';
 import { definePart } from '../state/parts.ts';
 
 /** ztunnel's `RbacScope`. */

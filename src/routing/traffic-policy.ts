@@ -28,6 +28,11 @@ export type HashKey =
   /** `consistentHash` without a key: Envoy computes no hash and picks a random host. */
   | { readonly kind: 'none' };
 
+/** Envoy's default Maglev `table_size` (a prime). */
+export const DEFAULT_MAGLEV_TABLE_SIZE = 65537;
+/** Envoy's default ring hash `maximum_ring_size` (8M entries). */
+export const MAX_RING_SIZE = 8 * 1024 * 1024;
+
 /** `loadBalancer.consistentHash` (Envoy RING_HASH, or MAGLEV when `maglev` is set). */
 export interface ConsistentHashPolicy {
   readonly key: HashKey;
