@@ -48,7 +48,7 @@ import {
   workloadAt,
   type PeerInfo,
 } from '../../src/peer/index.ts';
-import type { Endpoint, MeshSnapshot, Workload } from '../../src/state/types.ts';
+import type { Endpoint, MeshSnapshot, Workload } from '../../src/state/index.ts';
 import { parsePeerMetadataConfig, type DiscoveryMethod, type PeerMetadataConfig } from './config.ts';
 import { selfMetadata, type SelfMetadata } from './self.ts';
 

@@ -13,7 +13,7 @@
  */
 import os from 'node:os';
 import { encodePeerMetadata, waypointSelf, type PeerInfo } from '../../src/peer/index.ts';
-import type { MeshSnapshot } from '../../src/state/types.ts';
+import type { MeshSnapshot } from '../../src/state/index.ts';
 
 /** The label Istio puts on a waypoint's pods naming their Gateway. */
 export const GATEWAY_NAME_LABEL = 'gateway.networking.k8s.io/gateway-name';

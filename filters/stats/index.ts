@@ -33,7 +33,7 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import { FilterStatus, defineSlot, type ConnectionContext, type Filter, type FilterFactory, type StreamContext } from '../../src/pipeline/index.ts';
 import { TCP_UPSTREAM_PEER, UPSTREAM_PEER, DOWNSTREAM_PEER, downstreamPeerOf, type PeerInfo } from '../../src/peer/index.ts';
-import type { Target } from '../../src/state/types.ts';
+import type { Target } from '../../src/state/index.ts';
 import { IstioCounter, IstioHistogram, labelSet, register } from './instruments.ts';
 import { BoundedMap, CACHE_ENTRIES, ConnStats, GrpcLive, Pair, TcpLive, Tuple, type HttpSeries, type MessageSeries, type TcpSeries } from './series.ts';
 import {

@@ -10,7 +10,7 @@
  */
 import { httpToGrpcStatus } from '../../src/pipeline/index.ts';
 import type { PeerInfo } from '../../src/peer/index.ts';
-import type { Target } from '../../src/state/types.ts';
+import type { Target } from '../../src/state/index.ts';
 
 export const UNKNOWN = 'unknown';
 /** Istio's value for a missing source canonical revision. */

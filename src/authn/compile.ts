@@ -9,9 +9,9 @@
  * addressed to that service. Selector and namespace-wide resources are ztunnel's / sidecars' and are
  * ignored (debug line). A target's rules are those of every attached resource, sorted by issuer.
  */
-import { serviceKey, WAYPOINT_GATEWAY_CLASS } from '../authz/attachment.ts';
-import type { KeptResource, MeshSnapshot, Service, Target } from '../state/types.ts';
-import { log } from '../util/log.ts';
+import { serviceKey, WAYPOINT_GATEWAY_CLASS } from '../authz/index.ts';
+import type { KeptResource, MeshSnapshot, Service, Target } from '../state/index.ts';
+import { log } from '../util/index.ts';
 import { RequestAuthenticator } from './authenticator.ts';
 import type { JwksCache } from './jwks.ts';
 import { parseRequestAuthentication, type JwtRule, type RequestAuthentication } from './request-authentication.ts';

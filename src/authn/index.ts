@@ -14,8 +14,7 @@
  * An invalid RequestAuthentication refuses the whole mesh update (the {@link AUTHN} part);
  * `RequestAuthn.validate(snapshot)` checks one without compiling.
  */
-import { definePart } from '../state/parts.ts';
-import type { MeshPart, MeshSnapshot, Target } from '../state/types.ts';
+import { definePart, type MeshPart, type MeshSnapshot, type Target } from '../state/index.ts';
 import type { RequestAuthenticator } from './authenticator.ts';
 import { compileAuthn, parseRequestAuthentications, type CompiledAuthn } from './compile.ts';
 import { JwksCache, type JwksOptions } from './jwks.ts';

@@ -8,7 +8,7 @@
  *   → only traffic addressed to that service (its VIP), never workload-addressed traffic.
  * Any one matching targetRef attaches the policy.
  */
-import type { Service, WaypointIdentity } from '../state/types.ts';
+import type { Service, WaypointIdentity } from '../state/index.ts';
 import type { AuthorizationPolicy } from './policy.ts';
 
 const GATEWAY_API = 'gateway.networking.k8s.io';

@@ -11,17 +11,14 @@
  *   their own. Each served service with Service/ServiceEntry-attached policies gets its own pair.
  * - `forTarget` is one Map lookup.
  */
-import { ConfigError } from '../util/errors.ts';
-import type { KeptResource, MeshSnapshot, Service, Target } from '../state/types.ts';
-import { locateField } from '../state/resource-location.ts';
-import { log } from '../util/log.ts';
+import { ConfigError, log } from '../util/index.ts';
+import { type KeptResource, type MeshSnapshot, type Service, type Target, locateField, definePart } from '../state/index.ts';
 import { attachmentOf, serviceKey } from './attachment.ts';
 import { Evaluator, type CompiledCustomRule, type CompiledRule } from './evaluator.ts';
 import { normalizeRequestPath, PATH_NORMALIZATIONS, type NormalizedPath, type PathNormalization } from './path-normalize.ts';
 import { parsePolicy, warnHttpOnlyDeny, type AuthorizationPolicy } from './policy.ts';
 import { extAuthzProviders, type ExtAuthzProvider } from './providers.ts';
 import { compileRule, MATCH_NEVER, type Flavour } from './rule.ts';
-import { definePart } from '../state/parts.ts';
 
 /** The evaluators of one target: one per filter chain. */
 export interface TargetAuthz {

@@ -5,7 +5,7 @@
  */
 import ipaddr from 'ipaddr.js';
 
-import { normalizeIpOrCidr } from '../state/ip.ts';
+import { normalizeIpOrCidr } from '../state/index.ts';
 
 /** A parsed request address (IPv4-mapped IPv6 unwrapped), or undefined when absent or not an IP. */
 export type ParsedIp = ipaddr.IPv4 | ipaddr.IPv6;

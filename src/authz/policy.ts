@@ -9,11 +9,8 @@
  * In this standalone waypoint the mesh file plays the API server: a policy that Istio would refuse
  * at admission makes the whole mesh file invalid (the last good state stays).
  */
-import { ConfigError } from '../util/errors.ts';
-import type { KeptResource } from '../state/types.ts';
-import { locateField } from '../state/resource-location.ts';
-import type { FieldPath } from '../state/yaml-locate.ts';
-import { log } from '../util/log.ts';
+import { ConfigError, log } from '../util/index.ts';
+import { type KeptResource, locateField, type FieldPath } from '../state/index.ts';
 import { parseClaimPath } from './jwt.ts';
 import { cidrMatcher } from './ip-match.ts';
 import { compilePathTemplate, isPathTemplate } from './path-template.ts';

@@ -9,7 +9,7 @@
  * `pilot/pkg/security/authz/builder/extauthz.go` `processExtensionProvider`, `getExtAuthz`;
  * authz.md §2.3). Each provider is judged on its own.
  */
-import type { MeshSnapshot, Service } from '../state/types.ts';
+import type { MeshSnapshot, Service } from '../state/index.ts';
 
 /** A declared extension provider, as far as authorization is concerned. */
 export interface ExtAuthzProvider {

@@ -15,11 +15,11 @@
  * - ztunnel (authz.md §6.2): the rule as istiod converts it for ztunnel and ztunnel matches it;
  *   see {@link compileZtunnelRule}.
  */
-import type { FieldPath } from '../state/yaml-locate.ts';
+import type { FieldPath } from '../state/index.ts';
 import type { Predicate } from './context.ts';
 import { OPERATION_GENERATORS, PRINCIPAL_KEYS, TRUST_DOMAIN_KEYS, conditionGenerator, sourceGenerators, type Generator, type GeneratorScope } from './fields.ts';
 import type { Rule } from './policy.ts';
-import { parseSpiffeId, type SpiffeId } from '../identity/spiffe.ts';
+import { parseSpiffeId, type SpiffeId } from '../identity/index.ts';
 import { stringMatcher } from './string-match.ts';
 import { expandTrustDomainAliases, replaceTrustDomainAliases } from './trust-domain.ts';
 import type { AuthzAction } from './types.ts';

@@ -10,9 +10,8 @@
 import fs from 'node:fs';
 import { z } from 'zod';
 import { LineCounter, parseDocument } from 'yaml';
-import { ConfigError } from '../util/errors.ts';
-import { parseTtl } from '../identity/ca.ts';
-import { deepFreeze } from '../util/freeze.ts';
+import { ConfigError, deepFreeze } from '../util/index.ts';
+import { parseTtl } from '../identity/index.ts';
 
 const hostPort = z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/, 'expected ADDR:PORT or [IPv6]:PORT');
 /** A duration in ms; bounded by what Node timers accept (2^31-1 ms, about 24.8 days). */

@@ -26,11 +26,10 @@
  */
 import { fromBinary, toBinary } from '@bufbuild/protobuf';
 import type { Pool } from 'undici';
-import { DEFAULT_HTTP2, type Http2Params } from '../hbone/settings.ts';
-import { definePart } from '../state/parts.ts';
-import type { Endpoint, MeshSnapshot } from '../state/types.ts';
-import { H2Upstream } from '../upstream/h2-upstream.ts';
-import { log } from '../util/log.ts';
+import { DEFAULT_HTTP2, type Http2Params } from '../hbone/index.ts';
+import { definePart, type Endpoint, type MeshSnapshot } from '../state/index.ts';
+import { H2Upstream } from '../upstream/index.ts';
+import { log } from '../util/index.ts';
 import { buildCheckRequest } from './check-request.ts';
 import { outcomeFromCheckResponse, outcomeFromHttpAnswer } from './check-response.ts';
 import { ExtAuthzConfigError, parseProviderSettings, type BodySettings, type ProviderSettings } from './config.ts';

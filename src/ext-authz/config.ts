@@ -14,7 +14,7 @@
  *   lone `*` is rejected. `includeHeadersInCheck` (deprecated) is used only when
  *   `includeRequestHeadersInCheck` is empty.
  */
-import { WaypointError } from '../util/errors.ts';
+import { WaypointError } from '../util/index.ts';
 
 /** Default `timeout` of both provider kinds (ms): Istio's `timeoutOrDefault`. */
 export const DEFAULT_TIMEOUT_MS = 600_000;

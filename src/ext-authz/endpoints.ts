@@ -5,8 +5,8 @@
  * namespace; without, the hostname must exist in exactly one namespace). The provider's `port` is
  * a service port; its healthy endpoints are used round-robin.
  */
-import type { Endpoint, MeshSnapshot, Service } from '../state/types.ts';
-import { lookupProviderService } from '../authz/providers.ts';
+import type { Endpoint, MeshSnapshot, Service } from '../state/index.ts';
+import { lookupProviderService } from '../authz/index.ts';
 
 /**
  * The service `ref` names, or undefined when there is none or, without a namespace, when the

@@ -6,7 +6,7 @@
  */
 import type { Duplex } from 'node:stream';
 import type { HeaderMutation } from '../authz/index.ts';
-import type { Endpoint } from '../state/types.ts';
+import type { Endpoint } from '../state/index.ts';
 
 export type { HeaderMutation };
 

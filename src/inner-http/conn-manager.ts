@@ -20,7 +20,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Http2ServerRequest } from 'node:http2';
 import { HeaderList, ResponseFlag, stripHopByHop, type DownstreamRequest, type RequestHead, type StreamContext } from '../pipeline/index.ts';
-import { clusterName } from '../state/cluster-name.ts';
+import { clusterName } from '../state/index.ts';
 
 /**
  * A path normalization step (Envoy's `normalize_path` / `merge_slashes` on the HCM): returns the

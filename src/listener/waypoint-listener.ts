@@ -13,16 +13,11 @@
  * Unknown target ⇒ 503 (deliberately clearer than Envoy's 200-then-close with `NR`).
  */
 import type { ServerHttp2Stream } from 'node:http2';
-import type { HboneRequest } from '../hbone/server.ts';
-import { respondAndClose } from '../hbone/server.ts';
-import { teardown } from '../hbone/relay.ts';
-import type { InnerHttpServer } from '../inner-http/server.ts';
-import type { FilterChain } from '../pipeline/chain.ts';
-import { ConnectionContext, type ConnectInfo } from '../pipeline/context.ts';
-import { FilterStatus } from '../pipeline/filter.ts';
-import { isHttpProtocol } from '../state/protocol.ts';
-import type { MeshSnapshot, PortProtocol, Target } from '../state/types.ts';
-import { log } from '../util/log.ts';
+import { type HboneRequest, respondAndClose, teardown } from '../hbone/index.ts';
+import type { InnerHttpServer } from '../inner-http/index.ts';
+import { type FilterChain, ConnectionContext, type ConnectInfo, FilterStatus } from '../pipeline/index.ts';
+import { isHttpProtocol, type MeshSnapshot, type PortProtocol, type Target } from '../state/index.ts';
+import { log } from '../util/index.ts';
 import { sniff } from './sniff.ts';
 
 /**

@@ -18,10 +18,8 @@
  * Egress policies are the client's CNI's business and are not evaluated (a waypoint cannot stand in
  * for the source pod's egress enforcement).
  */
-import { ConfigError } from '../util/errors.ts';
-import { definePart } from '../state/parts.ts';
-import { locateField } from '../state/resource-location.ts';
-import type { Endpoint, MeshSnapshot, Workload } from '../state/types.ts';
+import { ConfigError } from '../util/index.ts';
+import { definePart, locateField, type Endpoint, type MeshSnapshot, type Workload } from '../state/index.ts';
 import type { EndpointAdmission } from './admission.ts';
 import { NAMESPACE_NAME_LABEL, parseNetworkPolicy, type IngressRule, type NetworkPolicy, type Peer, type PortRule } from './policy.ts';
 import type { Labels } from './selector.ts';

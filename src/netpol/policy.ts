@@ -10,7 +10,7 @@
  * the whole mesh file invalid (at start-up: an error naming file and line; on reload: the last good
  * state stays), whether or not the NetworkPolicy mode is on.
  */
-import { normalizeIpOrCidr, parseCidr, type Cidr } from '../state/ip.ts';
+import { normalizeIpOrCidr, parseCidr, type Cidr } from '../state/index.ts';
 import { compileSelector, type Fail, type LabelPredicate } from './selector.ts';
 
 /** Transport protocols of a NetworkPolicyPort. */

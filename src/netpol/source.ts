@@ -4,8 +4,8 @@
  * destination sees the waypoint's address instead).
  */
 import type { ConnectInfo } from '../pipeline/index.ts';
-import { forwardedFor } from '../peer/forwarded.ts';
-import type { MeshSnapshot, Workload } from '../state/types.ts';
+import { forwardedFor } from '../peer/index.ts';
+import type { MeshSnapshot, Workload } from '../state/index.ts';
 
 /** The source a NetworkPolicy is evaluated against. */
 export interface OriginalSource {

@@ -4,7 +4,7 @@
  * `k8s.cluster.name`, `k8s.namespace.name`, `k8s.<type>.name`, `service.name`, `service.version`,
  * `cloud.region`, `cloud.availability_zone`, joined as `k=v` with `,`.
  */
-import type { Workload } from '../state/types.ts';
+import type { Workload } from '../state/index.ts';
 
 /** Baggage value describing `w`. */
 export function formatBaggage(w: Workload): string {

@@ -8,8 +8,7 @@
  * exactly where Istio does).
  */
 import { defineSlot, type ConnectionContext, type StreamContext } from '../pipeline/index.ts';
-import { normalizeIp } from '../state/ip.ts';
-import type { MeshSnapshot, Workload } from '../state/types.ts';
+import { normalizeIp, type MeshSnapshot, type Workload } from '../state/index.ts';
 
 /** A peer workload; strings are '' when unknown. */
 export interface PeerInfo {

@@ -6,7 +6,7 @@
  * Deployment = Gateway name, canonical name = Gateway name, revision `latest`, and the pod labels
  * below.
  */
-import type { MeshSnapshot } from '../state/types.ts';
+import type { MeshSnapshot } from '../state/index.ts';
 import { peerFromWorkload, type PeerInfo } from './peer-info.ts';
 import { nodeId } from './peer-metadata-header.ts';
 

@@ -30,6 +30,6 @@ export { asksForContinue, bodyAfterBuffer, bufferRequestBody, discardUnreadBody,
 export { FilterChain } from './chain.ts';
 export { FilterRegistry } from './registry.ts';
 // Response flags are defined once, in telemetry/response-flags.ts; filters take them from here.
-export { ResponseFlag } from './response-flags.ts';
+export { ResponseFlag, type ResponseFlagName, LOCAL_REPLY_STATUS } from './response-flags.ts';
 /** Whether a tunnel's port protocol is HTTP-family (per-request phases apply). */
-export { isHttpProtocol } from '../state/protocol.ts';
+export { isHttpProtocol } from '../state/index.ts';

@@ -30,17 +30,13 @@
 import http, { type ClientRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { relay, teardown } from '../hbone/relay.ts';
-import { joinWritev } from '../hbone/writev-fix.ts';
-import type { Target } from '../state/types.ts';
-import { ResponseFlag } from '../pipeline/response-flags.ts';
-import { replyIfAllRefused } from '../netpol/admission.ts';
-import { connectResponseHeaders, type ClusterManager } from '../upstream/cluster-manager.ts';
-import { isConnectFailure, NO_HEALTHY_UPSTREAM, upstreamFailure } from '../upstream/failure.ts';
-import type { UpstreamLease } from '../upstream/pick-endpoint.ts';
-import { log } from '../util/log.ts';
+import { relay, teardown, joinWritev } from '../hbone/index.ts';
+import type { Target } from '../state/index.ts';
+import { ResponseFlag, asksForContinue, downstreamClosed, HeaderList, resetDownstream, respond, sendLocalReply, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
+import { replyIfAllRefused } from '../netpol/index.ts';
+import { connectResponseHeaders, type ClusterManager, isConnectFailure, NO_HEALTHY_UPSTREAM, upstreamFailure, type UpstreamLease } from '../upstream/index.ts';
+import { log } from '../util/index.ts';
 import { startAttempt } from './upstream-request.ts';
-import { asksForContinue, downstreamClosed, HeaderList, resetDownstream, respond, sendLocalReply, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
 
 /** Which of the two cases an exchange is. */
 export type DedicatedKind = 'upgrade' | 'continue';

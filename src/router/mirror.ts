@@ -10,12 +10,9 @@
  * count dropped since). Each copy is aborted after a timeout.
  */
 import type { Dispatcher } from 'undici';
-import { log } from '../util/log.ts';
-import type { ClusterManager } from '../upstream/cluster-manager.ts';
-import type { UpstreamHandler } from '../upstream/h2-upstream.ts';
-import { pickEndpoint } from '../upstream/pick-endpoint.ts';
-import { shadowAuthority } from '../routing/filters.ts';
-import type { Mirror } from '../routing/types.ts';
+import { log } from '../util/index.ts';
+import { type ClusterManager, type UpstreamHandler, pickEndpoint } from '../upstream/index.ts';
+import { shadowAuthority, type Mirror } from '../routing/index.ts';
 
 /** Bounds of mirrored requests. */
 export interface MirrorOptions {

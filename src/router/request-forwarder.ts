@@ -11,16 +11,14 @@
 import type { IncomingMessage } from 'node:http';
 import type { Http2ServerRequest } from 'node:http2';
 import { Readable } from 'node:stream';
-import { replyIfAllRefused } from '../netpol/admission.ts';
+import { replyIfAllRefused } from '../netpol/index.ts';
 import type { HeaderModifier } from '../routing/index.ts';
-import type { Target } from '../state/types.ts';
-import { ResponseFlag } from '../pipeline/response-flags.ts';
-import type { ClusterManager } from '../upstream/cluster-manager.ts';
-import { NO_HEALTHY_UPSTREAM, upstreamFailure } from '../upstream/failure.ts';
+import type { Target } from '../state/index.ts';
+import { ResponseFlag, bodyAfterBuffer, downstreamClosed, type HeaderList, resetDownstream, sendLocalReply, type StreamContext } from '../pipeline/index.ts';
+import { type ClusterManager, NO_HEALTHY_UPSTREAM, upstreamFailure } from '../upstream/index.ts';
 import { GrpcFrameCounter } from './grpc-frames.ts';
 import { RetryState, type CompiledRoute } from './retry-policy.ts';
 import { counted, isStream, replayable, ReplayBuffer, SMALL_BODY_BYTES, startAttempt, UpstreamRequest, type AttemptOwner } from './upstream-request.ts';
-import { bodyAfterBuffer, downstreamClosed, type HeaderList, resetDownstream, sendLocalReply, type StreamContext } from '../pipeline/index.ts';
 
 /** See the module comment. One per request (and one UpstreamRequest per attempt); its timers call module functions, not closures. */
 export class RequestForwarder implements AttemptOwner {

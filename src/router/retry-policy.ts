@@ -6,12 +6,9 @@
  * jittered exponential back-off between attempts.
  */
 import { routesFor, type CompiledRule, type RouteTable } from '../routing/index.ts';
-import type { MeshSnapshot } from '../state/types.ts';
-import { ResponseFlag } from '../pipeline/response-flags.ts';
-import { UpstreamOverflowError, type ClusterState } from '../upstream/cluster-state.ts';
-import { isConnectFailure } from '../upstream/failure.ts';
-import { UpstreamResetError } from '../upstream/h2-upstream.ts';
-import { type StreamContext } from '../pipeline/index.ts';
+import type { MeshSnapshot } from '../state/index.ts';
+import { ResponseFlag, type StreamContext } from '../pipeline/index.ts';
+import { UpstreamOverflowError, type ClusterState, isConnectFailure, UpstreamResetError } from '../upstream/index.ts';
 
 /** Route behaviour from the bootstrap `http` section (ms, counts). */
 export interface RouterOptions {

@@ -16,17 +16,15 @@
  * core, which never hands it to other filters.
  */
 import type { ServerResponse } from 'node:http';
-import { originalClient } from '../peer/forwarded.ts';
-import type { Target } from '../state/types.ts';
-import { ResponseFlag } from '../pipeline/response-flags.ts';
+import { originalClient } from '../peer/index.ts';
+import { type Target, clusterName } from '../state/index.ts';
+import { ResponseFlag, type FilterEnv, type FilterFactory, type HeaderList, sendLocalReply, type StreamContext, type TerminalFilter } from '../pipeline/index.ts';
 import { applyRequestHeaders, routeRequest, routesFor, type RoutedRequest } from '../routing/index.ts';
-import type { ClusterManager } from '../upstream/cluster-manager.ts';
-import { clusterName } from '../state/cluster-name.ts';
+import type { ClusterManager } from '../upstream/index.ts';
 import { MirrorSender } from './mirror.ts';
 import { dedicatedKind, expectsContinue, forwardDedicated, restoreUpgradeHeaders } from './dedicated-upstream.ts';
 import { forwardWithBody, RequestForwarder } from './request-forwarder.ts';
 import { compileRoute, DEFAULT_ROUTER_OPTIONS, RouteSettings, type CompiledRoute, type RouterOptions } from './retry-policy.ts';
-import { type FilterEnv, type FilterFactory, type HeaderList, sendLocalReply, type StreamContext, type TerminalFilter } from '../pipeline/index.ts';
 
 /** The router's filter name, as Envoy's. */
 export const ROUTER_FILTER_NAME = 'envoy.filters.http.router';

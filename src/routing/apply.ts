@@ -4,10 +4,9 @@
  * redirect, 500 for filters that cannot be honoured and for invalid or missing backends), and
  * otherwise hand back the backend, the rewritten path and authority, and the header edits.
  */
-import { HeaderList, respond, sendLocalReply, type StreamContext } from '../pipeline/index.ts';
-import { downstreamPeerOf } from '../peer/peer-info.ts';
-import type { Target } from '../state/types.ts';
-import { ResponseFlag } from '../pipeline/response-flags.ts';
+import { HeaderList, respond, sendLocalReply, type StreamContext, ResponseFlag } from '../pipeline/index.ts';
+import { downstreamPeerOf } from '../peer/index.ts';
+import type { Target } from '../state/index.ts';
 import { applyHeaderModifier, modifyPath, redirectLocation } from './filters.ts';
 import { splitTarget } from './match.ts';
 import { pickBackend, selectMatch, tableFor } from './select.ts';

@@ -10,7 +10,7 @@
  * in another namespace needs a `ReferenceGrant` there, as Istio requires for every route
  * (IS:pilot/pkg/config/kube/gateway/conversion.go `BackendAllowed`). `port` is required.
  */
-import type { KeptResource, MeshSnapshot, Service } from '../state/types.ts';
+import type { KeptResource, MeshSnapshot, Service } from '../state/index.ts';
 import { ReferenceGrantSchema, type BackendObjectRefDoc } from './route-schema.ts';
 import type { ResolvedBackend } from './types.ts';
 

@@ -21,11 +21,8 @@
  * An invalid route is ignored with its error logged (istiod's `Accepted=False`); the rest of the
  * snapshot keeps working. {@link compileRoutes} also returns the rejections.
  */
-import { ConfigError } from '../util/errors.ts';
-import { definePart } from '../state/parts.ts';
-import { locateField } from '../state/resource-location.ts';
-import type { KeptResource, MeshSnapshot, Service, Target } from '../state/types.ts';
-import { log } from '../util/log.ts';
+import { ConfigError, log } from '../util/index.ts';
+import { definePart, locateField, type KeptResource, type MeshSnapshot, type Service, type Target } from '../state/index.ts';
 import { BackendResolver } from './backends.ts';
 import { comparePrecedence } from './match.ts';
 import { parseRoute, type ParsedRoute } from './route-parse.ts';

@@ -8,7 +8,7 @@
  * `portLevelSettings` entry replacing the four policy fields wholesale (`MergeTrafficPolicy`: "port
  * level policies do not inherit and instead go to defaults if not provided").
  */
-import type { FieldPath } from '../state/yaml-locate.ts';
+import type { FieldPath } from '../state/index.ts';
 import {
   DEFAULT_MAGLEV_TABLE_SIZE,
   MAX_RING_SIZE,

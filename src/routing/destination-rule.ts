@@ -27,13 +27,9 @@
  * last good state stays), with a {@link ConfigError} naming the rule and field. (In Kubernetes,
  * Istio's admission webhook refuses such a rule; the mesh file plays the API server here.)
  */
-import { ConfigError } from '../util/errors.ts';
-import { definePart } from '../state/parts.ts';
-import { locateField } from '../state/resource-location.ts';
-import type { KeptResource, MeshSnapshot, Service, ServicePort, Target } from '../state/types.ts';
-import { formatFieldPath, type FieldPath } from '../state/yaml-locate.ts';
+import { ConfigError, log } from '../util/index.ts';
+import { definePart, locateField, type KeptResource, type MeshSnapshot, type Service, type ServicePort, type Target, formatFieldPath, type FieldPath } from '../state/index.ts';
 import { defaultTrafficPolicy, type ClusterTrafficPolicy, type LbAlgorithm } from './traffic-policy.ts';
-import { log } from '../util/log.ts';
 import { compileConnectionPool, compileLoadBalancer, compileOutlierDetection, policyForPort, validateTrafficPolicy, type Fail } from './destination-rule-policy.ts';
 import { DestinationRuleSpecSchema, type SubsetDoc, type TrafficPolicyDoc } from './destination-rule-schema.ts';
 

@@ -5,7 +5,7 @@
  */
 import type { HeaderList } from '../pipeline/index.ts';
 import { normalizePrefix } from './match.ts';
-import type { FieldPath } from '../state/yaml-locate.ts';
+import type { FieldPath } from '../state/index.ts';
 import type { HeaderFilterDoc } from './route-schema.ts';
 import type { CompiledMatch, HeaderModifier, PathModifier, Redirect } from './types.ts';
 

@@ -15,11 +15,8 @@
  * honoured. Invalid backends (unknown service, missing port, cross-namespace without a
  * ReferenceGrant) keep their weight and answer 500 for their share.
  */
-import { ConfigError } from '../util/errors.ts';
-import { locateField } from '../state/resource-location.ts';
-import type { KeptResource } from '../state/types.ts';
-import { formatFieldPath, type FieldPath } from '../state/yaml-locate.ts';
-import { log } from '../util/log.ts';
+import { ConfigError, log } from '../util/index.ts';
+import { locateField, type KeptResource, formatFieldPath, type FieldPath } from '../state/index.ts';
 import type { BackendResolver } from './backends.ts';
 import { parseDuration } from './duration.ts';
 import { compileHeaderModifier, type CompiledHeaderFilter } from './filters.ts';

@@ -6,8 +6,7 @@
 import { LineCounter, isMap, isScalar, parseDocument } from 'yaml';
 import { z } from 'zod';
 
-import { ConfigError, type ConfigLocation } from '../util/errors.ts';
-import { deepFreeze } from '../util/freeze.ts';
+import { ConfigError, type ConfigLocation, deepFreeze } from '../util/index.ts';
 import type { MeshConfig } from './types.ts';
 import { formatFieldPath, lineOf, nodeAt, type FieldPath } from './yaml-locate.ts';
 

@@ -3,8 +3,7 @@
  * deep-freeze, then compile the engines' parts (parts.ts) into it. The data path only calls the
  * index lookups below; none of them scans a list.
  */
-import { deepFreeze, deepFreezeStepwise } from '../util/freeze.ts';
-import { runNow, type Stepwise } from '../util/slices.ts';
+import { deepFreeze, deepFreezeStepwise, runNow, type Stepwise } from '../util/index.ts';
 import { parseCidr, type Cidr } from './ip.ts';
 import { compilePartsStepwise, missingPart } from './parts.ts';
 import type {

@@ -6,7 +6,7 @@
  * deep-frozen objects built once per snapshot. Nothing on the data path parses YAML or walks
  * Kubernetes objects: it only reads the indexes of a {@link MeshSnapshot}.
  */
-import type { ConfigLocation } from '../util/errors.ts';
+import type { ConfigLocation } from '../util/index.ts';
 import type { FieldPath } from './yaml-locate.ts';
 
 /** Application protocol of a service port, as Istio derives it (IS:pkg/config/kube/conversion.go). */

@@ -3,7 +3,7 @@
  * (IS:istioctl/pkg/waypoint/waypoint.go), and derive the waypoint's identity from it. Istio's
  * generated waypoint Deployment runs as a service account named after the Gateway.
  */
-import { ConfigError } from '../util/errors.ts';
+import { ConfigError } from '../util/index.ts';
 import { LABEL_WAYPOINT_FOR } from './attachment.ts';
 import { GatewaySchema } from './schemas.ts';
 import type { SourceObject } from './source.ts';

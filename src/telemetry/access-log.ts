@@ -16,10 +16,8 @@
  */
 import type { Logger } from 'pino';
 import sonicBoom, { type SonicBoom } from 'sonic-boom';
-import type { ConnectionContext, Filter, StreamContext } from '../pipeline/index.ts';
-import { formatHostPort } from '../state/ip.ts';
-import type { AccessLogEncoding, MeshSnapshot } from '../state/types.ts';
-import { ResponseFlag } from '../pipeline/response-flags.ts';
+import { type ConnectionContext, type Filter, type StreamContext, ResponseFlag } from '../pipeline/index.ts';
+import { formatHostPort, type AccessLogEncoding, type MeshSnapshot } from '../state/index.ts';
 
 // sonic-boom is CommonJS: its class is the module itself (also exported as `.SonicBoom`).
 const SonicBoomClass = sonicBoom.SonicBoom;

@@ -11,16 +11,14 @@ import type { IncomingHttpHeaders } from 'node:http2';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
-import type { Endpoint, MeshSnapshot, Target } from '../state/types.ts';
-import { HboneConnectError, type HboneSessionPool } from '../hbone/pool.ts';
-import type { Http2Params } from '../hbone/settings.ts';
-import { joinWritev } from '../hbone/writev-fix.ts';
-import { log } from '../util/log.ts';
+import type { Endpoint, MeshSnapshot, Target } from '../state/index.ts';
+import { HboneConnectError, type HboneSessionPool, type Http2Params, joinWritev } from '../hbone/index.ts';
+import { log } from '../util/index.ts';
 import { TrackedAttempt, type ClusterState } from './cluster-state.ts';
 import { ClusterTable, type ClusterRuntimeDump } from './cluster-table.ts';
 import { H2Upstream, type UpstreamHandler, type UpstreamRequest } from './h2-upstream.ts';
 import { LoadBalancer, type LoadBalancerPolicy } from './load-balancer.ts';
-import type { PeerInfo } from '../peer/peer-info.ts';
+import type { PeerInfo } from '../peer/index.ts';
 import type { SidecarProtocol, SidecarTransport } from './sidecar-transport.ts';
 
 /**

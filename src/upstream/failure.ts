@@ -6,8 +6,8 @@
  * no endpoint ⇒ 503 `UH`; circuit breaker ⇒ 503 `UO`; connect failure ⇒ 503 `UF`; reset ⇒ 503
  * `UC`/`UR` before the response started; upstream protocol error ⇒ 502 `UPE`.
  */
-import { HboneConnectError } from '../hbone/pool.ts';
-import { LOCAL_REPLY_STATUS, ResponseFlag, type ResponseFlagName } from '../pipeline/response-flags.ts';
+import { HboneConnectError } from '../hbone/index.ts';
+import { LOCAL_REPLY_STATUS, ResponseFlag, type ResponseFlagName } from '../pipeline/index.ts';
 import { UpstreamOverflowError } from './cluster-state.ts';
 import { UpstreamResetError } from './h2-upstream.ts';
 

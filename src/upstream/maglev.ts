@@ -6,7 +6,7 @@
  * A request hash picks `table[hash % M]`. The same endpoints always give the same table.
  */
 import { DEFAULT_MAGLEV_TABLE_SIZE } from '../routing/index.ts';
-import type { Endpoint } from '../state/types.ts';
+import type { Endpoint } from '../state/index.ts';
 import { xxHash64 } from './xxhash.ts';
 
 export class MaglevTable {

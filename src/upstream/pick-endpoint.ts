@@ -8,12 +8,11 @@
  * its accounting (active in the load balancer, a TCP connection under the cluster's
  * `tcp.maxConnections`) until the lease is released.
  */
-import { formatHostPort } from '../state/ip.ts';
-import type { Endpoint, Target } from '../state/types.ts';
+import { formatHostPort, type Endpoint, type Target } from '../state/index.ts';
 import type { ClusterManager } from './cluster-manager.ts';
 import type { ClusterState } from './cluster-state.ts';
 import type { LoadBalancer } from './load-balancer.ts';
-import type { HashKey } from '../routing/traffic-policy.ts';
+import type { HashKey } from '../routing/index.ts';
 
 /** Optional inputs of {@link pickEndpoint}. */
 export interface PickOptions {

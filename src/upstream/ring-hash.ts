@@ -8,7 +8,7 @@
  * requests and mesh reloads.
  */
 import { MAX_RING_SIZE } from '../routing/index.ts';
-import type { Endpoint } from '../state/types.ts';
+import type { Endpoint } from '../state/index.ts';
 import { xxHash64 } from './xxhash.ts';
 
 export class RingHash {

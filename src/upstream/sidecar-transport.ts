@@ -20,13 +20,11 @@
  */
 import net from 'node:net';
 import tls, { type TLSSocket } from 'node:tls';
-import { HboneConnectError } from '../hbone/pool.ts';
-import type { TlsMaterial } from '../hbone/settings.ts';
-import { spiffeUrisOf } from '../identity/spiffe.ts';
-import { PeerExchangeDecoder, encodePeerExchange, type PeerExchangeState } from '../peer/peer-exchange.ts';
-import type { PeerInfo } from '../peer/peer-info.ts';
-import { formatHostPort } from '../state/ip.ts';
-import { log } from '../util/log.ts';
+import { HboneConnectError, type TlsMaterial } from '../hbone/index.ts';
+import { spiffeUrisOf } from '../identity/index.ts';
+import { PeerExchangeDecoder, encodePeerExchange, type PeerExchangeState, type PeerInfo } from '../peer/index.ts';
+import { formatHostPort } from '../state/index.ts';
+import { log } from '../util/index.ts';
 
 /** What the connection will carry; selects the ALPN list offered. */
 export type SidecarProtocol = 'tcp' | 'http/1.1' | 'h2';

@@ -22,16 +22,9 @@
  * else a matching ALLOW policy allows; else deny. An ALLOW policy without rules (or whose rules
  * were all dropped for HTTP attributes) matches nothing but still exists: deny-all.
  */
-import { ConfigError } from '../util/errors.ts';
-import type { KeptResource, MeshSnapshot, Workload } from '../state/types.ts';
-import { formatFieldPath } from '../state/yaml-locate.ts';
-import { log } from '../util/log.ts';
-import { ruleId } from '../authz/compile.ts';
-import { Evaluator, type CompiledRule } from '../authz/evaluator.ts';
-import { parsePolicy, type AuthorizationPolicy } from '../authz/policy.ts';
-import { MATCH_NEVER, ztunnelRule } from '../authz/rule.ts';
-import type { AuthzResult } from '../authz/types.ts';
-import { definePart } from '../state/parts.ts';
+import { ConfigError, log } from '../util/index.ts';
+import { type KeptResource, type MeshSnapshot, type Workload, formatFieldPath, definePart } from '../state/index.ts';
+import { ruleId, Evaluator, type CompiledRule, parsePolicy, type AuthorizationPolicy, MATCH_NEVER, ztunnelRule, type AuthzResult } from '../authz/index.ts';
 
 /** ztunnel's `RbacScope`. */
 export type ZtunnelScope = 'GLOBAL' | 'NAMESPACE' | 'WORKLOAD_SELECTOR';

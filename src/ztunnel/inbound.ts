@@ -30,20 +30,16 @@
  * policy there too (istiod turns it into DENY policies ztunnel evaluates with the others).
  */
 import net, { type AddressInfo } from 'node:net';
-import { HboneServer, respondAndClose } from '../hbone/server.ts';
-import { relay, teardown } from '../hbone/relay.ts';
-import { DEFAULT_HTTP2, type Http2Params } from '../hbone/settings.ts';
-import { trustDomainAllowed } from '../identity/spiffe.ts';
-import { formatBaggage } from '../peer/baggage.ts';
-import type { WorkloadCertificate } from '../identity/workload-certificate.ts';
-import { normalizeIp, parseHostPort } from '../state/ip.ts';
+import { HboneServer, respondAndClose, relay, teardown, DEFAULT_HTTP2, type Http2Params } from '../hbone/index.ts';
+import { trustDomainAllowed, type WorkloadCertificate } from '../identity/index.ts';
+import { formatBaggage } from '../peer/index.ts';
+import { normalizeIp, parseHostPort, type MeshPart, type MeshSnapshot } from '../state/index.ts';
 import type { RequestAttributes } from '../authz/index.ts';
 import { rejectionReason, ZTUNNEL_AUTHZ, ztunnelAuthzFor } from './authz.ts';
 import { PEER_AUTHENTICATION, peerAuthenticationFor } from './peer-authentication.ts';
 import { NETWORK_POLICIES } from '../netpol/index.ts';
-import type { MeshPart, MeshSnapshot } from '../state/types.ts';
-import { connectTcp } from '../upstream/cluster-manager.ts';
-import { log } from '../util/log.ts';
+import { connectTcp } from '../upstream/index.ts';
+import { log } from '../util/index.ts';
 
 /**
  * The compiled parts the inbound role reads from its mesh snapshots (give them to its MeshStore):

@@ -25,13 +25,9 @@
  * compiled once per mesh snapshot.
  */
 import { z } from 'zod';
-import { ConfigError } from '../util/errors.ts';
-import { definePart } from '../state/parts.ts';
-import { locateField } from '../state/resource-location.ts';
-import type { KeptResource, MeshSnapshot, Workload } from '../state/types.ts';
-import type { FieldPath } from '../state/yaml-locate.ts';
-import { log } from '../util/log.ts';
-import { mapping, show } from '../authz/policy-schema.ts';
+import { ConfigError, log } from '../util/index.ts';
+import { definePart, locateField, type KeptResource, type MeshSnapshot, type Workload, type FieldPath } from '../state/index.ts';
+import { mapping, show } from '../authz/index.ts';
 
 /** Effective mode as ztunnel applies it: only STRICT refuses plaintext. */
 export type EffectiveMtlsMode = 'STRICT' | 'PERMISSIVE';
