@@ -55,7 +55,7 @@ export function selfMetadata(mesh: MeshSnapshot, hostname: string = os.hostname(
 }
 
 /**
- * The `baggage` value Envoy writes for a peer (PX:extensions/common/metadata_object.cc
+ * The `baggage` value Envoy writes for a peer (istio/proxy extensions/common/metadata_object.cc
  * `WorkloadMetadataObject::baggage`): `k8s.<type>.name` (type `pod` when unknown),
  * `service.name` (else app), `app.name` when it differs, `service.version` (else version),
  * `app.version` when it differs, then `k8s.namespace.name`, `k8s.cluster.name`,

@@ -1,6 +1,6 @@
 /**
  * `istio.stats`: Istio's standard metrics as Envoy's waypoint reports them (the `istio_stats` HTTP
- * and network filter, PX:source/extensions/filters/http/istio_stats/istio_stats.cc, reporter
+ * and network filter, istio/proxy source/extensions/filters/http/istio_stats/istio_stats.cc, reporter
  * `SERVER_GATEWAY`), served at `/stats/prometheus` on the admin port:
  *
  * - per inner HTTP/gRPC request, at its end: `istio_requests_total`,

@@ -1,8 +1,9 @@
 /**
  * The labels of Istio's standard metrics as Envoy's waypoint fills them: the `istio_stats` filter
- * with reporter `SERVER_GATEWAY` and `disable_host_header_fallback: true`
- * (PX:source/extensions/filters/http/istio_stats/istio_stats.cc `populatePeerInfo`). Pure functions over peers and the tunnel's target; nothing here reads a
- * path, a header value or any other unbounded input.
+ * with reporter `SERVER_GATEWAY` and `disable_host_header_fallback: true` (istio/proxy
+ * source/extensions/filters/http/istio_stats/istio_stats.cc `populatePeerInfo`). Pure functions
+ * over peers and the tunnel's target; nothing here reads a path, a header value or any other
+ * unbounded input.
  *
  * Label order is Istio's. A tuple is split in three so each part is built once and shared:
  * source (reporter + 8 labels, per tunnel), destination (11 labels, per upstream peer and

@@ -2,7 +2,7 @@
  * RequestAuthentication for this waypoint: which resources attach, and one
  * {@link RequestAuthenticator} per target, compiled once per mesh snapshot.
  *
- * Attachment is the AuthorizationPolicy one (authz.md §1.2, §5.5; istio/istio
+ * Attachment is the AuthorizationPolicy one (istio/istio
  * `pilot/pkg/model/policyattachment.go`): `targetRefs` to this waypoint's Gateway (from its
  * namespace) or to the `istio-waypoint` GatewayClass (from the root namespace) cover all its
  * traffic; a `Service` / `ServiceEntry` reference (from the service's namespace) covers traffic

@@ -1,6 +1,7 @@
 /**
- * RequestAuthentication (issue 5): JWT validation for `requestPrincipals` and `request.auth.*`,
- * run after CUSTOM (ext_authz) and before AUDIT/DENY/ALLOW (authz.md §2.3).
+ * RequestAuthentication: JWT validation for `requestPrincipals` and `request.auth.*`, run after
+ * CUSTOM (ext_authz) and before AUDIT/DENY/ALLOW, as Istio orders the waypoint's HTTP filters
+ * (istio/istio pilot/pkg/networking/core/listener_waypoint.go `buildWaypointHTTPFilters`).
  *
  *   const authn = new RequestAuthn();                          // long-lived: owns the JWKS cache
  *   MeshStore.open({ ..., parts: [..., authn.part] });          // compiled into every snapshot

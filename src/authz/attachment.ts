@@ -1,5 +1,5 @@
 /**
- * Which AuthorizationPolicies a waypoint enforces, and for which traffic (authz.md §1.2, istio/istio
+ * Which AuthorizationPolicies a waypoint enforces, and for which traffic (istio/istio
  * `pilot/pkg/model/policyattachment.go` `ShouldAttachPolicy` for a waypoint):
  * - no targetRefs (selector or namespace-wide policies) → never the waypoint's (ztunnel's);
  * - `gateway.networking.k8s.io/Gateway <this waypoint>` from the waypoint's namespace, or

@@ -1,7 +1,6 @@
 /**
- * Compile every AuthorizationPolicy of a mesh snapshot once into immutable per-target evaluators
- * (issue 5: "policies are compiled when the state changes into per-target evaluators; the data
- * path never walks policies that do not apply").
+ * Compile every AuthorizationPolicy of a mesh snapshot once into immutable per-target evaluators,
+ * so that the data path never walks policies that do not apply.
  *
  * - Each policy is parsed and validated (`policy.ts`); policies without targetRefs are not the
  *   waypoint's (ztunnel enforces them) and are skipped with a debug line.
@@ -47,7 +46,10 @@ export interface CompiledAuthz {
   normalizePath(requestTarget: string): NormalizedPath | undefined;
 }
 
-/** Envoy policy id of rule `index` of a policy (BUILDER `policyName`). */
+/**
+ * Envoy policy id of rule `index` of a policy (istio/istio
+ * pilot/pkg/security/authz/builder/builder.go `policyName`).
+ */
 export function ruleId(policy: Pick<AuthorizationPolicy, 'namespace' | 'name'>, index: number): string {
   return `ns[${policy.namespace}]-policy[${policy.name}]-rule[${index}]`;
 }
@@ -91,7 +93,7 @@ function readPathNormalization(snapshot: MeshSnapshot): PathNormalization {
 }
 
 /**
- * Why the CUSTOM rules of a target cannot be honoured (BUILDER `buildHTTP`/`buildTCP`,
+ * Why the CUSTOM rules of a target cannot be honoured (builder.go `buildHTTP`/`buildTCP`,
  * `getExtAuthz`): one provider per target, declared and usable. Undefined when they can.
  */
 function customProblem(policies: readonly CompiledPolicy[], providers: ReadonlyMap<string, ExtAuthzProvider>): string | undefined {

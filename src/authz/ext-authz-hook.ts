@@ -1,5 +1,6 @@
 /**
- * The interface the authorization filter calls for CUSTOM policies (authz.md §2.3): an ext_authz
+ * The interface the authorization filter calls for CUSTOM policies (istio/api authorization_policy.proto
+ * `CUSTOM` action; istio/istio pilot/pkg/security/authz/builder/extauthz.go): an ext_authz
  * client (`envoyExtAuthzGrpc` / `envoyExtAuthzHttp` providers of MeshConfig) implements it and is
  * handed to the filter's factory (`authzFilterFactory({ extAuthz })`, filters/authz).
  *

@@ -1,7 +1,8 @@
 /**
  * IP and CIDR values of `ipBlocks`, `remoteIpBlocks`, `source.ip`, `remote.ip` and
- * `destination.ip` (authz.md §5.6): a single address means /32 (IPv4) or /128 (IPv6), a CIDR is
- * matched by prefix containment (Istio GEN `AddrStrToCidrRange`, Envoy `CidrRange`). No wildcards.
+ * `destination.ip`: a single address means /32 (IPv4) or /128 (IPv6), a CIDR is
+ * matched by prefix containment (istio/istio pilot/pkg/security/authz/model/generator.go
+ * `AddrStrToCidrRange`, Envoy `CidrRange`). No wildcards.
  */
 import ipaddr from 'ipaddr.js';
 

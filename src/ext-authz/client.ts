@@ -1,6 +1,7 @@
 /**
  * The ext_authz client: asks the provider a CUSTOM policy names whether a request (or a TCP
- * connection) may go on, as Envoy's ext_authz filters do under Istio (hbone-waypoint.md §6):
+ * connection) may go on, as Envoy's ext_authz filters do under Istio (istio/istio
+ * pilot/pkg/security/authz/builder/extauthz.go):
  *
  *   const extAuthz = new ExtAuthzClient({ dial: (ep, use) => clusterManager.openTcp(ep, use) });
  *   const outcome = await extAuthz.check(snapshot, result.custom.provider, input);

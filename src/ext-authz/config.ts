@@ -1,6 +1,6 @@
 /**
  * MeshConfig `extensionProviders[]` entries of kind `envoyExtAuthzGrpc` / `envoyExtAuthzHttp`
- * (API:mesh/v1alpha1/config.proto `EnvoyExternalAuthorizationGrpcProvider`,
+ * (istio/api mesh/v1alpha1/config.proto `EnvoyExternalAuthorizationGrpcProvider`,
  * `EnvoyExternalAuthorizationHttpProvider`, `EnvoyExternalAuthorizationRequestBody`), read into the
  * settings Envoy's ext_authz filter gets from istiod (istio/istio
  * `pilot/pkg/security/authz/builder/extauthz.go` `buildExtAuthzHTTP`, `buildExtAuthzGRPC`,

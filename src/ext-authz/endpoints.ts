@@ -1,6 +1,6 @@
 /**
  * Where an ext_authz provider's `service` lives: a Kubernetes Service or a ServiceEntry of the mesh
- * state, named `[<namespace>/]<hostname>` (API:mesh/v1alpha1/config.proto; istio/istio
+ * state, named `[<namespace>/]<hostname>` (istio/api mesh/v1alpha1/config.proto; istio/istio
  * `extensionproviders.LookupCluster`: with a namespace, the service of that hostname in that
  * namespace; without, the hostname must exist in exactly one namespace). The provider's `port` is
  * a service port; its healthy endpoints are used round-robin.

@@ -2,7 +2,7 @@
  * Public shapes of the ext_authz client: what the authz filter passes for one check
  * ({@link CheckInput}) and what it gets back ({@link CheckOutcome}). Semantics follow Envoy's
  * `envoy.filters.http.ext_authz` / `envoy.filters.network.ext_authz` as Istio configures them
- * (shared/reference/hbone-waypoint.md §6).
+ * (istio/istio pilot/pkg/security/authz/builder/extauthz.go).
  */
 import type { Duplex } from 'node:stream';
 import type { HeaderMutation } from '../authz/index.ts';

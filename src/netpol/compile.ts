@@ -1,7 +1,7 @@
 /**
  * Compile the ingress NetworkPolicies of a mesh snapshot once into per-destination-pod rule sets
- * (shared/reference/authz.md §8.1), so that a decision is one Map lookup plus the few rules of the
- * policies that select that pod:
+ * (kubernetes/api `networking/v1/types.go` semantics), so that a decision is one Map lookup plus
+ * the few rules of the policies that select that pod:
  * - a Pod is **isolated for ingress** when any policy of its namespace with `Ingress` in its
  *   (defaulted) `policyTypes` selects it through `spec.podSelector`; an isolated pod accepts only
  *   the union of those policies' ingress rules (none ⇒ deny all); a pod no policy selects accepts

@@ -1,7 +1,7 @@
 /**
- * What the waypoint knows about a peer (the workload on the other end of a request): the fields
- * of istio/proxy's `WorkloadMetadataObject` (PX:extensions/common/metadata_object.h), filled from
- * mesh state (WDS-equivalent lookup by IP), `x-envoy-peer-metadata` headers, or `baggage`.
+ * What the waypoint knows about a peer (the workload on the other end of a request): the fields of
+ * istio/proxy's `WorkloadMetadataObject` (istio/proxy extensions/common/metadata_object.h), filled
+ * from mesh state (WDS-equivalent lookup by IP), `x-envoy-peer-metadata` headers, or `baggage`.
  *
  * Filters share peers through the slots below: `peer-metadata` writes them, `stats`, `authz` and
  * the access log read them. Empty string = unknown (the stats filter prints `unknown` for it,
@@ -51,7 +51,10 @@ export const EMPTY_PEER: PeerInfo = Object.freeze({
   labels: Object.freeze({}),
 });
 
-/** The peer of a workload from mesh state (PX:workload_discovery/api.cc field mapping). */
+/**
+ * The peer of a workload from mesh state (istio/proxy
+ * source/extensions/common/workload_discovery/api.cc field mapping).
+ */
 export function peerFromWorkload(w: Workload): PeerInfo {
   return Object.freeze({
     name: w.name,

@@ -1,13 +1,14 @@
 /**
  * RequestMirror: fire-and-forget copies of requests to another backend, as Envoy's shadowing
- * (ENV:source/common/router/shadow_writer_impl.cc; Istio maps Gateway API RequestMirror to
- * `request_mirror_policies`): the copy carries the primary's upstream headers with the host
- * suffixed `-shadow`, its response is read and discarded, and it never delays or fails the
- * primary request. Copies in flight are bounded per mirror target cluster, as Envoy bounds
- * requests per cluster (`circuit_breakers` `max_requests`, ENV:source/common/upstream/resource_manager_impl.h):
- * one slow mirror target only loses its own copies. Beyond the bound a copy is dropped; the first
- * drop of a target is logged at warn, then at most one warning per target a minute (with the
- * count dropped since). Each copy is aborted after a timeout.
+ * (envoyproxy/envoy source/common/router/shadow_writer_impl.cc; Istio maps Gateway API
+ * RequestMirror to `request_mirror_policies`): the copy carries the primary's upstream headers with
+ * the host suffixed `-shadow`, its response is read and discarded, and it never delays or fails the
+ * primary request. Copies in flight are bounded per mirror target cluster, as Envoy bounds requests
+ * per cluster (`circuit_breakers` `max_requests`, envoyproxy/envoy
+ * source/common/upstream/resource_manager_impl.h): one slow mirror target only loses its own
+ * copies. Beyond the bound a copy is dropped; the first drop of a target is logged at warn, then at
+ * most one warning per target a minute (with the count dropped since). Each copy is aborted after a
+ * timeout.
  */
 import type { Dispatcher } from 'undici';
 import { log } from '../util/index.ts';

@@ -120,7 +120,7 @@ export class RequestForwarder implements AttemptOwner {
    * Called by the core when the downstream went away before the response completed: the request
    * timer, the per-try timer and a pending retry back-off are cleared and the current attempt is
    * aborted, so no further attempt starts (Envoy's router `onDestroy` resets the upstream request
-   * and the retry state: ENV:source/common/router/router.cc `Filter::onDestroy`).
+   * and the retry state: envoyproxy/envoy source/common/router/router.cc `Filter::onDestroy`).
    */
   cancel(): void {
     this.current?.cancel(new Error('downstream disconnected'));

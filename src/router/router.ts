@@ -8,9 +8,9 @@
  * and `Expect: 100-continue` (dedicated-upstream.ts). Failures map to Envoy's status codes and
  * response flags in one place, upstream/failure.ts.
  *
- * Upstream protocol (IS:cluster_waypoint.go `applyH2Upgrade`, pitfall D2): HTTP/2 (h2c inside the
- * upstream tunnel) for ports declared `http2`/`grpc`, HTTP/1.1 for other HTTP ports, and the
- * downstream's own protocol for undeclared ports.
+ * Upstream protocol (istio/istio pilot/pkg/networking/core/cluster_waypoint.go `applyH2Upgrade`,
+ * istio/istio#54125): HTTP/2 (h2c inside the upstream tunnel) for ports declared `http2`/`grpc`,
+ * HTTP/1.1 for other HTTP ports, and the downstream's own protocol for undeclared ports.
  *
  * It is the one HTTP filter that talks to the upstream; it gets the cluster manager from the
  * core, which never hands it to other filters.
@@ -133,7 +133,7 @@ class Router implements TerminalFilter {
     if (routed) applyRequestHeaders(headers, routed);
     const h2 = upstreamIsH2(upstream, stream.http2);
     // WebSocket upgrades and HTTP/1.1 `Expect: 100-continue` toward an HTTP/1.1 upstream take a
-    // dedicated upstream tunnel with Node's HTTP client (pitfalls D1, C3: dedicated-upstream.ts).
+    // dedicated upstream tunnel with Node's HTTP client (dedicated-upstream.ts).
     const dedicated = dedicatedKind(stream, h2);
     if (dedicated === 'upgrade') restoreUpgradeHeaders(req.rawHeaders, headers);
     else if (dedicated === undefined && req.headers.expect !== undefined) {
@@ -156,7 +156,8 @@ class Router implements TerminalFilter {
       return forwardDedicated(stream, this.clusters, r);
     }
     if (h2) {
-      // Connection-specific headers never reach an HTTP/2 upstream (pitfall D3); TE only as `trailers`.
+      // Connection-specific headers never reach an HTTP/2 upstream (envoyproxy/envoy#30362); TE
+      // only as `trailers`.
       headers.remove('host');
       if (/\btrailers\b/i.test(String(req.headers.te ?? ''))) headers.set('te', 'trailers');
     } else if (stream.http2) {

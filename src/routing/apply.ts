@@ -14,8 +14,9 @@ import type { CompiledMatch, CompiledRule, HeaderModifier, ResolvedBackend, Serv
 
 /**
  * Envoy's `NC` (no cluster found) flag: a route's cluster does not exist. Istio's gateway routes
- * answer it with 500 (`cluster_not_found_response_code: INTERNAL_SERVER_ERROR`,
- * IS:listener_waypoint.go `waypointRouteDestination`), as the Gateway API requires for invalid backends.
+ * answer it with 500 (`cluster_not_found_response_code: INTERNAL_SERVER_ERROR`, istio/istio
+ * pilot/pkg/networking/core/listener_waypoint.go `waypointRouteDestination`), as the Gateway API
+ * requires for invalid backends.
  */
 export const NO_CLUSTER_FOUND = 'NC';
 
@@ -83,7 +84,8 @@ export function routeRequest(stream: StreamContext, routes: ServicePortRoutes, t
     match,
     backend: weighted.backend,
     path: rewrite?.path ? modifyPath(rewrite.path, match, bare, query) : path,
-    // URLRewrite's hostname wins over a `Host` header edit (Istio: IS:route.go `translateRoute`).
+    // URLRewrite's hostname wins over a `Host` header edit (Istio: istio/istio
+    // pilot/pkg/networking/core/route/route.go `translateRoute`).
     authority: rewrite?.hostname ?? weighted.requestAuthority ?? rule.requestAuthority,
     requestHeaders,
     responseHeaders,

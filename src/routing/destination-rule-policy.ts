@@ -1,12 +1,13 @@
 /**
  * Validate a DestinationRule `trafficPolicy` (or a subset's, or one port's) as Istio's admission
- * validation does (IS:pkg/config/validation/validation.go `validateTrafficPolicy`,
+ * validation does (istio/istio pkg/config/validation/validation.go `validateTrafficPolicy`,
  * `validateConnectionPool`, `validateOutlierDetection`, `validateLoadBalancer`,
- * `validatePortTrafficPolicies`) and turn it into the upstream's {@link ClusterTrafficPolicy}
- * parts as Istio's cluster builder maps it to Envoy (IS:cluster_traffic_policy.go): unset limits
- * are unlimited, outlier detection only when `outlierDetection` is present, a port's
- * `portLevelSettings` entry replacing the four policy fields wholesale (`MergeTrafficPolicy`: "port
- * level policies do not inherit and instead go to defaults if not provided").
+ * `validatePortTrafficPolicies`) and turn it into the upstream's {@link ClusterTrafficPolicy} parts
+ * as Istio's cluster builder maps it to Envoy (istio/istio
+ * pilot/pkg/networking/core/cluster_traffic_policy.go): unset limits are unlimited, outlier
+ * detection only when `outlierDetection` is present, a port's `portLevelSettings` entry replacing
+ * the four policy fields wholesale (`MergeTrafficPolicy`: "port level policies do not inherit and
+ * instead go to defaults if not provided").
  */
 import type { FieldPath } from '../state/index.ts';
 import {

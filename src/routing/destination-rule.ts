@@ -1,10 +1,10 @@
 /**
  * DestinationRules (`networking.istio.io` v1, v1beta1, v1alpha3) for the services this waypoint
  * serves: read from the mesh snapshot, validated as Istio's admission validation does
- * (IS:pkg/config/validation/validation.go `ValidateDestinationRule`), and compiled once per
+ * (istio/istio pkg/config/validation/validation.go `ValidateDestinationRule`), and compiled once per
  * snapshot into an immutable traffic policy per (service, port) cluster.
  *
- * Which DestinationRule applies to a service (IS:pilot/pkg/model/push_context.go
+ * Which DestinationRule applies to a service (istio/istio pilot/pkg/model/push_context.go
  * `SetDestinationRules`, `destinationRule`, `MostSpecificHostMatch`), for this waypoint's namespace W:
  * 1. rules in W visible there (exportTo empty, `*`, `.` or W) — or, when W is the root namespace,
  *    the root namespace's private rules;

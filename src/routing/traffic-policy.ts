@@ -1,10 +1,12 @@
 /**
  * The compiled traffic policy of one cluster (a served service port, Envoy's `inbound-vip|…`
  * cluster): load balancing, connection-pool limits (circuit breakers) and outlier detection, as
- * Istio's waypoint derives them from a DestinationRule (IS:cluster_traffic_policy.go
- * `applyConnectionPool`, `applyOutlierDetection`, `applyLoadBalancer`, `ApplyRingHashLoadBalancer`;
- * IS:cluster_waypoint.go `buildWaypointInboundVIPCluster`). Built once per mesh snapshot by
- * `routing/destination-rule.ts`; frozen; the cluster states (cluster-table.ts) apply it.
+ * Istio's waypoint derives them from a DestinationRule (istio/istio
+ * pilot/pkg/networking/core/cluster_traffic_policy.go `applyConnectionPool`,
+ * `applyOutlierDetection`, `applyLoadBalancer`, `ApplyRingHashLoadBalancer`; istio/istio
+ * pilot/pkg/networking/core/cluster_waypoint.go `buildWaypointInboundVIPCluster`). Built once per
+ * mesh snapshot by `destination-rule.ts`; frozen; the upstream's cluster states
+ * (src/upstream/cluster-table.ts) apply it.
  *
  * Limits are `Infinity` when unset: Istio sets every circuit breaker threshold to 2^32-1
  * (`getDefaultCircuitBreakerThresholds`), i.e. no limit.

@@ -1,7 +1,7 @@
 /**
- * Ambient enrolment labels: which objects use this waypoint (IS:pilot/pkg/serviceregistry/ambient/
- * waypoints.go `fetchWaypointForService` / `fetchWaypointForWorkload`) and whether a workload is
- * reached over HBONE.
+ * Ambient enrolment labels: which objects use this waypoint (istio/istio
+ * pilot/pkg/serviceregistry/ambient/waypoints.go `fetchWaypointForService` /
+ * `fetchWaypointForWorkload`) and whether a workload is reached over HBONE.
  */
 import type { TunnelProtocol, WaypointIdentity } from './types.ts';
 

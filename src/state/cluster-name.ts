@@ -1,7 +1,8 @@
 /**
- * Envoy cluster names as Istio's waypoint builds them (IS:cluster_waypoint.go): a served service
- * port is `inbound-vip|<port>|<http|tcp>|<hostname>`; workload-addressed traffic goes through
- * the `encap` cluster. Access logs (`%UPSTREAM_CLUSTER%`) and metrics show these strings.
+ * Envoy cluster names as Istio's waypoint builds them (istio/istio
+ * pilot/pkg/networking/core/cluster_waypoint.go): a served service port is
+ * `inbound-vip|<port>|<http|tcp>|<hostname>`; workload-addressed traffic goes through the `encap`
+ * cluster. Access logs (`%UPSTREAM_CLUSTER%`) and metrics show these strings.
  */
 import type { Target } from './types.ts';
 

@@ -1,5 +1,5 @@
 /**
- * Istio MeshConfig (API:mesh/v1alpha1/config.proto), the YAML found under `data.mesh` of the
+ * Istio MeshConfig (istio/api mesh/v1alpha1/config.proto), the YAML found under `data.mesh` of the
  * `istio` ConfigMap in the root namespace. Only the fields this project reads are typed; the rest
  * is kept in `raw`.
  */

@@ -1,6 +1,6 @@
 /**
  * Pick the Gateway this process runs as: a Gateway API `Gateway` of class `istio-waypoint`
- * (IS:istioctl/pkg/waypoint/waypoint.go), and derive the waypoint's identity from it. Istio's
+ * (istio/istio istioctl/pkg/waypoint/waypoint.go), and derive the waypoint's identity from it. Istio's
  * generated waypoint Deployment runs as a service account named after the Gateway.
  */
 import { ConfigError } from '../util/index.ts';

@@ -3,7 +3,7 @@
  * TEXT line or its default JSON object, written to a file (MeshConfig `accessLogFile`, usually
  * `/dev/stdout`). Off by default, as in Istio.
  *
- * Formats follow IS:pilot/pkg/model/telemetry_logging.go (`EnvoyTextLogFormat`,
+ * Formats follow istio/istio pilot/pkg/model/telemetry_logging.go (`EnvoyTextLogFormat`,
  * `EnvoyJSONLogFormatIstio`) evaluated the way Envoy's substitution formatter does
  * (envoy/source/common/formatter): in TEXT an unknown value prints `-`, in JSON it is `null`;
  * `%RESPONSE_CODE%`, `%BYTES_*%` and `%DURATION%` are JSON numbers, header values (`%REQ(..)%`,

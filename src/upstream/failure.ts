@@ -1,6 +1,6 @@
 /**
  * Upstream failure mapping: every way an upstream attempt or connection can fail, as the status
- * Envoy answers with, its response flag (telemetry/response-flags.ts) and its response code
+ * Envoy answers with, its response flag (pipeline/response-flags.ts) and its response code
  * details. The HTTP router, the dedicated (WebSocket / Expect) exchanges and the TCP proxy all
  * take their answers from here:
  * no endpoint ⇒ 503 `UH`; circuit breaker ⇒ 503 `UO`; connect failure ⇒ 503 `UF`; reset ⇒ 503

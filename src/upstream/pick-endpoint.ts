@@ -2,7 +2,8 @@
  * Choose the upstream endpoint for a tunnel's target: a healthy endpoint of the service port
  * (through the load balancer, or the cluster's DestinationRule policy: outlier ejections,
  * consistent hash, its simple algorithm), or, for workload-addressed traffic, the workload itself
- * on the port the client dialed (IS:listener_waypoint.go `direct-*` chains).
+ * on the port the client dialed (istio/istio pilot/pkg/networking/core/listener_waypoint.go
+ * `direct-*` chains).
  *
  * {@link leaseEndpoint} is the one pick the HTTP router and the TCP proxy share: the pick plus
  * its accounting (active in the load balancer, a TCP connection under the cluster's

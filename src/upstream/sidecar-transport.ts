@@ -6,13 +6,13 @@
  *
  * | bytes carried | ALPN offered (in order) | Istio source |
  * |---|---|---|
- * | TCP | `istio-peer-exchange`, `istio` | IS:pilot/pkg/networking/util/util.go `ALPNInMeshWithMxc` |
- * | HTTP/1.1 | `istio-http/1.1`, `istio`, `http/1.1` | IS:pilot/pkg/xds/filters/filters.go `mtlsHTTP11ALPN` |
- * | HTTP/2 | `istio-h2`, `istio`, `h2` | IS:pilot/pkg/xds/filters/filters.go `mtlsHTTP2ALPN` |
+ * | TCP | `istio-peer-exchange`, `istio` | istio/istio pilot/pkg/networking/util/util.go `ALPNInMeshWithMxc` |
+ * | HTTP/1.1 | `istio-http/1.1`, `istio`, `http/1.1` | istio/istio pilot/pkg/xds/filters/filters.go `mtlsHTTP11ALPN` |
+ * | HTTP/2 | `istio-h2`, `istio`, `h2` | istio/istio pilot/pkg/xds/filters/filters.go `mtlsHTTP2ALPN` |
  *
  * The server must chain to the mesh root and present the endpoint workload's SPIFFE identity in a
  * URI SAN (Node's hostname check is replaced, as for HBONE). When `istio-peer-exchange` was
- * negotiated, the TCP metadata exchange runs before the socket is handed over (PX:source/
+ * negotiated, the TCP metadata exchange runs before the socket is handed over (istio/proxy source/
  * extensions/filters/network/metadata_exchange): we write our frame first (an Envoy sidecar writes
  * its own on reading ours), then read the sidecar's; bytes after its frame stay in the socket for
  * the relay. A sidecar whose first bytes are not the exchange magic is taken as not speaking it:

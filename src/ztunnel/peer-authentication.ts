@@ -1,5 +1,8 @@
 /**
- * PeerAuthentication as ztunnel enforces it in ambient mode (shared/reference/authz.md §7.1, §7.2).
+ * PeerAuthentication as ztunnel enforces it in ambient mode (istio/api
+ * security/v1beta1/peer_authentication.proto; istio/istio architecture/ambient/peer-authentication.md
+ * "PeerAuthentication and ztunnel", pilot/pkg/serviceregistry/ambient/authorization.go
+ * `convertPeerAuthentication`).
  *
  * ztunnel never sees PeerAuthentication: istiod turns each workload's *effective* mode into DENY
  * policies ("no principal" ⇒ deny, optionally limited to / excepting ports). The observable result,
@@ -67,7 +70,10 @@ const MutualTlsSchema = mapping({
     .enum(MODES, { error: (iss) => `Unsupported value: ${show(iss.input)}: supported values: ${MODES.map((m) => `"${m}"`).join(', ')}` })
     .nullish(),
 }).nullish();
-/** The fields of a PeerAuthentication the schema knows (API: security/v1beta1/peer_authentication.proto). */
+/**
+ * The fields of a PeerAuthentication the schema knows (istio/api
+ * security/v1beta1/peer_authentication.proto).
+ */
 const PeerAuthenticationSpecSchema = mapping({
   selector: mapping({ matchLabels: z.record(z.string(), z.string({ error: 'label values must be strings' })).nullish() }).nullish(),
   mtls: MutualTlsSchema,

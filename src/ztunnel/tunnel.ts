@@ -3,7 +3,7 @@
  * Accepts plain TCP on `--listen` and carries each connection in its own HBONE CONNECT to
  * `--to` (a waypoint) with `:authority` = `--authority`, sending ztunnel's `forwarded`,
  * `traceparent` and (when the source workload is known from `--mesh`) `baggage` headers
- * (ZT:src/proxy/outbound.rs `create_hbone_request`). A refused CONNECT closes the client's
+ * (istio/ztunnel src/proxy/outbound.rs `create_hbone_request`). A refused CONNECT closes the client's
  * connection, as ztunnel does (the app just sees its connection reset: istio/ztunnel#691).
  */
 import { randomBytes } from 'node:crypto';

@@ -1,5 +1,5 @@
 /**
- * Which policies this waypoint enforces, for which traffic (authz.md §1.2, §1.3; pitfall I1).
+ * Which policies this waypoint enforces, for which traffic (istio/istio pilot/pkg/model/policyattachment.go).
  */
 import { afterEach, describe, expect, test, vi } from 'vitest';
 

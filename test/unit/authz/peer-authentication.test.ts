@@ -1,5 +1,5 @@
 /**
- * PeerAuthentication as ztunnel applies it (authz.md §7.1, §7.2): scopes and precedence, oldest
+ * PeerAuthentication as ztunnel applies it (istio/api peer_authentication.proto; istio/istio architecture/ambient/peer-authentication.md): scopes and precedence, oldest
  * wins within a scope, UNSET inherits, portLevelMtls, DISABLE as PERMISSIVE, root-namespace
  * selector policies ignored; invalid ones refused with file, line and field.
  */

@@ -1,7 +1,7 @@
 /**
  * The ztunnel flavour of rule compilation (istiod `convertAuthorizationPolicy`/`handleRule` +
- * ztunnel `Authorization::matches`, authz.md §6.2) and selector attachment (GLOBAL / NAMESPACE /
- * WORKLOAD_SELECTOR scopes, authz.md §1.1, §1.3), through `compileZtunnelAuthz` over a compiled
+ * ztunnel `Authorization::matches`) and selector attachment (GLOBAL / NAMESPACE /
+ * WORKLOAD_SELECTOR scopes), through `compileZtunnelAuthz` over a compiled
  * mesh. The waypoint's engine is checked to still ignore every policy here.
  */
 import { stringify } from 'yaml';

@@ -1,6 +1,6 @@
 /**
  * StreamContext.respond / sendLocalReply over a real node:http exchange on 127.0.30.1, and the
- * Envoy status table of local replies (telemetry/response-flags.ts).
+ * Envoy status table of local replies (pipeline/response-flags.ts).
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
