@@ -9,3 +9,4 @@ export type { Http2Params, TlsMaterial } from './settings.ts';
 export { DEFAULT_HTTP2, http2Settings } from './settings.ts';
 export { joinWritev } from './writev-fix.ts';
 export { teardown, relay } from './relay.ts';
+export { resetStream, asHttp1Socket, endStreamReceived, resetOf, watchEndStream, type StreamReset } from './stream-end.ts';

@@ -16,10 +16,10 @@
  */
 import http2, { type ServerHttp2Stream } from 'node:http2';
 import type { Duplex } from 'node:stream';
-import { relay, respondAndClose } from '../hbone/index.ts';
+import { relay, resetStream, respondAndClose } from '../hbone/index.ts';
 import { CONNECTION_ADMISSION } from '../netpol/index.ts';
 import { originalClient } from '../peer/index.ts';
-import type { ConnectionContext, ResponseFlagName } from '../pipeline/index.ts';
+import { type ConnectionContext, ResponseFlag, type ResponseFlagName } from '../pipeline/index.ts';
 import {
   connectResponseHeaders,
   exchangePeer,
@@ -95,7 +95,11 @@ export class TcpProxy {
         conn.bytesReceived += head.length;
         upstream.write(head);
       }
-      await relay(stream, upstream, conn);
+      // The destination cut the tunnel before its end: Envoy's tcp_proxy flags UR and resets the
+      // downstream (envoyproxy/envoy source/common/tcp_proxy/tcp_proxy.cc `onUpstreamEvent`); relay() resets it.
+      await relay(stream, upstream, conn, (side) => {
+        if (side === 'upstream' && conn.responseFlags === ResponseFlag.None) conn.responseFlags = ResponseFlag.UpstreamRemoteReset;
+      });
     } finally {
       lease.release();
     }
@@ -142,5 +146,6 @@ function gone(stream: ServerHttp2Stream): boolean {
 function refuse(stream: ServerHttp2Stream, conn: ConnectionContext, answered: boolean, f: UpstreamFailure): void {
   conn.responseFlags = f.flag;
   if (!answered) return respondAndClose(stream, f.status, REFUSAL_TEXT[f.flag] ?? '');
-  if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_CONNECT_ERROR);
+  // RST_STREAM alone: `close()` would first end the answered tunnel (END_STREAM), a clean close to the client.
+  resetStream(stream, http2.constants.NGHTTP2_CONNECT_ERROR);
 }

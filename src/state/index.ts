@@ -10,8 +10,9 @@ export { MeshStore } from './store.ts';
 export { definePart } from './parts.ts';
 export type { AccessLogEncoding, Endpoint, KeptResource, MeshConfig, MeshPart, MeshSnapshot, PortProtocol, Service, ServicePort, Target, Workload, WaypointIdentity } from './types.ts';
 export { isHttpProtocol } from './protocol.ts';
-export { clusterName } from './cluster-name.ts';
+export { clusterName, serviceClusterName } from './cluster-name.ts';
 // Addresses, and where a resource's field is in the mesh file (for ConfigError positions).
 export { formatHostPort, normalizeIp, normalizeIpOrCidr, parseCidr, parseHostPort, type Cidr } from './ip.ts';
 export { locateField } from './resource-location.ts';
 export { formatFieldPath, type FieldPath } from './yaml-locate.ts';
+export { upstreamEndpoints } from './service-waypoints.ts';

@@ -142,6 +142,11 @@ function dump(data: SnapshotData, resources: ReadonlyMap<string, readonly KeptRe
       hostname: s.hostname,
       addresses: s.addresses,
       servedByThisWaypoint: s.servedByThisWaypoint,
+      useWaypoint: s.useWaypoint ? `${s.useWaypoint.namespace}/${s.useWaypoint.name}` : null,
+      // Another waypoint routed requests go through (chained waypoints), with its instances.
+      throughWaypoint: s.viaWaypoint
+        ? { gateway: `${s.viaWaypoint.namespace}/${s.viaWaypoint.name}`, instances: [...new Set([...s.viaWaypoint.endpoints.values()].flat().map((e) => e.authority))] }
+        : null,
       ports: s.ports,
       endpoints: Object.fromEntries(
         [...s.endpoints].map(([port, eps]) => [

@@ -2,17 +2,19 @@
  * Upstream connections toward service endpoints (Envoy's cluster manager, reduced to what a
  * waypoint needs). For HTTP it keeps one undici Pool per endpoint whose "sockets" are HBONE CONNECT
  * streams to `podIP:15008` with `:authority podIP:targetPort` (istio/istio
- * pilot/pkg/networking/core/cluster_waypoint.go `connect_originate`), or plain TCP to
- * `podIP:targetPort` for endpoints outside the mesh (`istio.io/dataplane-mode: none`), or mutual
- * TLS with Istio's ALPN to `podIP:targetPort` for workloads that run an Istio sidecar
- * (`sidecar-transport.ts`). For TCP it opens one tunnel per downstream connection.
+ * pilot/pkg/networking/core/cluster_waypoint.go `connect_originate`) — or, to an instance of
+ * another waypoint in front of the service (chained waypoints), to `waypointIP:15008` with
+ * `:authority VIP:port` (`Endpoint.connectAuthority`) — or plain TCP to `podIP:targetPort` for
+ * endpoints outside the mesh (`istio.io/dataplane-mode: none`), or mutual TLS with Istio's ALPN to
+ * `podIP:targetPort` for workloads that run an Istio sidecar (`sidecar-transport.ts`). For TCP it
+ * opens one tunnel per downstream connection.
  */
 import type { IncomingHttpHeaders } from 'node:http2';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
 import type { Endpoint, MeshSnapshot, Target } from '../state/index.ts';
-import { HboneConnectError, type HboneSessionPool, type Http2Params, joinWritev } from '../hbone/index.ts';
+import { HboneConnectError, type HboneSessionPool, type Http2Params, asHttp1Socket, joinWritev } from '../hbone/index.ts';
 import { log } from '../util/index.ts';
 import { TrackedAttempt, type ClusterState } from './cluster-state.ts';
 import { ClusterTable, type ClusterRuntimeDump } from './cluster-table.ts';
@@ -242,7 +244,7 @@ export class ClusterManager {
 
   private async open(ep: Endpoint, use: SidecarProtocol): Promise<Duplex> {
     if (ep.tunnel === 'HBONE') {
-      const { stream, headers } = await this.opts.sessions.connect(this.hboneDestination(ep), ep.authority);
+      const { stream, headers } = await this.opts.sessions.connect(this.hboneDestination(ep), connectAuthority(ep));
       (stream as { [CONNECT_RESPONSE_HEADERS]?: IncomingHttpHeaders })[CONNECT_RESPONSE_HEADERS] = headers;
       return stream;
     }
@@ -259,10 +261,13 @@ export class ClusterManager {
     const liveEndpoints = new Set<string>();
     const liveHosts = new Set<string>();
     for (const svc of snapshot.services) {
-      for (const eps of svc.endpoints.values()) {
-        for (const ep of eps) {
-          liveEndpoints.add(poolKey(ep));
-          liveHosts.add(workloadKey(ep.tunnel, ep.address, ep.workload.identity));
+      // A service that goes through another waypoint is dialed at that waypoint's instances.
+      for (const endpoints of svc.viaWaypoint ? [svc.endpoints, svc.viaWaypoint.endpoints] : [svc.endpoints]) {
+        for (const eps of endpoints.values()) {
+          for (const ep of eps) {
+            liveEndpoints.add(poolKey(ep));
+            liveHosts.add(workloadKey(ep.tunnel, ep.address, ep.workload.identity));
+          }
         }
       }
     }
@@ -372,12 +377,13 @@ export class ClusterManager {
       ...common,
       // Each undici "socket" is one CONNECT stream on a pooled HBONE connection.
       connect: (_opts, callback) => {
-        const stream = sessions.connect(dst, ep.authority).then(({ stream, headers }) => {
+        const stream = sessions.connect(dst, connectAuthority(ep)).then(({ stream, headers }) => {
           this.connectHeaders.set(key, headers);
           return stream;
         });
         this.openWithin(stream, connectTimeout, ep).then(
-          (s) => callback(null, joinWritev(s) as unknown as net.Socket),
+          // A CONNECT reset mid-body must fail the request, never complete it (hbone/stream-end.ts).
+          (s) => callback(null, asHttp1Socket(joinWritev(s), ep.authority) as unknown as net.Socket),
           (err: Error) => callback(err, null),
         );
       },
@@ -390,8 +396,14 @@ const poolKeys = new WeakMap<Endpoint, string>();
 
 function poolKey(ep: Endpoint): string {
   let key = poolKeys.get(ep);
-  if (key === undefined) poolKeys.set(ep, (key = `${ep.tunnel}|${ep.authority}|${ep.workload.identity}`));
+  // One waypoint instance fronts several services: their CONNECT authorities keep their pools apart.
+  if (key === undefined) poolKeys.set(ep, (key = `${ep.tunnel}|${ep.authority}|${ep.workload.identity}${ep.connectAuthority ? `|${ep.connectAuthority}` : ''}`));
   return key;
+}
+
+/** The CONNECT `:authority` toward `ep`: the service's `VIP:port` for another waypoint's instance, else the endpoint's own. */
+function connectAuthority(ep: Endpoint): string {
+  return ep.connectAuthority ?? ep.authority;
 }
 
 function workloadKey(tunnel: string, ip: string, identity: string): string {
