@@ -18,7 +18,7 @@ import type { ClientHttp2Session, ClientHttp2Stream } from 'node:http2';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Waypoint } from '../../src/app.ts';
 import { defaultBootstrap, overrideBootstrap } from '../../src/config/bootstrap.ts';
-import { ConfigError } from '../../src/errors.ts';
+import { ConfigError } from '../../src/util/errors.ts';
 import { LocalCa } from '../../src/identity/ca.ts';
 import { connect, hboneSession, parseHttpResponse, readAll } from '../helpers/hbone-client.ts';
 import { samplesOf } from '../helpers/prometheus.ts';

@@ -1,6 +1,6 @@
 /**
  * `istio.authz` with the waypoint's own ext_authz client and RequestAuthentication (app.ts wiring),
- * in Istio's order CUSTOM → JWT → AUDIT/DENY/ALLOW (authz.md §2.1, §2.3): a CUSTOM policy checked
+ * in Istio's order CUSTOM → JWT → AUDIT/DENY/ALLOW (istio/istio listener_waypoint.go `buildWaypointHTTPFilters`): a CUSTOM policy checked
  * by a real grpc-js `Authorization/Check` server reached through the mesh (a Service in the mesh
  * file, MeshConfig `extensionProviders`): an allow reaches the backend with the server's header, a
  * denial answers the server's status, headers and body with flag UAEX. A RequestAuthentication
@@ -11,7 +11,7 @@ import * as grpc from '@grpc/grpc-js';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { describe, expect, test } from 'vitest';
 import { log } from '../../../src/util/log.ts';
-import type { CheckRequest } from '../../../src/authz/ext-authz/proto.ts';
+import type { CheckRequest } from '../../../src/ext-authz/proto.ts';
 import { startGrpcAuthz, type CheckReply } from '../ext-authz/helpers.ts';
 import { AuthzWaypoint, HTTP_PORT, meshYaml, servicePolicy, spiffe, startAll, type HttpBackend } from './harness.ts';
 

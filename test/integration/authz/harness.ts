@@ -18,7 +18,7 @@ import { defaultBootstrap, overrideBootstrap } from '../../../src/config/bootstr
 import { LocalCa } from '../../../src/identity/ca.ts';
 import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
 import { FilterStatus, type FilterFactory } from '../../../src/pipeline/filter.ts';
-import { INBOUND_PARTS, InboundRole } from '../../../src/roles/inbound.ts';
+import { INBOUND_PARTS, InboundRole } from '../../../src/ztunnel/inbound.ts';
 import { MeshStore } from '../../../src/state/store.ts';
 import { remapWith, type Remap } from '../../helpers/authz-cases.ts';
 import { connect, hboneSession, parseHttpResponse, readAll, type ClientIdentity } from '../../helpers/hbone-client.ts';

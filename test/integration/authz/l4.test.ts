@@ -8,7 +8,7 @@
  */
 import type { ClientHttp2Stream } from 'node:http2';
 import { describe, expect, test } from 'vitest';
-import { ConfigError } from '../../../src/errors.ts';
+import { ConfigError } from '../../../src/util/errors.ts';
 import { exchange } from '../../helpers/hbone-client.ts';
 import { AuthzWaypoint, eventually, HTTP_PORT, meshYaml, spiffe, startAll, type HttpBackend, type TcpBackend } from './harness.ts';
 

@@ -8,7 +8,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
-import { TunnelRole } from '../../../src/roles/tunnel.ts';
+import { TunnelRole } from '../../../src/ztunnel/tunnel.ts';
 import { HTTP_PORT, meshYaml, servicePolicy, spiffe, startAll, type AuthzWaypoint, type HttpBackend } from './harness.ts';
 
 const NET = '127.0.150';
@@ -133,7 +133,7 @@ describe('what a decision leaves for the access log and stats', () => {
   });
 });
 
-test('remote.ip is the right-most X-Forwarded-For address (authz.md §4.4)', async () => {
+test('remote.ip is the right-most X-Forwarded-For address', async () => {
   const xff = async (path: string, values: string[]) => (await wp.http(X, T, { path, headers: values.map((v): [string, string] => ['x-forwarded-for', v]) })).status;
   expect(await xff('/xff?1', ['9.9.9.9, 1.2.3.4'])).toBe(403);
   expect(await xff('/xff?2', ['1.2.3.4, 9.9.9.9'])).toBe(200);

@@ -9,9 +9,9 @@ import type { Duplex } from 'node:stream';
 import { create, fromBinary, toBinary, type MessageInitShape } from '@bufbuild/protobuf';
 import * as grpc from '@grpc/grpc-js';
 import { stringify } from 'yaml';
-import { CHECK_METHOD_PATH, CheckRequestSchema, CheckResponseSchema, type CheckRequest, type CheckResponse } from '../../../src/authz/ext-authz/proto.ts';
-import type { Dial } from '../../../src/authz/ext-authz/types.ts';
-import { EXT_AUTHZ_PROVIDERS } from '../../../src/authz/ext-authz/index.ts';
+import { CHECK_METHOD_PATH, CheckRequestSchema, CheckResponseSchema, type CheckRequest, type CheckResponse } from '../../../src/ext-authz/proto.ts';
+import type { Dial } from '../../../src/ext-authz/types.ts';
+import { EXT_AUTHZ_PROVIDERS } from '../../../src/ext-authz/index.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { Endpoint, MeshSnapshot } from '../../../src/state/types.ts';
 

@@ -9,7 +9,7 @@ import type { Duplex } from 'node:stream';
 import { LocalCa } from '../../../src/identity/ca.ts';
 import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
 import { FilterStatus, type FilterFactory } from '../../../src/pipeline/filter.ts';
-import { TunnelRole } from '../../../src/roles/tunnel.ts';
+import { TunnelRole } from '../../../src/ztunnel/tunnel.ts';
 import type { ClientIdentity } from '../../helpers/hbone-client.ts';
 import type { TestTopology } from '../../helpers/topology.ts';
 

@@ -11,7 +11,7 @@ import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { LocalCa } from '../../../src/identity/ca.ts';
 import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
-import { TunnelRole } from '../../../src/roles/tunnel.ts';
+import { TunnelRole } from '../../../src/ztunnel/tunnel.ts';
 import { routesFor } from '../../../src/routing/index.ts';
 import { samplesOf, scrape } from '../../helpers/prometheus.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
