@@ -406,9 +406,15 @@ function onStreamTimeout(s: StreamContext): void {
  * request and any retry. After `Connection: close` (or an HTTP/1.0 request without keep-alive)
  * the client half-closed on purpose and still gets its answer (envoyproxy/envoy#2066).
  */
+/** Queued bytes of a finished answer still delivered to a client that half-closed (one h2 window). */
+const DELIVER_AFTER_FIN_BYTES = 65_535;
+
 function onTunnelEnd(ref: TunnelRef): void {
   const s = ref.last;
   if (ref.active === 0 || !s || !ref.lastKeepAlive || s.res.writableFinished) return;
+  // A whole answer with little left to flush (a local reply such as a 400) is still delivered:
+  // the client may have half-closed right after its request (RFC 9112 §9.6 lets it).
+  if (s.res.writableEnded && ref.stream.writableLength <= DELIVER_AFTER_FIN_BYTES) return;
   // Response bytes still queued toward a client that left will never be read, so END_STREAM
   // would wait behind them (with the upstream's unread response) until the stream idle timeout:
   // reset the tunnel now (Node sends RST_STREAM(NO_ERROR), which ends the source's side as well).
