@@ -17,6 +17,8 @@ import { spiffeUrisOf } from '../identity/spiffe.ts';
 import { formatHostPort } from '../state/ip.ts';
 import { log } from '../util/log.ts';
 import { startKeepalive } from './keepalive.ts';
+import { destroySocketWithSession } from './session-socket.ts';
+import { releaseTimerOnClose } from './stream-timer-fix.ts';
 import { hboneTlsOptions, http2Settings, type Http2Params, type TlsMaterial } from './settings.ts';
 
 /** Where to open a CONNECT and whom to expect there. */
@@ -167,7 +169,7 @@ export class HboneSessionPool {
     const reused = pooled.established;
     try {
       await pooled.ready;
-      stream = pooled.session.request({ ...headers, ':method': 'CONNECT', ':authority': authority }, { endStream: false });
+      stream = releaseTimerOnClose(pooled.session.request({ ...headers, ':method': 'CONNECT', ':authority': authority }, { endStream: false }));
     } catch (err) {
       this.release(pooled);
       if (err instanceof HboneConnectError) throw err;
@@ -241,6 +243,7 @@ export class HboneSessionPool {
       settings: http2Settings(this.opts.http2, false),
       maxSessionMemory: this.opts.http2.maxSessionMemoryMb,
     });
+    destroySocketWithSession(session, socket);
     const pooled: PooledSession = { key, dst, session, ready: undefined as unknown as Promise<void>, established: false, active: 0, usable: true, idleTimer: undefined };
     (pooled as { ready: Promise<void> }).ready = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {

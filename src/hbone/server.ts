@@ -17,6 +17,8 @@ import { normalizeIp, parseHostPort } from '../state/ip.ts';
 import { listenOn } from '../util/listen.ts';
 import { log } from '../util/log.ts';
 import { startKeepalive } from './keepalive.ts';
+import { destroySocketWithSession } from './session-socket.ts';
+import { releaseTimerOnClose } from './stream-timer-fix.ts';
 import { hboneTlsOptions, http2Settings, type Http2Params, type TlsMaterial } from './settings.ts';
 
 /** A parsed, authenticated CONNECT. */
@@ -52,6 +54,8 @@ export class HboneServer {
   /** Every accepted TCP socket, including ones still in the TLS handshake or refused. */
   private readonly sockets = new Set<Socket>();
   private readonly opts: HboneServerOptions;
+  /** The TLS socket whose session Node is creating ('secureConnection' runs before 'session'). */
+  private accepting: TLSSocket | undefined;
 
   constructor(opts: HboneServerOptions) {
     this.opts = opts;
@@ -69,6 +73,10 @@ export class HboneServer {
     this.server.on('connection', (socket: Socket) => {
       this.sockets.add(socket);
       socket.once('close', () => this.sockets.delete(socket));
+    });
+    // Runs before Node's own 'secureConnection' listener, which creates the session and emits 'session'.
+    this.server.prependListener('secureConnection', (socket: TLSSocket) => {
+      this.accepting = socket;
     });
     this.server.on('session', (session) => this.onSession(session));
     this.server.on('stream', (stream, headers) => this.onStream(stream, headers));
@@ -115,7 +123,9 @@ export class HboneServer {
   }
 
   private onSession(session: ServerHttp2Session): void {
-    const socket = session.socket as TLSSocket;
+    const socket = this.accepting ?? (session.socket as TLSSocket);
+    this.accepting = undefined;
+    destroySocketWithSession(session, socket);
     const peer = peerSpiffeId(socket.getPeerX509Certificate());
     const refusal = this.opts.verifyPeer(peer);
     if (refusal) {
@@ -138,6 +148,7 @@ export class HboneServer {
   }
 
   private onStream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
+    releaseTimerOnClose(stream);
     stream.on('error', (err) => log.debug({ err: err.message, server: this.opts.name }, 'HBONE stream error'));
     const session = stream.session as SessionWithPeer | undefined;
     const peer = session?.[kPeer];

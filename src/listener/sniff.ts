@@ -38,12 +38,15 @@ export function classify(data: Buffer): Exclude<SniffResult, 'closed'> | undefin
 
 /**
  * Outcome of {@link sniff}. The bytes read are pushed back into the stream, except when the
- * client ended its side before a decision: then they are in `head` (the stream has already
- * emitted 'end' and cannot take them back) and the caller forwards them itself.
+ * client ended its side before a decision (`ended`; `protocol` is then `TCP`): then they are in
+ * `head` (the stream has already emitted 'end' and cannot take them back; undefined when the
+ * client sent nothing at all, e.g. END_STREAM on the CONNECT itself) and the caller forwards
+ * them itself.
  */
 export interface Sniffed {
   readonly protocol: SniffResult;
   readonly head: Buffer | undefined;
+  readonly ended: boolean;
 }
 
 /**
@@ -62,9 +65,9 @@ export function sniff(stream: Duplex, timeoutMs: number): Promise<Sniffed> {
       stream.off('close', onClose);
       if (timer) clearTimeout(timer);
       stream.pause();
-      if (ended) return resolve({ protocol, head: seen.length > 0 ? seen : undefined });
+      if (ended) return resolve({ protocol, head: seen.length > 0 ? seen : undefined, ended });
       if (seen.length > 0) stream.unshift(seen);
-      resolve({ protocol, head: undefined });
+      resolve({ protocol, head: undefined, ended });
     };
     const onData = (chunk: Buffer) => {
       seen = seen.length === 0 ? chunk : Buffer.concat([seen, chunk]);

@@ -101,13 +101,14 @@ function admitted(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: C
 
 /** Sniff the tunnel's first bytes, then serve HTTP/1.x, h2c, or relay them as TCP. */
 async function detect(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: ConnectionContext, chain: FilterChain, timeoutMs: number): Promise<void> {
-  const { protocol, head } = await sniff(stream, timeoutMs);
+  const { protocol, head, ended } = await sniff(stream, timeoutMs);
   if (protocol === 'closed' || stream.destroyed) return;
   if (protocol !== 'TCP') return deps.inner.attach(stream, conn, chain, protocol);
   if (conn.protocol !== 'UNKNOWN') {
     // A declared HTTP port: bytes that are not HTTP get the HTTP/1 parser's 400; a client that
-    // ended its side before a whole request line gets a clean end.
-    if (head === undefined) return deps.inner.attach(stream, conn, chain, 'HTTP/1.1');
+    // ended its side before a whole request line (or before any byte: END_STREAM on the CONNECT)
+    // can send no request, so its tunnel is ended at once rather than held open.
+    if (!ended) return deps.inner.attach(stream, conn, chain, 'HTTP/1.1');
     stream.end();
     return;
   }

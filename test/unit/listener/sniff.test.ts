@@ -41,7 +41,7 @@ describe('sniff', () => {
   test('silence past the detection timeout means TCP, nothing consumed', async () => {
     const s = new PassThrough();
     const r = await sniff(s, 20);
-    expect(r).toEqual({ protocol: 'TCP', head: undefined });
+    expect(r).toEqual({ protocol: 'TCP', head: undefined, ended: false });
     s.write('late');
     expect(s.read()?.toString()).toBe('late');
   });
@@ -52,7 +52,15 @@ describe('sniff', () => {
     s.end('GE');
     const r = await result;
     expect(r.protocol).toBe('TCP');
+    expect(r.ended).toBe(true);
     expect(r.head?.toString()).toBe('GE');
+  });
+
+  test('a client that ends before sending any byte: ended, no head', async () => {
+    const s = new PassThrough();
+    const result = sniff(s, 0);
+    s.end();
+    expect(await result).toEqual({ protocol: 'TCP', head: undefined, ended: true });
   });
 
   test('a stream destroyed before a decision is closed', async () => {
