@@ -237,6 +237,8 @@ export class Waypoint {
         name: 'waypoint',
         material: certificate.current,
         http2: cfg.http2,
+        tlsHandshakeTimeoutMs: cfg.limits.tlsHandshakeTimeoutMs,
+        metrics,
         verifyPeer: (peer) => refuseDownstreamPeer(peer, mesh.current.meshConfig),
         onConnect: waypointConnectHandler({ mesh, chain, inner, clusters, protocolDetectionTimeoutMs: cfg.http.protocolDetectionTimeoutMs }),
       });

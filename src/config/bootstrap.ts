@@ -5,7 +5,8 @@
  *
  * Defaults follow ztunnel and Istio's Envoy waypoint where they have one (HBONE on 15008, admin
  * 15020, readiness 15021, HTTP/2 windows 4 MiB stream / 16 MiB connection, PING every 10 s with a
- * 20 s timeout, pool idle release after 5 min): see ../shared/reference/hbone-waypoint.md §1.5.
+ * 20 s timeout, pool idle release after 5 min: istio/ztunnel src/config.rs; Istio
+ * pilot/pkg/networking/core/listener_waypoint.go), and Envoy's for request limits.
  */
 import fs from 'node:fs';
 import { z } from 'zod';
@@ -69,6 +70,29 @@ const schema = z.strictObject({
       maxSessionMemoryMb: z.number().int().min(1).default(64),
       keepaliveIntervalMs: ms.default(10_000),
       keepaliveTimeoutMs: ms.default(20_000),
+      /**
+       * Most header fields in one request header block, pseudo-headers included (Envoy's
+       * `max_headers_count`: 100); beyond it the stream is reset (ENHANCE_YOUR_CALM).
+       */
+      maxHeaderCount: z.number().int().min(4).max(65_535).default(100),
+      /**
+       * RST_STREAM budget of one downstream HTTP/2 session: `streamResetBurst` tokens refilled at
+       * `streamResetRate` per second; when empty the session gets GOAWAY (nghttp2's rapid-reset
+       * defence, CVE-2023-44487; its own default, 1000 and 33/s, closes busy HBONE sessions whose
+       * clients end tunnels with RST_STREAM).
+       */
+      streamResetBurst: z.number().int().min(1).default(10_000),
+      streamResetRate: z.number().int().min(1).default(1_000),
+      /** Invalid frames one session may receive in its lifetime before it is closed (Node's default). */
+      maxSessionInvalidFrames: z.number().int().min(0).default(1_000),
+      /** Streams in a row one session may have refused before it is closed (Node's default). */
+      maxSessionRejectedStreams: z.number().int().min(0).default(100),
+      /** Our PINGs awaiting acknowledgement, at most (Node's default). */
+      maxOutstandingPings: z.number().int().min(1).default(10),
+      /** Our SETTINGS awaiting acknowledgement, at most (Node's default). */
+      maxOutstandingSettings: z.number().int().min(1).default(10),
+      /** Parameters accepted in one SETTINGS frame (Node's default). */
+      maxSettings: z.number().int().min(1).default(32),
     })
     .prefault({}),
   http: z
@@ -112,6 +136,17 @@ const schema = z.strictObject({
         .prefault({}),
     })
     .prefault({}),
+  /** Limits on what one downstream client may cost (README "Limits"). */
+  limits: z
+    .strictObject({
+      /**
+       * A client must finish its TLS handshake within this time (Envoy's
+       * `transport_socket_connect_timeout`; counted as `downstream_cx_transport_socket_connect_timeout`).
+       * Node's own default is 120 s; ztunnel gives a whole connection 10 s.
+       */
+      tlsHandshakeTimeoutMs: ms.min(1).default(10_000),
+    })
+    .prefault({}),
   drain: z
     .strictObject({
       /** On SIGTERM, how long in-flight requests may run before connections are closed. */
@@ -133,7 +168,7 @@ const schema = z.strictObject({
   /**
    * Kubernetes NetworkPolicy on the original client (beyond Istio). Traffic that passed a waypoint
    * reaches its destination from the waypoint's address, so ingress NetworkPolicies that select
-   * the original client stop meaning what their authors wrote (shared/reference/authz.md §8.2).
+   * the original client stop meaning what their authors wrote.
    */
   networkPolicy: z
     .strictObject({

@@ -13,13 +13,13 @@ import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHt
 import net from 'node:net';
 import tls, { type TLSSocket } from 'node:tls';
 import { WaypointError } from '../errors.ts';
-import { spiffeUrisOf } from '../identity/spiffe.ts';
+import { svidIdentity } from '../identity/spiffe.ts';
 import { formatHostPort } from '../state/ip.ts';
 import { log } from '../util/log.ts';
 import { startKeepalive } from './keepalive.ts';
 import { destroySocketWithSession } from './session-socket.ts';
 import { releaseTimerOnClose } from './stream-timer-fix.ts';
-import { hboneTlsOptions, http2Settings, type Http2Params, type TlsMaterial } from './settings.ts';
+import { hboneTlsOptions, http2SessionOptions, type Http2Params, type TlsMaterial } from './settings.ts';
 
 /** Where to open a CONNECT and whom to expect there. */
 export interface HboneDestination {
@@ -240,8 +240,7 @@ export class HboneSessionPool {
     });
     const session = http2.connect(`https://${where}`, {
       createConnection: () => socket,
-      settings: http2Settings(this.opts.http2, false),
-      maxSessionMemory: this.opts.http2.maxSessionMemoryMb,
+      ...http2SessionOptions(this.opts.http2, false),
     });
     destroySocketWithSession(session, socket);
     const pooled: PooledSession = { key, dst, session, ready: undefined as unknown as Promise<void>, established: false, active: 0, usable: true, idleTimer: undefined };
@@ -251,12 +250,14 @@ export class HboneSessionPool {
         reject(new HboneConnectError('TIMEOUT', `HBONE connect to ${where} timed out after ${this.opts.connectTimeoutMs} ms`));
       }, this.opts.connectTimeoutMs);
       socket.once('secureConnect', () => {
-        const ids = spiffeUrisOf((socket as TLSSocket).getPeerX509Certificate());
-        const ok = dst.identity ? ids.includes(dst.identity) : ids.some((u) => u.startsWith(`spiffe://${trustDomain}/`));
+        // Exactly one URI SAN (SPIFFE X509-SVID §2), equal to the expected identity (ztunnel's IdentityVerifier).
+        const svid = svidIdentity((socket as TLSSocket).getPeerX509Certificate());
+        const ok = 'id' in svid && (dst.identity ? svid.id.uri === dst.identity : svid.id.trustDomain === trustDomain);
         if (!ok) {
           clearTimeout(timer);
           const want = dst.identity ?? `an identity of trust domain ${trustDomain}`;
-          const err = new HboneConnectError('IDENTITY_ERROR', `HBONE server ${where} presented ${ids.join(', ') || 'no SPIFFE identity'}, expected ${want}`);
+          const got = 'id' in svid ? svid.id.uri : `no SPIFFE identity (${svid.problem})`;
+          const err = new HboneConnectError('IDENTITY_ERROR', `HBONE server ${where} presented ${got}, expected ${want}`);
           reject(err);
           session.destroy();
         }

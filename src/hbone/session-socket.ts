@@ -21,18 +21,48 @@ export const SOCKET_CLOSE_GRACE_MS = 1000;
  */
 export function destroySocketWithSession(session: Http2Session, socket: Socket, graceMs = SOCKET_CLOSE_GRACE_MS): void {
   let timer: NodeJS.Timeout | undefined;
+  socket.once('close', () => clearTimeout(timer));
   const arm = () => {
     if (timer || socket.destroyed) return;
     timer = setTimeout(() => socket.destroy(), graceMs).unref();
   };
-  socket.once('close', () => clearTimeout(timer));
-  // Every path that ends a session (ours, Node's on a socket or protocol error, the last stream of
-  // a closing session) goes through `destroy()`; no event is emitted at that moment ('close' waits
-  // for the socket), so the instance's method is wrapped.
+  if (session.destroyed) return arm();
+  afterSessionDestroy(session, arm);
+}
+
+/**
+ * Run `fn` when `session` starts being destroyed, while its state (`session.state`) can still be
+ * read. Every path that ends a session (ours, Node's on a socket or protocol error, the last
+ * stream of a closing session) goes through `destroy()`, and no event marks that moment ('close'
+ * waits for the socket), so the instance's method is wrapped (once; hooks run in order).
+ */
+export function onSessionDestroy(session: Http2Session, fn: () => void): void {
+  hooksOf(session).before.push(fn);
+}
+
+function afterSessionDestroy(session: Http2Session, fn: () => void): void {
+  hooksOf(session).after.push(fn);
+}
+
+const kHooks = Symbol('hbone.destroyHooks');
+interface Hooks {
+  before: (() => void)[];
+  after: (() => void)[];
+}
+type Hooked = Http2Session & { [kHooks]?: Hooks };
+
+function hooksOf(session: Hooked): Hooks {
+  let hooks = session[kHooks];
+  if (hooks) return hooks;
+  const h: Hooks = { before: [], after: [] };
+  session[kHooks] = h;
   const destroy = session.destroy;
   session.destroy = function (this: Http2Session, ...args: Parameters<Http2Session['destroy']>) {
+    const first = !this.destroyed;
+    if (first) for (const fn of h.before.splice(0)) fn();
     destroy.apply(this, args);
-    arm();
+    if (first) for (const fn of h.after.splice(0)) fn();
   };
-  if (session.destroyed) arm();
+  hooks = h;
+  return hooks;
 }
