@@ -20,7 +20,7 @@ import { log } from '../util/log.ts';
 import { LogLimiter } from '../util/log-limiter.ts';
 import { startKeepalive } from './keepalive.ts';
 import { HboneListenerStats, type TlsFailure } from './listener-stats.ts';
-import { destroySocketWithSession, onSessionDestroy } from './session-socket.ts';
+import { destroySocketWithSession } from './session-socket.ts';
 import { releaseTimerOnClose } from './stream-timer-fix.ts';
 import { hboneTlsOptions, http2SessionOptions, type Http2Params, type TlsMaterial } from './settings.ts';
 
@@ -185,11 +185,6 @@ export class HboneServer {
     this.sessions.add(session);
     session.on('error', (err) => log.debug({ err: err.message, server: this.opts.name }, 'HBONE session error'));
     session.once('close', () => this.sessions.delete(session));
-    // Streams nghttp2 reset before they reached us, after the last one we saw.
-    onSessionDestroy(session, () => {
-      const last = (session.state as { lastProcStreamID?: number }).lastProcStreamID;
-      if (last !== undefined) this.skippedStreams(state, last + 2);
-    });
     const p = this.opts.http2;
     try {
       session.setLocalWindowSize(p.initialConnectionWindowSize);
@@ -200,14 +195,15 @@ export class HboneServer {
   }
 
   /**
-   * Client stream ids only grow (RFC 9113 §5.1.1): a gap before `nextId` is streams Node or
-   * nghttp2 reset before the waypoint saw them, malformed ones (RFC 9113 §8.1.1, e.g. a CONNECT
-   * with `:path`) or ones over the session's stream limits. Counted, logged at debug level and,
-   * rate-limited, as a warning.
+   * Client stream ids only grow (RFC 9113 §5.1.1): ids skipped before stream `id` are streams Node
+   * or nghttp2 reset before the waypoint saw them, malformed ones (RFC 9113 §8.1.1, e.g. a CONNECT
+   * with `:path`) or ones over the session's stream limits. Counted (when the client's next stream
+   * arrives: nghttp2 exposes no count of its own), logged at debug level and, rate-limited, as a
+   * warning.
    */
-  private skippedStreams(state: SessionState, nextId: number): void {
-    const skipped = (nextId - state.lastStreamId - 2) / 2;
-    state.lastStreamId = nextId - 2;
+  private skippedStreams(state: SessionState, id: number): void {
+    const skipped = (id - state.lastStreamId - 2) / 2;
+    state.lastStreamId = id;
     if (skipped <= 0) return;
     this.stats?.streamsRejected('codec', skipped);
     const fields = { server: this.opts.name, peer: state.peer.uri, remote: state.remote, streams: skipped };

@@ -27,42 +27,12 @@ export function destroySocketWithSession(session: Http2Session, socket: Socket, 
     timer = setTimeout(() => socket.destroy(), graceMs).unref();
   };
   if (session.destroyed) return arm();
-  afterSessionDestroy(session, arm);
-}
-
-/**
- * Run `fn` when `session` starts being destroyed, while its state (`session.state`) can still be
- * read. Every path that ends a session (ours, Node's on a socket or protocol error, the last
- * stream of a closing session) goes through `destroy()`, and no event marks that moment ('close'
- * waits for the socket), so the instance's method is wrapped (once; hooks run in order).
- */
-export function onSessionDestroy(session: Http2Session, fn: () => void): void {
-  hooksOf(session).before.push(fn);
-}
-
-function afterSessionDestroy(session: Http2Session, fn: () => void): void {
-  hooksOf(session).after.push(fn);
-}
-
-const kHooks = Symbol('hbone.destroyHooks');
-interface Hooks {
-  before: (() => void)[];
-  after: (() => void)[];
-}
-type Hooked = Http2Session & { [kHooks]?: Hooks };
-
-function hooksOf(session: Hooked): Hooks {
-  let hooks = session[kHooks];
-  if (hooks) return hooks;
-  const h: Hooks = { before: [], after: [] };
-  session[kHooks] = h;
+  // Every path that ends a session (ours, Node's on a socket or protocol error, the last stream of
+  // a closing session) goes through `destroy()`, and no event marks that moment ('close' waits for
+  // the socket), so the instance's method is wrapped.
   const destroy = session.destroy;
   session.destroy = function (this: Http2Session, ...args: Parameters<Http2Session['destroy']>) {
-    const first = !this.destroyed;
-    if (first) for (const fn of h.before.splice(0)) fn();
     destroy.apply(this, args);
-    if (first) for (const fn of h.after.splice(0)) fn();
+    arm();
   };
-  hooks = h;
-  return hooks;
 }

@@ -1,0 +1,116 @@
+/**
+ * CONNECT streams that are odd or malformed, on one long-lived session:
+ * - a client that ends its side before sending a byte (END_STREAM on the HEADERS, or right after
+ *   the 200) can carry no request on an HTTP port: the waypoint ends the tunnel at once, so such
+ *   streams never pile up against the session's stream limit;
+ * - CONNECTs that nghttp2 rejects as malformed (python3-h2 as the client) are counted and warned
+ *   about, and the session keeps serving.
+ * Addresses: 127.0.231.x.
+ */
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import type { ClientHttp2Session, ClientHttp2Stream } from 'node:http2';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, expect, test, vi } from 'vitest';
+import { LocalCa } from '../../../src/identity/ca.ts';
+import { log } from '../../../src/util/log.ts';
+import { exchange, hboneSession, type ClientIdentity } from '../../helpers/hbone-client.ts';
+import { parsePrometheus } from '../../helpers/prometheus.ts';
+import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
+
+const NET = 231;
+const VIP = `127.0.${NET}.100:80`;
+let topo: TestTopology;
+let client: ClientIdentity;
+let session: ClientHttp2Session;
+
+beforeAll(async () => {
+  topo = await startTestTopology(NET);
+  const ca = await LocalCa.load(topo.caDir);
+  const leaf = await ca.issue('spiffe://cluster.local/ns/demo/sa/client', 3600_000);
+  client = { certPem: leaf.certPem, keyPem: leaf.keyPem, caPem: ca.rootCertPem };
+  session = await hboneSession(`127.0.${NET}.1`, topo.waypoint!.addresses.hbone.port, client);
+  fs.writeFileSync(path.join(topo.dir, 'py-cert.pem'), leaf.certPem);
+  fs.writeFileSync(path.join(topo.dir, 'py-key.pem'), leaf.keyPem);
+});
+afterAll(async () => {
+  session?.destroy();
+  await topo?.close();
+});
+
+/**
+ * Open a CONNECT and end our side; resolves when the stream closes with its status, whether the
+ * waypoint ended it cleanly and its reset code, or with `open: true` if it is still open after 5 s.
+ */
+function halfClosed(endOnHeaders: boolean): Promise<{ status: number | undefined; ended: boolean; rstCode: number | undefined; open?: true }> {
+  return new Promise((resolve) => {
+    const stream: ClientHttp2Stream = session.request({ ':method': 'CONNECT', ':authority': VIP }, { endStream: endOnHeaders });
+    let status: number | undefined;
+    let ended = false;
+    stream.on('error', () => {});
+    stream.once('response', (h) => {
+      status = Number(h[':status']);
+      if (!endOnHeaders) stream.end();
+    });
+    stream.on('data', () => {});
+    stream.once('end', () => (ended = true));
+    stream.once('close', () => resolve({ status, ended, rstCode: stream.rstCode }));
+    setTimeout(() => resolve({ status, ended, rstCode: undefined, open: true }), 5000).unref();
+  });
+}
+
+test('a CONNECT with END_STREAM on its HEADERS is answered and ended at once', async () => {
+  expect(await halfClosed(true)).toEqual({ status: 200, ended: true, rstCode: 0 });
+});
+
+test('a client that ends its side right after the 200, before any byte, gets its tunnel ended', async () => {
+  expect(await halfClosed(false)).toEqual({ status: 200, ended: true, rstCode: 0 });
+});
+
+test('a full stream limit of half-closed CONNECTs does not stop the session: the next request is served', async () => {
+  // The waypoint advertises 100 concurrent streams (http2.maxConcurrentStreams).
+  const all = await Promise.all(Array.from({ length: 100 }, (_, i) => halfClosed(i % 2 === 0)));
+  expect(all.every((r) => r.status === 200 && r.ended)).toBe(true);
+  const stream = session.request({ ':method': 'CONNECT', ':authority': VIP }, { endStream: false });
+  await new Promise((r, j) => {
+    stream.once('response', r);
+    stream.once('error', j);
+  });
+  expect((await exchange(stream, '/after')).status).toBe(200);
+  stream.close();
+});
+
+/** Run test/integration/transport/h2_peer.py (python3-h2) against the waypoint; its JSON result. */
+export async function h2peer(topoDir: string, hostPort: [string, number], authority: string, mode: string, n: number): Promise<Record<string, unknown>> {
+  const { stdout } = await promisify(execFile)(
+    '/usr/bin/python3',
+    [path.join(import.meta.dirname, 'h2_peer.py'), hostPort[0], String(hostPort[1]), path.join(topoDir, 'py-cert.pem'), path.join(topoDir, 'py-key.pem'), path.join(topoDir, 'ca', 'root-cert.pem'), authority, mode, String(n)],
+    { timeout: 20_000 },
+  );
+  return JSON.parse(stdout.trim().split('\n').pop()!);
+}
+
+async function rejectedStreams(): Promise<number> {
+  const res = await fetch(`http://127.0.${NET}.1:${topo.waypoint!.addresses.admin.port}/stats/prometheus`);
+  return parsePrometheus(await res.text()).find((x) => x.name === 'waypoint_hbone_streams_rejected_total' && x.labels.reason === 'codec')?.value ?? 0;
+}
+
+test('malformed CONNECTs (with :scheme and :path) are reset by nghttp2, counted and warned about; the session keeps serving', async () => {
+  const before = await rejectedStreams();
+  const warn = vi.spyOn(log, 'warn');
+  try {
+    const r = await h2peer(topo.dir, [`127.0.${NET}.1`, topo.waypoint!.addresses.hbone.port], VIP, 'malformed', 5);
+    const streams = r.streams as Record<string, { reset?: number; status?: number }>;
+    // Streams 1..9 malformed (RST_STREAM PROTOCOL_ERROR), 11 the valid one.
+    expect([1, 3, 5, 7, 9].map((id) => streams[id]?.reset)).toEqual([1, 1, 1, 1, 1]);
+    expect(streams[11]?.status).toBe(200);
+    expect(r.inner_status).toBe(200);
+    expect(r.goaway).toBeNull();
+    await expect.poll(rejectedStreams).toBe(before + 5);
+    const line = warn.mock.calls.find((c) => c[1] === 'HBONE streams reset by the HTTP/2 layer (malformed, or over the stream limits)');
+    expect(line?.[0]).toMatchObject({ peer: 'spiffe://cluster.local/ns/demo/sa/client', streams: 5 });
+  } finally {
+    warn.mockRestore();
+  }
+});
