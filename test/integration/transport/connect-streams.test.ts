@@ -7,17 +7,16 @@
  *   about, and the session keeps serving.
  * Addresses: 127.0.231.x.
  */
-import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import type { ClientHttp2Session, ClientHttp2Stream } from 'node:http2';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, expect, test, vi } from 'vitest';
 import { LocalCa } from '../../../src/identity/ca.ts';
 import { log } from '../../../src/util/log.ts';
 import { exchange, hboneSession, type ClientIdentity } from '../../helpers/hbone-client.ts';
 import { parsePrometheus } from '../../helpers/prometheus.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
+import { h2peer } from './h2-peer.ts';
 
 const NET = 231;
 const VIP = `127.0.${NET}.100:80`;
@@ -80,16 +79,6 @@ test('a full stream limit of half-closed CONNECTs does not stop the session: the
   expect((await exchange(stream, '/after')).status).toBe(200);
   stream.close();
 });
-
-/** Run test/integration/transport/h2_peer.py (python3-h2) against the waypoint; its JSON result. */
-export async function h2peer(topoDir: string, hostPort: [string, number], authority: string, mode: string, n: number): Promise<Record<string, unknown>> {
-  const { stdout } = await promisify(execFile)(
-    '/usr/bin/python3',
-    [path.join(import.meta.dirname, 'h2_peer.py'), hostPort[0], String(hostPort[1]), path.join(topoDir, 'py-cert.pem'), path.join(topoDir, 'py-key.pem'), path.join(topoDir, 'ca', 'root-cert.pem'), authority, mode, String(n)],
-    { timeout: 20_000 },
-  );
-  return JSON.parse(stdout.trim().split('\n').pop()!);
-}
 
 async function rejectedStreams(): Promise<number> {
   const res = await fetch(`http://127.0.${NET}.1:${topo.waypoint!.addresses.admin.port}/stats/prometheus`);
