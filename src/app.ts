@@ -178,6 +178,7 @@ export class Waypoint {
         http2: cfg.http2,
         trustDomain: () => mesh.current.meshConfig.trustDomain,
         connectTimeoutMs: cfg.upstream.connectTimeoutMs,
+        connectResponseTimeoutMs: cfg.upstream.connectResponseTimeoutMs,
         idleTimeoutMs: cfg.upstream.idleTimeoutMs,
         maxStreamsPerConnection: cfg.upstream.maxStreamsPerConnection,
       });

@@ -49,7 +49,15 @@ const schema = z.strictObject({
       /** Istio's default for a waypoint is LEAST_REQUEST. */
       loadBalancer: z.enum(['LEAST_REQUEST', 'ROUND_ROBIN']).default('LEAST_REQUEST'),
       /** TCP + TLS + HTTP/2 handshake budget toward an endpoint (ztunnel: 10 s). */
-      connectTimeoutMs: ms.default(10_000),
+      connectTimeoutMs: ms.min(1).default(10_000),
+      /**
+       * Wait for the answer to a CONNECT on an established HBONE connection. The destination's
+       * ztunnel answers once its own connect to the application is done (ztunnel gives that 10 s).
+       * On expiry the attempt is a connect failure (`UF`, retried), and the connection must answer
+       * a PING within a second or be closed, so a destination that stopped answering holds no
+       * further requests.
+       */
+      connectResponseTimeoutMs: ms.min(1).default(10_000),
       /** Most CONNECT streams per pooled HBONE connection (ztunnel POOL_MAX_STREAMS_PER_CONNECTION). */
       maxStreamsPerConnection: z.number().int().min(1).default(100),
       /** Release an HBONE connection after this long without streams (ztunnel: 5 min). */

@@ -54,7 +54,13 @@ export interface HboneSessionPoolOptions {
   readonly http2: Http2Params;
   /** Trust domain accepted when a destination names no identity. */
   trustDomain(): string;
+  /** TCP connect + TLS + HTTP/2 handshake of a new connection. */
   readonly connectTimeoutMs: number;
+  /**
+   * Wait for the answer to a CONNECT on an established connection (default `connectTimeoutMs`).
+   * When it passes, the connection is probed with a PING; unanswered, it is closed.
+   */
+  readonly connectResponseTimeoutMs?: number;
   readonly idleTimeoutMs: number;
   readonly maxStreamsPerConnection: number;
   /** Source address to bind (the `tunnel` role's `--bind`). */
@@ -70,8 +76,13 @@ interface PooledSession {
   established: boolean;
   active: number;
   usable: boolean;
+  /** A CONNECT on it got no answer in time: no new streams until a PING shows the peer alive. */
+  suspect: boolean;
   idleTimer: NodeJS.Timeout | undefined;
 }
+
+/** How long a suspect connection's peer has to answer a PING before the connection is closed (ms). */
+const PROBE_TIMEOUT_MS = 1000;
 
 /** Pooled HBONE client connections; see the module comment for the rules it follows. */
 export class HboneSessionPool {
@@ -177,7 +188,8 @@ export class HboneSessionPool {
     }
     stream.once('close', () => this.release(pooled));
     try {
-      return await awaitResponse(stream, `${formatHostPort(dst.ip, dst.port)} (${authority})`, this.opts.connectTimeoutMs);
+      const timeoutMs = this.opts.connectResponseTimeoutMs ?? this.opts.connectTimeoutMs;
+      return await awaitResponse(stream, `${formatHostPort(dst.ip, dst.port)} (${authority})`, timeoutMs, () => this.probe(pooled, timeoutMs));
     } catch (err) {
       // The pooled connection died under a stream that got no answer: it was stale.
       const s = pooled.session;
@@ -194,7 +206,7 @@ export class HboneSessionPool {
     let list = this.pools.get(key);
     if (list) {
       for (const p of list) {
-        if (!p.usable) continue;
+        if (!p.usable || p.suspect) continue;
         const peerMax = p.session.remoteSettings?.maxConcurrentStreams ?? this.opts.maxStreamsPerConnection;
         if (p.active < Math.min(peerMax, this.opts.maxStreamsPerConnection)) return p;
       }
@@ -205,6 +217,33 @@ export class HboneSessionPool {
     const p = this.open(key, dst);
     list.push(p);
     return p;
+  }
+
+  /**
+   * A CONNECT on `p` got no answer: a destination that stopped (a frozen process, a dead host whose
+   * connection the kernel still holds) answers nothing, not even PING, and would make every stream
+   * on the connection wait out its own timeout until keepalive noticed. New streams avoid it while
+   * a PING checks the peer; unanswered within {@link PROBE_TIMEOUT_MS}, the connection is closed and
+   * the CONNECTs waiting on it fail at once (connect failures, which the router retries elsewhere).
+   */
+  private probe(p: PooledSession, timeoutMs: number): void {
+    if (p.suspect || !p.usable || p.session.destroyed) return;
+    p.suspect = true;
+    const where = formatHostPort(p.dst.ip, p.dst.port);
+    const timer = setTimeout(() => {
+      log.warn({ dst: where, timeoutMs }, 'HBONE connection unresponsive (no CONNECT answer, no PING answer); closing it');
+      this.retire(p);
+      p.session.destroy(new Error(`HBONE connection to ${where} unresponsive`));
+    }, Math.min(PROBE_TIMEOUT_MS, timeoutMs)).unref();
+    try {
+      p.session.ping((err) => {
+        if (err) return;
+        clearTimeout(timer);
+        p.suspect = false;
+      });
+    } catch {
+      // Closing already (or too many PINGs outstanding): the timer decides.
+    }
   }
 
   private release(p: PooledSession): void {
@@ -243,7 +282,7 @@ export class HboneSessionPool {
       ...http2SessionOptions(this.opts.http2, false),
     });
     destroySocketWithSession(session, socket);
-    const pooled: PooledSession = { key, dst, session, ready: undefined as unknown as Promise<void>, established: false, active: 0, usable: true, idleTimer: undefined };
+    const pooled: PooledSession = { key, dst, session, ready: undefined as unknown as Promise<void>, established: false, active: 0, usable: true, suspect: false, idleTimer: undefined };
     (pooled as { ready: Promise<void> }).ready = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {
         session.destroy();
@@ -303,12 +342,13 @@ function isTlsError(err: Error & { code?: string }): boolean {
   return typeof err.code === 'string' && (err.code.startsWith('ERR_SSL') || err.code.includes('CERT') || err.code === 'ERR_TLS_CERT_ALTNAME_INVALID');
 }
 
-/** Wait for the CONNECT answer: 200 ⇒ the tunnel; anything else ⇒ HboneConnectError. */
-function awaitResponse(stream: ClientHttp2Stream, where: string, timeoutMs: number): Promise<{ stream: ClientHttp2Stream; headers: IncomingHttpHeaders }> {
+/** Wait for the CONNECT answer: 200 ⇒ the tunnel; anything else ⇒ HboneConnectError. `onTimeout` runs when none came in time. */
+function awaitResponse(stream: ClientHttp2Stream, where: string, timeoutMs: number, onTimeout: () => void): Promise<{ stream: ClientHttp2Stream; headers: IncomingHttpHeaders }> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       stream.close(http2.constants.NGHTTP2_CANCEL);
       reject(new HboneConnectError('TIMEOUT', `no answer to CONNECT ${where} within ${timeoutMs} ms`));
+      onTimeout();
     }, timeoutMs);
     const onError = (err: Error & { code?: string }) => {
       clearTimeout(timer);

@@ -2,7 +2,8 @@
  * Soak version of test/integration/transport/disconnect-leak.test.ts (`npm run soak`): many more
  * rounds of clients that stop reading large responses and vanish; the waypoint (a child process
  * with forced GC) must end with no session, socket or tunnel left, its file descriptors and RSS
- * back near the baseline. Addresses: 127.0.234.x.
+ * back near the baseline. Addresses: 127.0.230.x, those of the short version: `npm run soak` and
+ * `npm test` must not run at the same time.
  */
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { checkNoLeak, startRig, type DisconnectRig } from '../integration/transport/disconnect-harness.ts';
@@ -10,7 +11,7 @@ import { checkNoLeak, startRig, type DisconnectRig } from '../integration/transp
 let rig: DisconnectRig;
 
 beforeAll(async () => {
-  rig = await startRig(234);
+  rig = await startRig(230);
 });
 afterAll(async () => {
   await rig?.close();

@@ -38,6 +38,13 @@ describe('defaults', () => {
     { path: 'http2.maxConcurrentStreams', value: 100, why: "Envoy waypoint's advertised limit" },
     { path: 'http2.keepaliveIntervalMs', value: 10_000, why: 'PING every 10 s' },
     { path: 'http2.keepaliveTimeoutMs', value: 20_000, why: '20 s PING timeout' },
+    { path: 'upstream.connectResponseTimeoutMs', value: 10_000, why: "the destination ztunnel's own connect budget" },
+    { path: 'http2.maxHeaderCount', value: 100, why: "Envoy's max_headers_count" },
+    { path: 'http2.streamResetBurst', value: 10_000, why: 'tunnels may all end with RST_STREAM' },
+    { path: 'http2.streamResetRate', value: 1_000, why: 'tunnels may all end with RST_STREAM' },
+    { path: 'http2.maxSessionInvalidFrames', value: 1_000, why: "Node's default" },
+    { path: 'http2.maxSessionRejectedStreams', value: 100, why: "Node's default" },
+    { path: 'limits.tlsHandshakeTimeoutMs', value: 10_000, why: 'no 120 s handshakes (Node default)' },
     { path: 'identity.certTtl', value: '24h', why: 'Istio workload cert lifetime' },
     { path: 'drain.timeoutMs', value: 5_000, why: 'drain budget on SIGTERM' },
   ];
