@@ -239,6 +239,7 @@ export class Waypoint {
         material: certificate.current,
         http2: cfg.http2,
         tlsHandshakeTimeoutMs: cfg.limits.tlsHandshakeTimeoutMs,
+        peerLimits: cfg.limits,
         metrics,
         verifyPeer: (peer) => refuseDownstreamPeer(peer, mesh.current.meshConfig),
         onConnect: waypointConnectHandler({ mesh, chain, inner, clusters, protocolDetectionTimeoutMs: cfg.http.protocolDetectionTimeoutMs }),

@@ -153,6 +153,21 @@ const schema = z.strictObject({
        * Node's own default is 120 s; ztunnel gives a whole connection 10 s.
        */
       tlsHandshakeTimeoutMs: ms.min(1).default(10_000),
+      /**
+       * Per client IP (the source pod's in ambient mode); 0 turns a limit off. Concurrent HBONE
+       * connections (ztunnel opens one per 100 concurrent streams per destination).
+       */
+      maxConnectionsPerPeer: z.number().int().min(0).default(100),
+      /** New connections per second, with a burst. */
+      peerConnectionRate: z.number().int().min(0).default(20),
+      peerConnectionBurst: z.number().int().min(1).default(100),
+      /**
+       * New CONNECT streams per second across the client's connections, with a burst. Beyond it a
+       * stream is refused (REFUSED_STREAM), the session closed (GOAWAY ENHANCE_YOUR_CALM) and new
+       * connections refused until the budget is half full again.
+       */
+      peerStreamRate: z.number().int().min(0).default(2_000),
+      peerStreamBurst: z.number().int().min(1).default(4_000),
     })
     .prefault({}),
   drain: z

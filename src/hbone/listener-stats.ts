@@ -30,8 +30,8 @@ export type StreamRejection =
   /** Refused: the client's address exceeded `limits.peerStreamRate`. */
   | 'peer_stream_rate';
 
-/** Why a TCP connection was closed before its TLS handshake. */
-export type ConnectionRefusal = 'peer_connections' | 'peer_connection_rate';
+/** Why a TCP connection was closed before its TLS handshake (see peer-limits.ts). */
+export type ConnectionRefusal = 'peer_connections' | 'peer_connection_rate' | 'peer_stream_rate';
 
 const LISTENER = ['envoy_listener_address'] as const;
 

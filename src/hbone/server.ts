@@ -20,6 +20,7 @@ import { log } from '../util/log.ts';
 import { LogLimiter } from '../util/log-limiter.ts';
 import { startKeepalive } from './keepalive.ts';
 import { HboneListenerStats, type TlsFailure } from './listener-stats.ts';
+import { PeerLimits, type PeerLimitSettings } from './peer-limits.ts';
 import { destroySocketWithSession } from './session-socket.ts';
 import { releaseTimerOnClose } from './stream-timer-fix.ts';
 import { hboneTlsOptions, http2SessionOptions, type Http2Params, type TlsMaterial } from './settings.ts';
@@ -48,6 +49,8 @@ export interface HboneServerOptions {
   readonly tlsHandshakeTimeoutMs?: number;
   /** Registry for the listener's counters (TLS outcomes, refused streams); none when absent. */
   readonly metrics?: Registry;
+  /** Per-client limits (see peer-limits.ts); none when absent. */
+  readonly peerLimits?: PeerLimitSettings;
   /** Decide whether a client identity may connect. Return a reason to refuse, undefined to accept. */
   verifyPeer(peer: SpiffeId): string | undefined;
   /** A valid CONNECT arrived. The handler must answer the stream (respond or close). */
@@ -66,6 +69,7 @@ export class HboneServer {
   private stats: HboneListenerStats | undefined;
   /** Warnings a client can trigger at will (failed handshakes, refused identities, rejected streams), rate-limited. */
   private readonly warnings = new LogLimiter();
+  private readonly peerLimits: PeerLimits | undefined;
 
   constructor(opts: HboneServerOptions) {
     this.opts = opts;
@@ -79,11 +83,25 @@ export class HboneServer {
       // TCP_NODELAY as ztunnel sets it: frames are written whole, Nagle would only add latency.
       noDelay: true,
     });
-    this.server.on('connection', (socket: Socket) => {
-      this.sockets.add(socket);
+    this.peerLimits = opts.peerLimits && new PeerLimits(opts.peerLimits);
+    // Before Node's TLS listener: a refused client costs no handshake.
+    this.server.prependListener('connection', (socket: Socket) => {
+      const ip = normalizeIp(socket.remoteAddress ?? '') ?? '';
       // Read now: once the handshake failed, the socket no longer knows its peer.
-      remoteOf.set(socket, formatHostPort(normalizeIp(socket.remoteAddress ?? '') ?? '', socket.remotePort ?? 0));
-      socket.once('close', () => this.sockets.delete(socket));
+      remoteOf.set(socket, formatHostPort(ip, socket.remotePort ?? 0));
+      const refusal = this.peerLimits?.opened(ip);
+      if (refusal) {
+        refused.add(socket);
+        this.stats?.connectionRefused(refusal);
+        this.warnLimited(`refused:${refusal}`, { server: opts.name, remote: remoteOf.get(socket), reason: refusal }, 'HBONE connection refused: client over its limits');
+        socket.destroy();
+        return;
+      }
+      this.sockets.add(socket);
+      socket.once('close', () => {
+        this.sockets.delete(socket);
+        this.peerLimits?.closed(ip);
+      });
     });
     // Around Node's own 'secureConnection' listener, which creates the session and emits 'session'
     // (or 'unknownProtocol') synchronously: the TLS socket being turned into a session.
@@ -143,8 +161,18 @@ export class HboneServer {
     clearTimeout(timer);
   }
 
+  /** Log at debug level, and as a warning at most once per `key` per interval (with the count suppressed meanwhile). */
+  private warnLimited(key: string, fields: Record<string, unknown>, msg: string): void {
+    log.debug(fields, msg);
+    const suppressed = this.warnings.take(key);
+    if (suppressed !== undefined) log.warn({ ...fields, suppressed }, msg);
+  }
+
   /** A handshake failed (`tlsClientError`), or its identity was refused right after. */
   private onTlsError(err: Error & { code?: string }, socket: TLSSocket): void {
+    // Refused before the handshake (peer limits): already counted.
+    const parent = (socket as TLSSocket & { _parent?: Socket })._parent;
+    if (refused.has(socket) || (parent && refused.has(parent))) return;
     // Node destroys a socket whose certificate failed verification without an error of its own
     // (_tls_wrap.js onServerSocketSecure); the reason is in `authorizationError`.
     const verify = (socket as TLSSocket & { authorizationError?: string | Error }).authorizationError;
@@ -162,9 +190,7 @@ export class HboneServer {
   private tlsFailed(socket: TLSSocket, reason: TlsFailure, detail: string, peer?: string): void {
     this.stats?.tlsFailure(reason);
     const fields = { server: this.opts.name, remote: remoteOfSocket(socket), reason, detail, ...(peer ? { peer } : {}) };
-    log.debug(fields, 'HBONE TLS handshake failed');
-    const suppressed = this.warnings.take(`tls:${reason}`);
-    if (suppressed !== undefined) log.warn({ ...fields, suppressed }, reason === 'fail_verify_san' ? 'HBONE client refused' : 'HBONE TLS handshake failed');
+    this.warnLimited(`tls:${reason}`, fields, reason === 'fail_verify_san' ? 'HBONE client refused' : 'HBONE TLS handshake failed');
   }
 
   private onSession(session: ServerHttp2Session): void {
@@ -180,7 +206,8 @@ export class HboneServer {
       return;
     }
     this.stats?.handshake();
-    const state: SessionState = { peer: (svid as { id: SpiffeId }).id, remote: remoteOfSocket(socket), lastStreamId: -1 };
+    const remote = remoteOfSocket(socket);
+    const state: SessionState = { peer: (svid as { id: SpiffeId }).id, remote, ip: parseHostPort(remote)?.ip ?? remote, lastStreamId: -1 };
     (session as TaggedSession)[kState] = state;
     this.sessions.add(session);
     session.on('error', (err) => log.debug({ err: err.message, server: this.opts.name }, 'HBONE session error'));
@@ -207,9 +234,7 @@ export class HboneServer {
     if (skipped <= 0) return;
     this.stats?.streamsRejected('codec', skipped);
     const fields = { server: this.opts.name, peer: state.peer.uri, remote: state.remote, streams: skipped };
-    log.debug(fields, 'HBONE streams reset by the HTTP/2 layer (malformed, or over the stream limits)');
-    const suppressed = this.warnings.take('codec');
-    if (suppressed !== undefined) log.warn({ ...fields, suppressed }, 'HBONE streams reset by the HTTP/2 layer (malformed, or over the stream limits)');
+    this.warnLimited('codec', fields, 'HBONE streams reset by the HTTP/2 layer (malformed, or over the stream limits)');
   }
 
   private onStream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
@@ -222,6 +247,18 @@ export class HboneServer {
       return;
     }
     this.skippedStreams(state, stream.id!);
+    // Every stream counts against the client's budget, also those it reset at once (they cost us too).
+    if (this.peerLimits && !this.peerLimits.stream(state.ip)) {
+      // Over its stream rate: refused before any CONNECT handling, and the session closed so that
+      // a flood stops costing (its new connections are refused for a while, see peer-limits.ts).
+      this.stats?.streamsRejected('peer_stream_rate');
+      this.warnLimited('peer_stream_rate', { server: this.opts.name, peer: state.peer.uri, remote: state.remote }, 'HBONE client over its stream rate; closing its session');
+      stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+      session!.destroy(undefined, http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+      return;
+    }
+    // Reset by the client before we got to it (a cancel, or a rapid-reset flood): nothing to do.
+    if (stream.closed || stream.destroyed) return;
     if (headers[':method'] !== 'CONNECT') {
       return respondAndClose(stream, 400, 'only CONNECT is supported on the HBONE port');
     }
@@ -244,6 +281,8 @@ export class HboneServer {
 
 /** `ip:port` of each accepted TCP socket, read at accept time. */
 const remoteOf = new WeakMap<Socket, string>();
+/** Sockets refused before the TLS handshake. */
+const refused = new WeakSet<Socket>();
 
 /** The client `ip:port` of an accepted socket, or of the TLS socket over it (Node keeps that one as `_parent`). */
 function remoteOfSocket(socket: Socket): string {
@@ -254,8 +293,9 @@ function remoteOfSocket(socket: Socket): string {
 /** What the server keeps per authenticated session. */
 interface SessionState {
   readonly peer: SpiffeId;
-  /** The client's `ip:port`. */
+  /** The client's `ip:port`, and its IP (the peer-limits key). */
   readonly remote: string;
+  readonly ip: string;
   /** Highest client stream id seen so far (-1: none). */
   lastStreamId: number;
 }

