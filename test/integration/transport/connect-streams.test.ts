@@ -1,14 +1,20 @@
 /**
- * CONNECT streams that are odd or malformed, on one long-lived session:
+ * CONNECT streams that are odd, malformed or too big, on long-lived sessions:
  * - a client that ends its side before sending a byte (END_STREAM on the HEADERS, or right after
  *   the 200) can carry no request on an HTTP port: the waypoint ends the tunnel at once, so such
  *   streams never pile up against the session's stream limit;
  * - CONNECTs that nghttp2 rejects as malformed (python3-h2 as the client) are counted and warned
- *   about, and the session keeps serving.
+ *   about, and the session keeps serving;
+ * - header blocks over `http2.maxHeaderCount` (Envoy's `max_headers_count`, 100) or
+ *   `maxHeaderListSize`, on the CONNECT or on an h2c request inside a tunnel, get their stream
+ *   reset (ENHANCE_YOUR_CALM), not the session closed: Node resets such a stream before the
+ *   waypoint sees it (node_http2.cc OnHeaderCallback), so it cannot be answered 431;
+ * - PING and SETTINGS floods get the flooding session closed (nghttp2's limit on queued
+ *   acknowledgements), other sessions are served.
  * Addresses: 127.0.231.x.
  */
 import fs from 'node:fs';
-import type { ClientHttp2Session, ClientHttp2Stream } from 'node:http2';
+import http2, { type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2';
 import path from 'node:path';
 import { afterAll, beforeAll, expect, test, vi } from 'vitest';
 import { LocalCa } from '../../../src/identity/ca.ts';
@@ -102,4 +108,57 @@ test('malformed CONNECTs (with :scheme and :path) are reset by nghttp2, counted 
   } finally {
     warn.mockRestore();
   }
+});
+
+const hbone = (): [string, number] => [`127.0.${NET}.1`, topo.waypoint!.addresses.hbone.port];
+
+test('a CONNECT with more than http2.maxHeaderCount header fields is reset (ENHANCE_YOUR_CALM); one within it is answered', async () => {
+  // 2 pseudo-headers + 98 = 100 fields: accepted; + 120: reset, and no GOAWAY.
+  const within = await h2peer(topo.dir, hbone(), VIP, 'headers', 98);
+  expect((within.streams as Record<string, { status?: number }>)['1']?.status).toBe(200);
+  const over = await h2peer(topo.dir, hbone(), VIP, 'headers', 120);
+  expect((over.streams as Record<string, { reset?: number }>)['1']?.reset).toBe(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+  expect(over.goaway).toBeNull();
+});
+
+test('a CONNECT header block over http2.maxHeaderListSize is reset, not the session', async () => {
+  const r = await h2peer(topo.dir, hbone(), VIP, 'header-bytes', 70_000);
+  expect((r.streams as Record<string, { reset?: number }>)['1']?.reset).toBe(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+  expect(r.goaway).toBeNull();
+  expect(r.eof).toBe(false);
+});
+
+test('an h2c request inside a tunnel with more than http2.maxHeaderCount header fields is reset; the h2c session serves the next one', async () => {
+  const h2c = http2.connect(`http://${topo.entry.host}:${topo.entry.port}`);
+  h2c.on('error', () => {});
+  const send = (extra: number) =>
+    new Promise<{ status?: number; rstCode?: number }>((resolve) => {
+      const headers: Record<string, string> = { ':path': '/h2c', ':authority': 'echo' };
+      for (let i = 0; i < extra; i++) headers[`x-h${i}`] = 'v';
+      const req = h2c.request(headers, { endStream: true });
+      let status: number | undefined;
+      req.on('response', (h) => (status = Number(h[':status'])));
+      req.on('data', () => {});
+      req.on('error', () => {});
+      req.once('close', () => resolve({ status, rstCode: status === undefined ? req.rstCode : undefined }));
+    });
+  try {
+    // :method :path :scheme :authority + 120 > 100.
+    expect(await send(120)).toEqual({ status: undefined, rstCode: http2.constants.NGHTTP2_ENHANCE_YOUR_CALM });
+    expect((await send(10)).status).toBe(200);
+  } finally {
+    h2c.close();
+  }
+});
+
+test.each(['ping-flood', 'settings-flood'])('a %s gets the flooding session closed; another session is served', async (mode) => {
+  const r = await h2peer(topo.dir, hbone(), VIP, mode, 5000);
+  expect(r.eof || r.goaway !== null).toBe(true);
+  const { stream } = await new Promise<{ stream: ClientHttp2Stream }>((resolve, reject) => {
+    const st = session.request({ ':method': 'CONNECT', ':authority': VIP }, { endStream: false });
+    st.once('response', () => resolve({ stream: st }));
+    st.once('error', reject);
+  });
+  expect((await exchange(stream, '/after-flood')).status).toBe(200);
+  stream.close();
 });

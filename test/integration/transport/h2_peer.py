@@ -200,9 +200,12 @@ def main():
         peer.flush()
         time.sleep(1)
     elif mode == "settings-flood":
-        for _ in range(n):
-            # A SETTINGS frame with no parameters; h2 tracks acks, so write it raw.
-            sock.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        try:
+            for _ in range(n):
+                # A SETTINGS frame with no parameters; h2 tracks acks, so write it raw.
+                sock.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        except (ConnectionError, ssl.SSLError, OSError):
+            peer.eof = True  # the waypoint closed the connection mid-flood
         time.sleep(1)
     else:
         raise SystemExit("unknown mode " + mode)
