@@ -30,7 +30,7 @@ import { pickEndpoint } from '../upstream/pick-endpoint.ts';
 import { xxHash64 } from '../upstream/xxhash.ts';
 import { ResponseFlag } from '../telemetry/response-flags.ts';
 import { log } from '../util/log.ts';
-import { sniff } from './sniff.ts';
+import { refuseHttp09, sniff } from './sniff.ts';
 
 /** What the connection phase reads: current mesh and chain, the inner HTTP server, the upstream. */
 export interface WaypointListenerDeps {
@@ -93,7 +93,9 @@ function admitted(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: C
     void detect(deps, stream, conn, chain, 0);
   } else if (conn.protocol === 'UNKNOWN') {
     stream.respond({ ':status': 200 });
-    void detect(deps, stream, conn, chain, deps.protocolDetectionTimeoutMs);
+    // When TCP would be refused (L7-only policy), a client slow to send its request must not
+    // become TCP at the detection timeout and lose its tunnel unanswered: wait for its bytes.
+    void detect(deps, stream, conn, chain, conn.rejectIfTcp ? 0 : deps.protocolDetectionTimeoutMs);
   } else {
     void relayTcp(deps.clusters, stream, conn, chain, false, undefined);
   }
@@ -101,8 +103,12 @@ function admitted(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: C
 
 /** Sniff the tunnel's first bytes, then serve HTTP/1.x, h2c, or relay them as TCP. */
 async function detect(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: ConnectionContext, chain: FilterChain, timeoutMs: number): Promise<void> {
-  const { protocol, head, ended } = await sniff(stream, timeoutMs);
-  if (protocol === 'closed' || stream.destroyed) return;
+  const sniffed = await sniff(stream, timeoutMs);
+  const { head, ended } = sniffed;
+  if (sniffed.protocol === 'closed' || stream.destroyed) return;
+  // HTTP/0.9 is refused on an HTTP port; on a sniffed one it is TCP, as Envoy's http_inspector sees it.
+  if (sniffed.protocol === 'HTTP/0.9' && conn.protocol !== 'UNKNOWN') return refuseHttp09(stream, conn.info.authority);
+  const protocol = sniffed.protocol === 'HTTP/0.9' ? 'TCP' : sniffed.protocol;
   if (protocol !== 'TCP') return deps.inner.attach(stream, conn, chain, protocol);
   if (conn.protocol !== 'UNKNOWN') {
     // A declared HTTP port: bytes that are not HTTP get the HTTP/1 parser's 400; a client that

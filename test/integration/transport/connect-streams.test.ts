@@ -10,7 +10,10 @@
  *   reset (ENHANCE_YOUR_CALM), not the session closed: Node resets such a stream before the
  *   waypoint sees it (node_http2.cc OnHeaderCallback), so it cannot be answered 431;
  * - PING and SETTINGS floods get the flooding session closed (nghttp2's limit on queued
- *   acknowledgements), other sessions are served.
+ *   acknowledgements), other sessions are served;
+ * - an HTTP/0.9 request (no version) on an HTTP port is answered 400, never proxied as HTTP/1;
+ * - on an undeclared port where TCP would be refused (an L7-only AuthorizationPolicy), a client
+ *   slow to send its request is still served as HTTP rather than closed at the detection timeout.
  * Addresses: 127.0.231.x.
  */
 import fs from 'node:fs';
@@ -20,7 +23,9 @@ import { afterAll, beforeAll, expect, test, vi } from 'vitest';
 import { LocalCa } from '../../../src/identity/ca.ts';
 import { log } from '../../../src/util/log.ts';
 import { exchange, hboneSession, type ClientIdentity } from '../../helpers/hbone-client.ts';
+import { parseHttpResponse, readAll } from '../../helpers/hbone-client.ts';
 import { parsePrometheus } from '../../helpers/prometheus.ts';
+import { addToMesh, serviceYaml } from '../l7/l7-helpers.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 import { h2peer } from './h2-peer.ts';
 
@@ -161,4 +166,57 @@ test.each(['ping-flood', 'settings-flood'])('a %s gets the flooding session clos
   });
   expect((await exchange(stream, '/after-flood')).status).toBe(200);
   stream.close();
+});
+
+/** Open a CONNECT on the test session and wait for its 200. */
+function tunnelTo(authority: string): Promise<ClientHttp2Stream> {
+  return new Promise((resolve, reject) => {
+    const st = session.request({ ':method': 'CONNECT', ':authority': authority }, { endStream: false });
+    st.once('response', (h) => (h[':status'] === 200 ? resolve(st) : reject(new Error(`CONNECT ${h[':status']}`))));
+    st.once('error', reject);
+  });
+}
+
+test('an HTTP/0.9 request (no version) on an HTTP port is answered 400 and the tunnel ended, with a log line', async () => {
+  const warn = vi.spyOn(log, 'warn');
+  try {
+    const st = await tunnelTo(VIP);
+    st.write('GET /http09\r\n\r\n');
+    const raw = await Promise.race([readAll(st), new Promise<Buffer>((r) => setTimeout(() => r(Buffer.from('(no answer in 5 s)')), 5000))]);
+    const res = parseHttpResponse(raw);
+    expect(res.status).toBe(400);
+    expect(res.body.toString()).toBe('HTTP/0.9 requests are not supported\n');
+    expect(warn.mock.calls.some((c) => c[1] === 'HTTP/0.9 request refused with 400')).toBe(true);
+  } finally {
+    warn.mockRestore();
+  }
+});
+
+test('undeclared port with an L7-only AuthorizationPolicy: a request sent 300 ms after the CONNECT (past the detection timeout) is served as HTTP', async () => {
+  const sniffed = `127.0.${NET}.101:8081`;
+  await addToMesh(
+    topo,
+    `${serviceYaml('sniffed', `127.0.${NET}.101`, 'foo', 8081, 8080)}---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: { name: get-only, namespace: demo }
+spec:
+  targetRefs: [{ kind: Service, group: "", name: sniffed }]
+  action: ALLOW
+  rules: [{ to: [{ operation: { methods: [GET] } }] }]
+`,
+  );
+  const st = await tunnelTo(sniffed);
+  // http.protocolDetectionTimeoutMs is 100 ms.
+  await new Promise((r) => setTimeout(r, 300));
+  st.write('GET /late HTTP/1.1\r\nhost: sniffed\r\nconnection: close\r\n\r\n');
+  const raw = await Promise.race([readAll(st).catch(() => Buffer.from('(reset)')), new Promise<Buffer>((r) => setTimeout(() => r(Buffer.from('(no answer in 5 s)')), 5000))]);
+  expect(raw.toString('latin1')).toMatch(/^HTTP\/1\.1 200 /);
+  expect(JSON.parse(parseHttpResponse(raw).body.toString()).url).toBe('/late');
+  // A method the policy does not allow gets the L7 answer, 403, not a silent close.
+  const st2 = await tunnelTo(sniffed);
+  await new Promise((r) => setTimeout(r, 300));
+  st2.write('DELETE /late HTTP/1.1\r\nhost: sniffed\r\nconnection: close\r\n\r\n');
+  const raw2 = await Promise.race([readAll(st2).catch(() => Buffer.from('(reset)')), new Promise<Buffer>((r) => setTimeout(() => r(Buffer.from('(no answer in 5 s)')), 5000))]);
+  expect(parseHttpResponse(raw2).status).toBe(403);
 });

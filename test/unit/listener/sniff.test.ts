@@ -12,7 +12,10 @@ describe('classify', () => {
     ['SSH-2.0-OpenSSH\r\n', 'TCP'],
     ['\x16\x03\x01\x02\x00', 'TCP'],
     ['GET / HTTP/2.0\r\n', 'TCP'],
-    ['GET /\r\n', 'TCP'],
+    ['GET /\r\n', 'HTTP/0.9'],
+    ['POST /a/b?c\r\n', 'HTTP/0.9'],
+    ['GET key\r\n', 'TCP'],
+    ['FOO /x\r\n', 'TCP'],
   ])('%j → %s', (input, expected) => {
     expect(classify(b(input))).toBe(expected);
   });
