@@ -129,7 +129,7 @@ const schema = z.strictObject({
        * IP) to `x-forwarded-for`. Off by default: Istio's waypoint leaves XFF as the client sent it.
        */
       appendForwardedFor: z.boolean().default(false),
-      /** Istio's default waypoint retry policy (IS:pilot/pkg/networking/core/route/retry/retry.go). */
+      /** Istio's default waypoint retry policy (istio/istio pilot/pkg/networking/core/route/retry/retry.go). */
       retry: z
         .strictObject({
           /** Retries after the first attempt (Envoy `num_retries`). */

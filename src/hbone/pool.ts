@@ -2,7 +2,7 @@
  * The HBONE client: a pool of mTLS HTTP/2 connections toward HBONE servers (a destination's
  * ztunnel on `podIP:15008`, or a waypoint), each carrying many CONNECT streams.
  *
- * Follows ztunnel's pool (ZT:src/proxy/pool.rs, src/proxy/h2/client.rs): connections are keyed by
+ * Follows ztunnel's pool (istio/ztunnel src/proxy/pool.rs, src/proxy/h2/client.rs): connections are keyed by
  * destination address and the identity the server must present; a new connection is opened when
  * every pooled one is at its stream limit (min of ours and the peer's SETTINGS); connections that
  * received GOAWAY or died are never used again; idle ones are released after `idleTimeoutMs`.
@@ -100,7 +100,7 @@ export class HboneSessionPool {
    * {@link HboneConnectError}. Nothing was sent inside the tunnel before the answer, so a CONNECT
    * that got none may be sent again:
    *  - lost because a pooled connection died under it (a stale connection: the peer vanished or
-   *    its IP now belongs to someone who answers RST, pitfall F1): retried once, on a fresh connection;
+   *    its IP now belongs to someone who answers RST, istio/ztunnel#1637): retried once, on a fresh connection;
    *  - refused (REFUSED_STREAM, or ENHANCE_YOUR_CALM, Node's refusal of a stream beyond its
    *    SETTINGS_MAX_CONCURRENT_STREAMS: a Node server still counts streams that closed in the same
    *    read until its JavaScript side let go of them, so a client that keeps within the limit can

@@ -4,10 +4,10 @@
  * `waypoint inbound` role. It parses the CONNECT and hands the stream on; what to do with the
  * target is the caller's job.
  *
- * Behaviour follows ztunnel's inbound (ZT:src/proxy/inbound.rs): a method other than CONNECT or an
+ * Behaviour follows ztunnel's inbound (istio/ztunnel src/proxy/inbound.rs): a method other than CONNECT or an
  * unparsable `:authority` is answered 400. Only a `stream` listener is registered — never a
  * `request` listener or `allowHTTP1` — so Node's compatibility layer cannot answer CONNECT with 405
- * (pitfall A1, nodejs/node#36977).
+ * (nodejs/node#36977).
  */
 import http2, { type Http2SecureServer, type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
