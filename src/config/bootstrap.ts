@@ -157,10 +157,10 @@ const schema = z.strictObject({
        * Per client IP (the source pod's in ambient mode); 0 turns a limit off. Concurrent HBONE
        * connections (ztunnel opens one per 100 concurrent streams per destination).
        */
-      maxConnectionsPerPeer: z.number().int().min(0).default(100),
-      /** New connections per second, with a burst. */
-      peerConnectionRate: z.number().int().min(0).default(20),
-      peerConnectionBurst: z.number().int().min(1).default(100),
+      maxConnectionsPerPeer: z.number().int().min(0).default(1_000),
+      /** New connections (TLS handshakes) per second, with a burst. */
+      peerConnectionRate: z.number().int().min(0).default(100),
+      peerConnectionBurst: z.number().int().min(1).default(1_000),
       /**
        * New CONNECT streams per second across the client's connections, with a burst. Beyond it a
        * stream is refused (REFUSED_STREAM), the session closed (GOAWAY ENHANCE_YOUR_CALM) and new

@@ -45,6 +45,8 @@ describe('defaults', () => {
     { path: 'http2.maxSessionInvalidFrames', value: 1_000, why: "Node's default" },
     { path: 'http2.maxSessionRejectedStreams', value: 100, why: "Node's default" },
     { path: 'limits.tlsHandshakeTimeoutMs', value: 10_000, why: 'no 120 s handshakes (Node default)' },
+    { path: 'limits.maxConnectionsPerPeer', value: 1_000, why: 'ztunnel opens one connection per 100 streams' },
+    { path: 'limits.peerStreamRate', value: 2_000, why: 'a rapid-reset attacker costs at most this' },
     { path: 'identity.certTtl', value: '24h', why: 'Istio workload cert lifetime' },
     { path: 'drain.timeoutMs', value: 5_000, why: 'drain budget on SIGTERM' },
   ];
