@@ -157,7 +157,7 @@ test('an h2c request inside a tunnel with more than http2.maxHeaderCount header 
 });
 
 test.each(['ping-flood', 'settings-flood'])('a %s gets the flooding session closed; another session is served', async (mode) => {
-  const r = await h2peer(topo.dir, hbone(), VIP, mode, 5000);
+  const r = await h2peer(topo.dir, hbone(), VIP, mode, 20_000);
   expect(r.eof || r.goaway !== null).toBe(true);
   const { stream } = await new Promise<{ stream: ClientHttp2Stream }>((resolve, reject) => {
     const st = session.request({ ':method': 'CONNECT', ':authority': VIP }, { endStream: false });

@@ -34,14 +34,20 @@ import h2.exceptions
 import h2.settings
 
 
-def connect(host, port, cert, key, ca):
+def connect(host, port, cert, key, ca, rcvbuf=0):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
     ctx.check_hostname = False  # SPIFFE certificates carry a URI SAN only
     ctx.load_verify_locations(ca)
     ctx.load_cert_chain(cert, key)
     ctx.set_alpn_protocols(["h2"])
-    sock = ctx.wrap_socket(socket.create_connection((host, int(port)), timeout=10))
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf:
+        # A small receive buffer: acknowledgements we do not read pile up at the waypoint, not here.
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    raw.settimeout(10)
+    raw.connect((host, int(port)))
+    sock = ctx.wrap_socket(raw)
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, validate_outbound_headers=False, validate_inbound_headers=False))
     conn.initiate_connection()
     sock.sendall(conn.data_to_send())
@@ -150,7 +156,7 @@ def main():
     n = int(n)
     if mode == "rapid-reset-loop":
         return rapid_reset_loop(host, port, cert, key, ca, authority, n)
-    sock, conn = connect(host, port, cert, key, ca)
+    sock, conn = connect(host, port, cert, key, ca, 4096 if mode.endswith("-flood") else 0)
     peer = Peer(sock, conn)
     peer.pump(0.2)  # the server's SETTINGS
     connect_headers = [(":method", "CONNECT"), (":authority", authority)]
