@@ -168,6 +168,7 @@ export class Waypoint {
         http2: cfg.http2,
         trustDomain: () => mesh.current.meshConfig.trustDomain,
         connectTimeoutMs: cfg.upstream.connectTimeoutMs,
+        connectResponseTimeoutMs: cfg.upstream.connectResponseTimeoutMs,
         idleTimeoutMs: cfg.upstream.idleTimeoutMs,
         maxStreamsPerConnection: cfg.upstream.maxStreamsPerConnection,
       });
@@ -224,6 +225,9 @@ export class Waypoint {
         name: 'waypoint',
         material: certificate.current,
         http2: cfg.http2,
+        tlsHandshakeTimeoutMs: cfg.limits.tlsHandshakeTimeoutMs,
+        peerLimits: cfg.limits,
+        metrics,
         verifyPeer: (peer) => refuseDownstreamPeer(peer, mesh.current.meshConfig),
         onConnect: waypointConnectHandler({ mesh, chain, inner, tcp: new TcpProxy(clusters), protocolDetectionTimeoutMs: cfg.http.protocolDetectionTimeoutMs }),
       });

@@ -132,8 +132,9 @@ export class InnerHttpServer {
       // One header-size limit for both inner protocols: `http.maxRequestHeadersBytes`.
       settings: { ...http2Settings(opts.http2, true), maxHeaderListSize: opts.maxHeaderSize },
       maxSessionMemory: opts.http2.maxSessionMemoryMb,
-      // The header block limit of the h2c session is the same byte bound as HTTP/1's.
-      maxHeaderListPairs: 0xffff,
+      // The header block is bounded in bytes as HTTP/1's, and in count as Envoy's
+      // `max_headers_count` (http2.maxHeaderCount; beyond it Node resets the stream).
+      maxHeaderListPairs: opts.http2.maxHeaderCount,
     });
     this.h2server.on('session', (session: TaggedSession) => {
       const ref = this.attaching;

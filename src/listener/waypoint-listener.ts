@@ -19,7 +19,7 @@ import type { InnerHttpServer } from '../inner-http/index.ts';
 import { type FilterChain, ConnectionContext, type ConnectInfo, FilterStatus } from '../pipeline/index.ts';
 import { isHttpProtocol, type MeshSnapshot, type PortProtocol, type Target } from '../state/index.ts';
 import { log } from '../util/index.ts';
-import { sniff } from './sniff.ts';
+import { refuseHttp09, sniff } from './sniff.ts';
 
 /**
  * The terminal of TCP tunnels (the router layer's TCP proxy, Envoy's tcp_proxy): relays `stream`
@@ -92,7 +92,9 @@ function admitted(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: C
     void detect(deps, stream, conn, chain, 0);
   } else if (conn.protocol === 'UNKNOWN') {
     stream.respond({ ':status': 200 });
-    void detect(deps, stream, conn, chain, deps.protocolDetectionTimeoutMs);
+    // When TCP would be refused (L7-only policy), a client slow to send its request must not
+    // become TCP at the detection timeout and lose its tunnel unanswered: wait for its bytes.
+    void detect(deps, stream, conn, chain, conn.rejectIfTcp ? 0 : deps.protocolDetectionTimeoutMs);
   } else {
     void deps.tcp.proxy(stream, conn, chain, false, undefined);
   }
@@ -100,13 +102,18 @@ function admitted(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: C
 
 /** Sniff the tunnel's first bytes, then serve HTTP/1.x, h2c, or relay them as TCP. */
 async function detect(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: ConnectionContext, chain: FilterChain, timeoutMs: number): Promise<void> {
-  const { protocol, head } = await sniff(stream, timeoutMs);
-  if (protocol === 'closed' || stream.destroyed) return;
+  const sniffed = await sniff(stream, timeoutMs);
+  const { head, ended } = sniffed;
+  if (sniffed.protocol === 'closed' || stream.destroyed) return;
+  // HTTP/0.9 is refused on an HTTP port; on a sniffed one it is TCP, as Envoy's http_inspector sees it.
+  if (sniffed.protocol === 'HTTP/0.9' && conn.protocol !== 'UNKNOWN') return refuseHttp09(stream, conn.info.authority);
+  const protocol = sniffed.protocol === 'HTTP/0.9' ? 'TCP' : sniffed.protocol;
   if (protocol !== 'TCP') return deps.inner.attach(stream, conn, chain, protocol);
   if (conn.protocol !== 'UNKNOWN') {
     // A declared HTTP port: bytes that are not HTTP get the HTTP/1 parser's 400; a client that
-    // ended its side before a whole request line gets a clean end.
-    if (head === undefined) return deps.inner.attach(stream, conn, chain, 'HTTP/1.1');
+    // ended its side before a whole request line (or before any byte: END_STREAM on the CONNECT)
+    // can send no request, so its tunnel is ended at once rather than held open.
+    if (!ended) return deps.inner.attach(stream, conn, chain, 'HTTP/1.1');
     stream.end();
     return;
   }

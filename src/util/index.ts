@@ -7,3 +7,4 @@ export { ConfigError, WaypointError, type ConfigLocation } from './errors.ts';
 export { deepFreeze, deepFreezeStepwise } from './freeze.ts';
 export { listenOn, parseListenAddress } from './listen.ts';
 export { runInSlices, runNow, type Stepwise } from './slices.ts';
+export { LogLimiter } from './log-limiter.ts';

@@ -12,12 +12,6 @@ import { expect, test } from 'vitest';
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const FORBIDDEN = /shared\/|reference\/[a-z-]+\.md|[Pp]itfalls? [A-K][0-9]|\b(IS|ENV|ZT):|\b(PX|GW|API):[a-z]|\b(authz|hbone-waypoint|pitfalls|performance|style)\.md\b/;
 
-/**
- * Files edited on other branches when this check was added (their comments still carry such
- * references); each must still have a hit, so the list is emptied as they are fixed.
- */
-const PENDING = new Set(['src/hbone/pool.ts', 'src/hbone/relay.ts', 'src/hbone/server.ts', 'src/hbone/settings.ts', 'src/hbone/writev-fix.ts', 'src/upstream/h2-upstream.ts']);
-
 function files(dir: string): string[] {
   return fs.readdirSync(path.join(ROOT, dir), { withFileTypes: true }).flatMap((e) => {
     const rel = `${dir}/${e.name}`;
@@ -36,11 +30,7 @@ const checked = [...files('src'), ...files('filters'), 'README.md', 'filters/REA
 
 test('src, filters and the READMEs cite upstream sources, not notes or shorthand prefixes', () => {
   expect(checked.length).toBeGreaterThan(100);
-  expect(checked.filter((f) => !PENDING.has(f)).flatMap(hits)).toEqual([]);
-});
-
-test('files still pending a docs pass are listed only while they need one', () => {
-  expect([...PENDING].filter((f) => hits(f).length === 0)).toEqual([]);
+  expect(checked.flatMap(hits)).toEqual([]);
 });
 
 test('the check recognises every forbidden form', () => {
