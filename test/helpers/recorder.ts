@@ -2,10 +2,11 @@
  * The two recorders of the integration tests:
  * - {@link recorder}: a filter in the waypoint's chain recording what each inner request and each
  *   tunnel ended with (status, response flags and details, authz decision, peers, ...);
- * - {@link startBackend}: a backend (a pod's application) recording every request it received and
- *   answering each as the test tells it.
+ * - {@link startBackend}: an HTTP backend (a pod's application) recording every request it received
+ *   and answering each as the test tells it; {@link startTcpBackend}, its TCP (echo) counterpart.
  */
 import http from 'node:http';
+import net from 'node:net';
 import { AUTHZ_RESULT, TCP_AUTHZ_RESULT, type AuthzResult } from '../../src/authz/index.ts';
 import { DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, downstreamPeerOf, type PeerInfo } from '../../src/peer/index.ts';
 import { FilterStatus, type FilterFactory } from '../../src/pipeline/index.ts';
@@ -201,4 +202,41 @@ export async function startBackend(ip: string, port: number, answer: Answer = de
   const sockets = track(server);
   await listen(server, ip, port);
   return { server, received, close: () => closeServer(server, sockets) };
+}
+
+/** A plain TCP echo backend (an L4 pod) counting what it received. */
+export interface TcpBackend {
+  /** Connections accepted, bytes received, connections open now. */
+  readonly connections: number;
+  readonly bytes: number;
+  readonly open: number;
+  close(): Promise<void>;
+}
+
+/** A TCP backend on `ip:port` echoing every byte back and counting connections and bytes. */
+export async function startTcpBackend(ip: string, port: number): Promise<TcpBackend> {
+  const state = { connections: 0, bytes: 0 };
+  const server = net.createServer((s) => {
+    state.connections++;
+    s.on('data', (c: Buffer) => {
+      state.bytes += c.length;
+      s.write(c);
+    });
+    s.on('end', () => s.end());
+    s.on('error', () => {});
+  });
+  const sockets = track(server);
+  await listen(server, ip, port);
+  return {
+    get connections() {
+      return state.connections;
+    },
+    get bytes() {
+      return state.bytes;
+    },
+    get open() {
+      return sockets.size;
+    },
+    close: () => closeServer(server, sockets),
+  };
 }

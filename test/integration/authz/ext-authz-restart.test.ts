@@ -11,7 +11,9 @@ import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { log } from '../../../src/util/log.ts';
-import { AuthzWaypoint, meshYaml, spiffe, startHttpBackend, startTcpBackend, type HttpBackend, type TcpBackend } from './harness.ts';
+import { spiffe } from '../../helpers/identity.ts';
+import { startBackend, startTcpBackend, type Backend, type TcpBackend } from '../../helpers/recorder.ts';
+import { AuthzWaypoint, meshYaml } from './harness.ts';
 
 log.level = 'silent';
 
@@ -38,9 +40,9 @@ const MESH = meshYaml({
 - name: grpc
   envoyExtAuthzGrpc: { service: ext-authz.foo.svc.cluster.local, port: 9000, timeout: 10s }`,
   apps: [
-    { name: 'ext-authz', vip: `${NET}.120`, podIp: `${NET}.20`, ports: ['{ name: grpc, port: 9000, targetPort: 9000 }'] },
-    { name: 'tcpapp', vip: `${NET}.100`, podIp: `${NET}.11`, ports: ['{ name: tcp, port: 9000, targetPort: 9000 }'] },
-    { name: 'web', vip: `${NET}.104`, podIp: `${NET}.12`, ports: ['{ name: http, port: 80, targetPort: 8080 }'] },
+    { name: 'ext-authz', vip: `${NET}.120`, podIp: `${NET}.20`, ports: [{ name: 'grpc', port: 9000, targetPort: 9000 }] },
+    { name: 'tcpapp', vip: `${NET}.100`, podIp: `${NET}.11`, ports: [{ name: 'tcp', port: 9000, targetPort: 9000 }] },
+    { name: 'web', vip: `${NET}.104`, podIp: `${NET}.12`, ports: [{ name: 'http', port: 80, targetPort: 8080 }] },
   ],
   docs: [custom('tcpapp'), custom('web')],
 });
@@ -68,12 +70,12 @@ async function restartProvider(): Promise<void> {
 
 let wp: AuthzWaypoint;
 let provider: ChildProcess;
-let web: HttpBackend;
+let web: Backend;
 let tcp: TcpBackend;
 
 beforeAll(async () => {
   provider = await startProvider();
-  web = await startHttpBackend(`${NET}.12`, 8080);
+  web = await startBackend(`${NET}.12`, 8080);
   tcp = await startTcpBackend(`${NET}.11`, 9000);
   wp = await AuthzWaypoint.start({ ip: `${NET}.1`, mesh: MESH });
 });

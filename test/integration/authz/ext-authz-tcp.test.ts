@@ -13,7 +13,10 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import type { CheckRequest } from '../../../src/authz/ext-authz/proto.ts';
 import { log } from '../../../src/util/log.ts';
 import { startGrpcAuthz, type CheckReply } from '../ext-authz/helpers.ts';
-import { AuthzWaypoint, eventually, meshYaml, spiffe, startHttpBackend, startTcpBackend, type Received, type TcpBackend } from './harness.ts';
+import { spiffe } from '../../helpers/identity.ts';
+import { RECORDER, startBackend, startTcpBackend, type Received, type TcpBackend } from '../../helpers/recorder.ts';
+import { eventually } from '../../helpers/servers.ts';
+import { AuthzWaypoint, meshYaml } from './harness.ts';
 
 log.level = 'silent';
 
@@ -36,8 +39,8 @@ spec:
   provider: { name: ${provider} }
   rules: ${rules}
 `;
-const tcpApp = (name: string, last: number) => ({ name, vip: `${NET}.${last}`, podIp: `${NET}.11`, ports: ['{ name: tcp, port: 9000, targetPort: 9000 }'] });
-const webApp = (name: string, last: number) => ({ name, vip: `${NET}.${last}`, podIp: `${NET}.12`, ports: ['{ name: http, port: 80, targetPort: 8080 }'] });
+const tcpApp = (name: string, last: number) => ({ name, vip: `${NET}.${last}`, podIp: `${NET}.11`, ports: [{ name: 'tcp', port: 9000, targetPort: 9000 }] });
+const webApp = (name: string, last: number) => ({ name, vip: `${NET}.${last}`, podIp: `${NET}.12`, ports: [{ name: 'http', port: 80, targetPort: 8080 }] });
 
 const MESH = meshYaml({
   meshConfig: `extensionProviders:
@@ -50,9 +53,9 @@ const MESH = meshYaml({
 - name: http
   envoyExtAuthzHttp: { service: dead.foo.svc.cluster.local, port: 9000, timeout: 2s }`,
   apps: [
-    { name: 'ext-authz', vip: `${NET}.120`, podIp: `${NET}.20`, ports: ['{ name: grpc, port: 9000, targetPort: 9000 }'] },
+    { name: 'ext-authz', vip: `${NET}.120`, podIp: `${NET}.20`, ports: [{ name: 'grpc', port: 9000, targetPort: 9000 }] },
     // Nothing listens on the dead provider's pod.
-    { name: 'dead', vip: `${NET}.121`, podIp: `${NET}.21`, ports: ['{ name: grpc, port: 9000, targetPort: 9000 }'] },
+    { name: 'dead', vip: `${NET}.121`, podIp: `${NET}.21`, ports: [{ name: 'grpc', port: 9000, targetPort: 9000 }] },
     tcpApp('asked', 100),
     tcpApp('open', 101),
     tcpApp('closed', 102),
@@ -99,11 +102,11 @@ let web: { received: Received[]; close(): Promise<void> };
 beforeAll(async () => {
   authz = await startGrpcAuthz(`${NET}.20:9000`, reply);
   tcp = await startTcpBackend(`${NET}.11`, 9000);
-  web = await startHttpBackend(`${NET}.12`, 8080);
+  web = await startBackend(`${NET}.12`, 8080);
   wp = await AuthzWaypoint.start({
     ip: `${NET}.1`,
     mesh: MESH,
-    filters: [{ name: 'istio.authz' }, { name: 'istio.stats' }, { name: 'test.authzrec' }, { name: 'envoy.filters.http.router' }],
+    filters: [{ name: 'istio.authz' }, { name: 'istio.stats' }, { name: RECORDER }, { name: 'envoy.filters.http.router' }],
   });
 });
 afterAll(async () => {

@@ -10,7 +10,10 @@ import type { ClientHttp2Stream } from 'node:http2';
 import { describe, expect, test } from 'vitest';
 import { ConfigError } from '../../../src/errors.ts';
 import { exchange } from '../../helpers/hbone-client.ts';
-import { AuthzWaypoint, eventually, HTTP_PORT, meshYaml, spiffe, startAll, type HttpBackend, type TcpBackend } from './harness.ts';
+import { spiffe } from '../../helpers/identity.ts';
+import type { Backend, TcpBackend } from '../../helpers/recorder.ts';
+import { eventually } from '../../helpers/servers.ts';
+import { AuthzWaypoint, HTTP_PORT, meshYaml, startAll } from './harness.ts';
 
 const NET = '127.0.151';
 const GOOD = spiffe('good', 'c');
@@ -34,11 +37,11 @@ const mesh = (...policies: string[]) =>
     namespace: 'app',
     waypointNamespace: 'infra',
     apps: [
-      { name: 'tcp', vip: `${NET}.100`, podIp: `${NET}.11`, ports: ['{ name: tcp, port: 9000, targetPort: 9000 }', '{ name: tcp-b, port: 9001, targetPort: 9001 }'] },
+      { name: 'tcp', vip: `${NET}.100`, podIp: `${NET}.11`, ports: [{ name: 'tcp', port: 9000, targetPort: 9000 }, { name: 'tcp-b', port: 9001, targetPort: 9001 }] },
       { name: 'web', vip: `${NET}.101`, podIp: `${NET}.12`, ports: [HTTP_PORT] },
       // Undeclared protocols (port names Istio does not know): sniffed.
-      { name: 'auto-tcp', app: 'auto', vip: `${NET}.102`, podIp: `${NET}.13`, ports: ['{ name: db, port: 7000, targetPort: 7000 }'] },
-      { name: 'auto-web', app: 'web', vip: `${NET}.103`, ports: ['{ name: web, port: 80, targetPort: 8080 }'] },
+      { name: 'auto-tcp', app: 'auto', vip: `${NET}.102`, podIp: `${NET}.13`, ports: [{ name: 'db', port: 7000, targetPort: 7000 }] },
+      { name: 'auto-web', app: 'web', vip: `${NET}.103`, ports: [{ name: 'web', port: 80, targetPort: 8080 }] },
     ],
     docs: policies,
   });
@@ -51,7 +54,7 @@ let wp: AuthzWaypoint;
 let tcp: TcpBackend;
 let tcpB: TcpBackend;
 let auto: TcpBackend;
-let web: HttpBackend;
+let web: Backend;
 
 startAll(async (start) => {
   tcp = await start.tcp(`${NET}.11`, 9000);
