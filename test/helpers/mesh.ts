@@ -55,6 +55,9 @@ export interface ServicePortSpec {
   readonly protocol?: string;
 }
 
+/** Service port `port` named `name` to `targetPort` (default: the same port). */
+export const servicePort = (name: string, port: number, targetPort: number | string = port): ServicePortSpec => ({ name, port, targetPort });
+
 export interface ServiceSpec {
   readonly name: string;
   readonly namespace?: string;

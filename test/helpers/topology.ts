@@ -11,6 +11,7 @@ import path from 'node:path';
 import { startTopology, type Topology, type TopologyOptions } from '../../src/demo/topology.ts';
 import { TunnelRole } from '../../src/roles/tunnel.ts';
 import { spiffe, TestCa } from './identity.ts';
+import { meshText, service, type Doc, type ServicePortSpec } from './mesh.ts';
 
 export interface TestTopology extends Topology {
   readonly dir: string;
@@ -98,9 +99,14 @@ export async function addEntry(topo: TestTopology, authority: string, o: EntryOp
   };
 }
 
-/** Append YAML documents to the topology's mesh file and make the waypoint apply them now. */
-export async function addToMesh(topo: TestTopology, yaml: string): Promise<void> {
+/** Append documents (objects, or YAML text as written) to the topology's mesh file and make the waypoint apply them now. */
+export async function addToMesh(topo: TestTopology, ...docs: (Doc | string)[]): Promise<void> {
   const text = fs.readFileSync(topo.meshFile, 'utf8');
-  fs.writeFileSync(topo.meshFile, `${text}---\n${yaml}`);
+  fs.writeFileSync(topo.meshFile, `${text}---\n${meshText(...docs)}`);
   await topo.waypoint!.mesh.reload();
+}
+
+/** Another Service in namespace `demo` selecting the topology's echo pods (`app: echo`). */
+export function echoService(name: string, vip: string, ...ports: ServicePortSpec[]): Doc {
+  return service({ name, namespace: 'demo', vip, selector: { app: 'echo' }, ports });
 }

@@ -13,10 +13,10 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { HeaderAppendAction, type CheckRequest } from '../../../src/authz/ext-authz/proto.ts';
 import { log } from '../../../src/util/log.ts';
 import { parseHttpResponse, readAll } from '../../helpers/hbone-client.ts';
-import { startGrpcAuthz, startHttpAuthz, type CheckReply, type SeenHttp } from '../ext-authz/helpers.ts';
 import { spiffe } from '../../helpers/identity.ts';
 import { startBackend, type Received } from '../../helpers/recorder.ts';
 import { eventually } from '../../helpers/servers.ts';
+import { startGrpcAuthz, startHttpAuthz, type CheckReply, type SeenHttp } from '../ext-authz/helpers.ts';
 import { AuthzWaypoint, meshYaml } from './harness.ts';
 
 log.level = 'silent';

@@ -10,11 +10,11 @@
 import * as grpc from '@grpc/grpc-js';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { describe, expect, test } from 'vitest';
-import { log } from '../../../src/util/log.ts';
 import type { CheckRequest } from '../../../src/authz/ext-authz/proto.ts';
-import { startGrpcAuthz, type CheckReply } from '../ext-authz/helpers.ts';
+import { log } from '../../../src/util/log.ts';
 import { spiffe } from '../../helpers/identity.ts';
 import type { Backend } from '../../helpers/recorder.ts';
+import { startGrpcAuthz, type CheckReply } from '../ext-authz/helpers.ts';
 import { AuthzWaypoint, HTTP_PORT, meshYaml, servicePolicy, startAll } from './harness.ts';
 
 log.level = 'silent';

@@ -12,10 +12,10 @@ import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import type { CheckRequest } from '../../../src/authz/ext-authz/proto.ts';
 import { log } from '../../../src/util/log.ts';
-import { startGrpcAuthz, type CheckReply } from '../ext-authz/helpers.ts';
 import { spiffe } from '../../helpers/identity.ts';
 import { RECORDER, startBackend, startTcpBackend, type Received, type TcpBackend } from '../../helpers/recorder.ts';
 import { eventually } from '../../helpers/servers.ts';
+import { startGrpcAuthz, type CheckReply } from '../ext-authz/helpers.ts';
 import { AuthzWaypoint, meshYaml } from './harness.ts';
 
 log.level = 'silent';

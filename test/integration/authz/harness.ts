@@ -14,10 +14,10 @@ import type { ClientHttp2Session, ClientHttp2Stream } from 'node:http2';
 import { parse } from 'yaml';
 import { afterAll, beforeAll } from 'vitest';
 import type { Waypoint } from '../../../src/app.ts';
+import type { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
 import type { FilterFactory } from '../../../src/pipeline/index.ts';
 import { InboundRole } from '../../../src/roles/inbound.ts';
 import { MeshStore } from '../../../src/state/store.ts';
-import type { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
 import { remapWith, type Remap } from '../../helpers/authz-cases.ts';
 import { connect, hboneSession, parseHttpResponse, readAll } from '../../helpers/hbone-client.ts';
 import { spiffe, TestCa } from '../../helpers/identity.ts';
@@ -220,8 +220,6 @@ export interface MeshApp {
 
 /** Service port 80 (`http`) to the Pod's 8080, where the tests' HTTP backends listen. */
 export const HTTP_PORT: ServicePortSpec = { name: 'http', port: 80, targetPort: 8080 };
-/** Service port `port` (`name`) to the same port of the Pod. */
-export const port = (name: string, n: number): ServicePortSpec => ({ name, port: n, targetPort: n });
 
 /**
  * The Service and Pod of `app` (Pod `<app>-1`, label `app: <app>`, service account `<app>`, where

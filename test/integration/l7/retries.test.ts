@@ -10,8 +10,10 @@
 import http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { addToMesh, closeServer, extraEntry, listen, recorder, serviceYaml } from './l7-helpers.ts';
+import { servicePort } from '../../helpers/mesh.ts';
+import { recorder } from '../../helpers/recorder.ts';
+import { closeServer, listen } from '../../helpers/servers.ts';
+import { addEntry, addToMesh, echoService, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 const NET = 88;
 const PODS = [`127.0.${NET}.11`, `127.0.${NET}.12`];
@@ -96,15 +98,13 @@ beforeAll(async () => {
   await grpcBackend(PODS[0], 9091);
   await addToMesh(
     topo,
-    [
-      serviceYaml('grpc', `127.0.${NET}.102`, 'grpc', 9090, 9090),
-      serviceYaml('dead', `127.0.${NET}.103`, 'http', 81, 8181),
-      serviceYaml('grpc-half', `127.0.${NET}.104`, 'grpc', 9091, 9091),
-    ].join('---\n'),
+    echoService('grpc', `127.0.${NET}.102`, servicePort('grpc', 9090)),
+    echoService('dead', `127.0.${NET}.103`, servicePort('http', 81, 8181)),
+    echoService('grpc-half', `127.0.${NET}.104`, servicePort('grpc', 9091)),
   );
-  const g = await extraEntry(topo, NET, `127.0.${NET}.102:9090`);
-  const d = await extraEntry(topo, NET, `127.0.${NET}.103:81`);
-  const h = await extraEntry(topo, NET, `127.0.${NET}.104:9091`);
+  const g = await addEntry(topo, `127.0.${NET}.102:9090`);
+  const d = await addEntry(topo, `127.0.${NET}.103:81`);
+  const h = await addEntry(topo, `127.0.${NET}.104:9091`);
   closers.push(g.close, d.close, h.close);
   grpcEntry = g;
   deadEntry = d;

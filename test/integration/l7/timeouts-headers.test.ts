@@ -13,8 +13,10 @@ import net from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { parseHttpResponse, readAll } from '../../helpers/hbone-client.ts';
-import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { addToMesh, closeServer, extraEntry, listen, recorder, serviceYaml, sleep } from './l7-helpers.ts';
+import { servicePort } from '../../helpers/mesh.ts';
+import { recorder } from '../../helpers/recorder.ts';
+import { closeServer, listen, sleep } from '../../helpers/servers.ts';
+import { addEntry, addToMesh, echoService, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 const id = (b: Buffer) => b;
 const definition = {
@@ -111,8 +113,8 @@ describe('requestTimeoutMs 300, appendForwardedFor, rejectHttp10', () => {
     });
     await backends(NET, closers, hung);
     await grpcBackends(NET, closers, grpcHung);
-    await addToMesh(topo, serviceYaml('quiet', `127.0.${NET}.102`, 'grpc', 9090, 9090));
-    const e = await extraEntry(topo, NET, `127.0.${NET}.102:9090`);
+    await addToMesh(topo, echoService('quiet', `127.0.${NET}.102`, servicePort('grpc', 9090)));
+    const e = await addEntry(topo, `127.0.${NET}.102:9090`);
     closers.push(e.close);
     grpcEntry = e;
   });
@@ -195,8 +197,8 @@ describe('defaults', () => {
     topo = await startTestTopology(NET, { backends: false });
     await backends(NET, closers, hung);
     await grpcBackends(NET, closers, { started: 0, closed: 0 });
-    await addToMesh(topo, serviceYaml('quiet', `127.0.${NET}.102`, 'grpc', 9090, 9090));
-    const e = await extraEntry(topo, NET, `127.0.${NET}.102:9090`);
+    await addToMesh(topo, echoService('quiet', `127.0.${NET}.102`, servicePort('grpc', 9090)));
+    const e = await addEntry(topo, `127.0.${NET}.102:9090`);
     closers.push(e.close);
     grpcEntry = e;
   });

@@ -4,7 +4,7 @@
  * answer; a plain HTTP/1.1 client through a tunnel entry that reads the answering pod back.
  */
 import http from 'node:http';
-import { closeServer, listen, track } from '../l7/l7-helpers.ts';
+import { closeServer, listen, track } from '../../helpers/servers.ts';
 
 export type Entry = { host: string; port: number };
 

@@ -9,13 +9,13 @@ import fs from 'node:fs';
 import http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { LocalCa } from '../../../src/identity/ca.ts';
-import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
-import { TunnelRole } from '../../../src/roles/tunnel.ts';
 import { routesFor } from '../../../src/routing/index.ts';
 import { samplesOf, scrape } from '../../helpers/prometheus.ts';
-import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { closeServer, extraEntry, listen, recorder, sleep, track } from '../l7/l7-helpers.ts';
+import { spiffe } from '../../helpers/identity.ts';
+import { DATAPLANE_MODE, meshText, namespace, pod as podDoc, service, servicePort } from '../../helpers/mesh.ts';
+import { RECORDER, recorder } from '../../helpers/recorder.ts';
+import { closeServer, listen, sleep, track } from '../../helpers/servers.ts';
+import { addEntry, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 const NET = 40;
 const IP = (n: number) => `127.0.${NET}.${n}`;
@@ -140,7 +140,7 @@ ${rules}
 const pod = (r: Res) => String(r.headers['x-served-by'] ?? '');
 
 beforeAll(async () => {
-  const filters = [{ name: 'test.l7rec' }, { name: 'istio.peer_metadata' }, { name: 'istio.stats' }, { name: 'envoy.filters.http.router' }];
+  const filters = [{ name: RECORDER }, { name: 'istio.peer_metadata' }, { name: 'istio.stats' }, { name: 'envoy.filters.http.router' }];
   topo = await startTestTopology(NET, { extraFilters: [rec.factory], bootstrap: { filters } });
   await backend('v2', IP(21));
   await backend('slow', IP(22));
@@ -148,20 +148,8 @@ beforeAll(async () => {
   await backend('ext', IP(26));
   await grpcBackend('grpc-v1', IP(24));
   await grpcBackend('grpc-v2', IP(25));
-  const plainPod = (name: string, ns: string, ip: string, app: string) => `apiVersion: v1
-kind: Pod
-metadata: { name: ${name}, namespace: ${ns}, labels: { app: ${app}, istio.io/dataplane-mode: none } }
-spec: { containers: [{ name: c, ports: [{ name: http, containerPort: 8080 }] }] }
-status: { podIP: "${ip}" }
-`;
-  const svc = (name: string, ns: string, vip: string, app: string, port = 80, portName = 'http', targetPort = 8080) => `apiVersion: v1
-kind: Service
-metadata: { name: ${name}, namespace: ${ns} }
-spec:
-  clusterIP: "${vip}"
-  selector: { app: ${app} }
-  ports: [{ name: ${portName}, port: ${port}, targetPort: ${targetPort} }]
-`;
+  const plainPod = (name: string, ns: string, ip: string, app: string) => podDoc({ name, namespace: ns, labels: { app, [DATAPLANE_MODE]: 'none' }, ip, ports: { http: 8080 } });
+  const svc = (name: string, ns: string, vip: string, app: string, port = servicePort('http', 80, 8080)) => service({ name, namespace: ns, vip, selector: { app }, ports: [port] });
   const extra = [
     plainPod('v2', 'demo', IP(21), 'echo-v2'),
     svc('echo-v2', 'demo', IP(101), 'echo-v2'),
@@ -170,35 +158,22 @@ spec:
     plainPod('mirror', 'demo', IP(23), 'mirror'),
     svc('mirror', 'demo', IP(103), 'mirror'),
     plainPod('grpc-v1', 'demo', IP(24), 'grpc-v1'),
-    svc('grpc', 'demo', IP(105), 'grpc-v1', 9090, 'grpc', 9090),
+    svc('grpc', 'demo', IP(105), 'grpc-v1', servicePort('grpc', 9090)),
     plainPod('grpc-v2', 'demo', IP(25), 'grpc-v2'),
-    svc('grpc-v2', 'demo', IP(106), 'grpc-v2', 9090, 'grpc', 9090),
-    `apiVersion: v1\nkind: Namespace\nmetadata: { name: ext }\n`,
+    svc('grpc-v2', 'demo', IP(106), 'grpc-v2', servicePort('grpc', 9090)),
+    namespace('ext'),
     plainPod('ext', 'ext', IP(26), 'ext'),
     svc('ext', 'ext', IP(107), 'ext'),
-    `apiVersion: v1\nkind: Namespace\nmetadata: { name: other }\n`,
-    `apiVersion: v1\nkind: Pod\nmetadata: { name: client, namespace: other, labels: { app: other-client } }\nspec: { serviceAccountName: client }\nstatus: { podIP: "${IP(51)}" }\n`,
+    namespace('other'),
+    podDoc({ name: 'client', namespace: 'other', labels: { app: 'other-client' }, sa: 'client', ip: IP(51) }),
   ];
-  baseMesh = `${fs.readFileSync(topo.meshFile, 'utf8')}---\n${extra.join('---\n')}`;
+  baseMesh = `${fs.readFileSync(topo.meshFile, 'utf8')}---\n${meshText(...extra)}`;
   await setRoutes('');
   // A client in namespace `other` (its own identity and pod IP), for consumer routes.
-  const ca = await LocalCa.load(topo.caDir);
-  const cert = await WorkloadCertificate.start(ca, 'spiffe://cluster.local/ns/other/sa/client', 3600_000);
-  const tunnel = await TunnelRole.start({
-    listen: `${IP(51)}:0`,
-    to: `${IP(1)}:${topo.waypoint!.addresses.hbone.port}`,
-    authority: `${IP(100)}:80`,
-    certificate: cert,
-    expectSan: 'spiffe://cluster.local/ns/demo/sa/waypoint',
-    bind: IP(51),
-    mesh: topo.waypoint!.mesh,
-  });
-  closers.push(async () => {
-    await tunnel.close();
-    cert.close();
-  });
-  otherEntry = { host: tunnel.address.address, port: tunnel.address.port };
-  const g = await extraEntry(topo, NET, `${IP(105)}:9090`);
+  const other = await addEntry(topo, `${IP(100)}:80`, { principal: spiffe('other', 'client'), clientIp: IP(51) });
+  closers.push(other.close);
+  otherEntry = other;
+  const g = await addEntry(topo, `${IP(105)}:9090`);
   closers.push(g.close);
   grpcEntry = g;
 }, 30_000);
