@@ -157,11 +157,11 @@ export function route(name: string, ns: string, spec: object | string, opts: { k
 export const parentService = (name: string, ns: string, port: number) => [{ group: '', kind: 'Service', name, namespace: ns, port }];
 
 /** A YAML stream of `docs`: objects are written as YAML, text is kept as written. */
-export function meshText(...docs: readonly (Doc | string)[]): string {
+export function meshText(...docs: readonly (object | string)[]): string {
   return docs.map((d) => (typeof d === 'string' ? (d.endsWith('\n') ? d : `${d}\n`) : stringify(d, { lineWidth: 0 }))).join('---\n');
 }
 
 /** Compile `docs` into a mesh snapshot (file name `test-mesh.yaml` in errors). */
-export function snapshotOf(...docs: readonly (Doc | string)[]): MeshSnapshot {
+export function snapshotOf(...docs: readonly (object | string)[]): MeshSnapshot {
   return compileMesh({ text: meshText(...docs), file: 'test-mesh.yaml' });
 }
