@@ -17,7 +17,7 @@ import { spiffe } from '../../helpers/identity.ts';
 import { startBackend, type Received } from '../../helpers/recorder.ts';
 import { eventually } from '../../helpers/servers.ts';
 import { startGrpcAuthz, startHttpAuthz, type CheckReply, type SeenHttp } from '../ext-authz/helpers.ts';
-import { AuthzWaypoint, meshYaml } from './harness.ts';
+import { AuthzWaypoint, customPolicy, meshYaml } from './harness.ts';
 
 log.level = 'silent';
 
@@ -27,15 +27,7 @@ const STRICT = `${NET}.100:80`; // gRPC provider, 16 bytes, no partial message
 const PARTIAL = `${NET}.101:80`; // gRPC provider, 16 bytes, partial, packAsBytes
 const HTTPP = `${NET}.102:80`; // HTTP provider with headersToDownstreamOnAllow
 
-const custom = (name: string, service: string, provider: string) => `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: ${name}, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: ${service} }]
-  action: CUSTOM
-  provider: { name: ${provider} }
-  rules: [{ to: [{ operation: { paths: ["/checked/*"] } }] }]
-`;
+const custom = (name: string, service: string, provider: string) => customPolicy(name, service, provider, [{ to: [{ operation: { paths: ['/checked/*'] } }] }]);
 
 const MESH = meshYaml({
   meshConfig: `extensionProviders:

@@ -16,7 +16,7 @@ import { spiffe } from '../../helpers/identity.ts';
 import { startBackend, type Backend } from '../../helpers/recorder.ts';
 import { eventually } from '../../helpers/servers.ts';
 import { startGrpcAuthz, type CheckReply } from '../ext-authz/helpers.ts';
-import { AuthzWaypoint, meshYaml } from './harness.ts';
+import { AuthzWaypoint, customPolicy, meshYaml } from './harness.ts';
 
 log.level = 'silent';
 
@@ -38,15 +38,7 @@ extensionProviders:
     { name: 'web', vip: `${NET}.104`, podIp: `${NET}.12`, ports: [{ name: 'http', port: 80, targetPort: 8080 }] },
   ],
   docs: [
-    `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: web, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: web }]
-  action: CUSTOM
-  provider: { name: grpc }
-  rules: [{}]
-`,
+    customPolicy('web', 'web', 'grpc'),
   ],
 });
 

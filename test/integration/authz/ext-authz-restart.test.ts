@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { log } from '../../../src/util/log.ts';
 import { spiffe } from '../../helpers/identity.ts';
 import { startBackend, startTcpBackend, type Backend, type TcpBackend } from '../../helpers/recorder.ts';
-import { AuthzWaypoint, meshYaml } from './harness.ts';
+import { AuthzWaypoint, customPolicy, meshYaml } from './harness.ts';
 
 log.level = 'silent';
 
@@ -24,15 +24,7 @@ const WEB = `${NET}.104:80`;
 const TCP = `${NET}.100:9000`;
 const SERVER_SCRIPT = fileURLToPath(new URL('../ext-authz/grpc-authz-process.ts', import.meta.url));
 
-const custom = (name: string) => `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: ${name}, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: ${name} }]
-  action: CUSTOM
-  provider: { name: grpc }
-  rules: [{}]
-`;
+const custom = (name: string) => customPolicy(name, name, 'grpc');
 
 const MESH = meshYaml({
   // A timeout well above the bound of the tests: a check waiting on a dead connection shows as a failure.

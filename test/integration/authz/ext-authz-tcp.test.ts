@@ -16,7 +16,7 @@ import { spiffe } from '../../helpers/identity.ts';
 import { RECORDER, startBackend, startTcpBackend, type Received, type TcpBackend } from '../../helpers/recorder.ts';
 import { eventually } from '../../helpers/servers.ts';
 import { startGrpcAuthz, type CheckReply } from '../ext-authz/helpers.ts';
-import { AuthzWaypoint, meshYaml } from './harness.ts';
+import { AuthzWaypoint, customPolicy, DRY_RUN, meshYaml, servicePolicy } from './harness.ts';
 
 log.level = 'silent';
 
@@ -30,15 +30,7 @@ const TCP_HTTP_PROVIDER = `${NET}.103:9000`;
 const WEB = `${NET}.104:80`;
 const WEB2 = `${NET}.105:80`;
 
-const custom = (name: string, service: string, provider: string, rules = '[{}]') => `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: ${name}, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: ${service} }]
-  action: CUSTOM
-  provider: { name: ${provider} }
-  rules: ${rules}
-`;
+const custom = (name: string, service: string, provider: string) => customPolicy(name, service, provider);
 const tcpApp = (name: string, last: number) => ({ name, vip: `${NET}.${last}`, podIp: `${NET}.11`, ports: [{ name: 'tcp', port: 9000, targetPort: 9000 }] });
 const webApp = (name: string, last: number) => ({ name, vip: `${NET}.${last}`, podIp: `${NET}.12`, ports: [{ name: 'http', port: 80, targetPort: 8080 }] });
 
@@ -69,21 +61,8 @@ const MESH = meshYaml({
     custom('closed', 'closed', 'dead-closed'),
     custom('httpprov', 'httpprov', 'http'),
     custom('web', 'web', 'grpc'),
-    `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: web2-deny, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: web2 }]
-  action: DENY
-  rules: [{ to: [{ operation: { paths: ["/deny"] } }] }]
-`,
-    `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: web2-dry-allow, namespace: foo, annotations: { istio.io/dry-run: "true" } }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: web2 }]
-  rules: [{ to: [{ operation: { paths: ["/dry"] } }] }]
-`,
+    servicePolicy('web2-deny', 'web2', 'action: DENY\nrules: [{ to: [{ operation: { paths: ["/deny"] } }] }]'),
+    servicePolicy('web2-dry-allow', 'web2', 'rules: [{ to: [{ operation: { paths: ["/dry"] } }] }]', { annotations: DRY_RUN }),
   ],
 });
 

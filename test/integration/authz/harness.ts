@@ -268,10 +268,17 @@ export function meshYaml(o: MeshFile): string {
  * An AuthorizationPolicy `foo/<name>` bound to Service `foo/<service>` (targetRefs); `spec` is the
  * rest of its spec (YAML text at the left margin, or an object).
  */
-export function servicePolicy(name: string, service: string, spec: string | object): Doc {
+export function servicePolicy(name: string, service: string, spec: string | object, opts: { annotations?: Record<string, string> } = {}): Doc {
   const rest = typeof spec === 'string' ? parse(spec) : spec;
-  return authorizationPolicy(name, { targetRefs: toService(service), ...rest });
+  return authorizationPolicy(name, { targetRefs: toService(service), ...rest }, opts);
 }
+
+/** A CUSTOM policy `foo/<name>` on Service `foo/<service>` sending the requests `rules` select to ext_authz provider `provider`. */
+export const customPolicy = (name: string, service: string, provider: string, rules: object[] = [{}]): Doc =>
+  servicePolicy(name, service, { action: 'CUSTOM', provider: { name: provider }, rules });
+
+/** `istio.io/dry-run: "true"`: the policy is evaluated and logged, not enforced. */
+export const DRY_RUN = { 'istio.io/dry-run': 'true' };
 
 // ---- fixture addresses ----------------------------------------------------------------------------
 

@@ -8,9 +8,11 @@
  */
 import type { ClientHttp2Stream } from 'node:http2';
 import { describe, expect, test } from 'vitest';
+import { parse } from 'yaml';
 import { ConfigError } from '../../../src/errors.ts';
 import { exchange } from '../../helpers/hbone-client.ts';
 import { spiffe } from '../../helpers/identity.ts';
+import { authorizationPolicy, toGateway, type Doc } from '../../helpers/mesh.ts';
 import type { Backend, TcpBackend } from '../../helpers/recorder.ts';
 import { eventually } from '../../helpers/servers.ts';
 import { AuthzWaypoint, HTTP_PORT, meshYaml, startAll } from './harness.ts';
@@ -24,15 +26,10 @@ const WEB = `${NET}.101:80`;
 const AUTO_TCP = `${NET}.102:7000`;
 const AUTO_WEB = `${NET}.103:80`;
 
-const policy = (name: string, spec: string) => `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: ${name}, namespace: infra }
-spec:
-  targetRefs: [{ kind: Gateway, group: gateway.networking.k8s.io, name: waypoint }]
-${spec}`;
+const policy = (name: string, spec: string) => authorizationPolicy(name, { targetRefs: toGateway(), ...parse(spec) }, { namespace: 'infra' });
 
 /** Namespace `app` uses the waypoint `infra/waypoint`; `policies` are bound to it. */
-const mesh = (...policies: string[]) =>
+const mesh = (...policies: Doc[]) =>
   meshYaml({
     namespace: 'app',
     waypointNamespace: 'infra',

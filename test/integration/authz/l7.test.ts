@@ -8,9 +8,10 @@
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { spiffe } from '../../helpers/identity.ts';
+import { authorizationPolicy } from '../../helpers/mesh.ts';
 import type { Backend } from '../../helpers/recorder.ts';
 import { addEntry } from '../../helpers/topology.ts';
-import { HTTP_PORT, meshYaml, servicePolicy, startAll, type AuthzWaypoint } from './harness.ts';
+import { DRY_RUN, HTTP_PORT, meshYaml, servicePolicy, startAll, type AuthzWaypoint } from './harness.ts';
 
 const NET = '127.0.150';
 const X = spiffe('a', 'x');
@@ -35,20 +36,9 @@ const MESH = meshYaml({
   to: [{ operation: { methods: ["GET"] } }]`,
     ),
     // Selector policy: ztunnel's, never the waypoint's (it would deny everything on t).
-    `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: t-selector-deny-all, namespace: foo }
-spec:
-  selector: { matchLabels: { app: t } }
-  action: DENY
-  rules: [{}]
-`,
+    authorizationPolicy('t-selector-deny-all', 'selector: { matchLabels: { app: t } }\naction: DENY\nrules: [{}]'),
     // Namespace-wide allow-nothing without targetRefs: also ztunnel's.
-    `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: ns-allow-nothing, namespace: foo }
-spec: {}
-`,
+    authorizationPolicy('ns-allow-nothing', {}),
     servicePolicy(
       't-deny-forbidden',
       't',
@@ -59,14 +49,7 @@ rules:
   when: [{ key: remote.ip, values: ["1.2.3.4"] }]`,
     ),
     servicePolicy('t-audit', 't', 'action: AUDIT\nrules: [{ to: [{ operation: { paths: ["/audited"] } }] }]'),
-    `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: t-shadow-deny, namespace: foo, annotations: { istio.io/dry-run: "true" } }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: t }]
-  action: DENY
-  rules: [{ to: [{ operation: { paths: ["/shadow"] } }] }]
-`,
+    servicePolicy('t-shadow-deny', 't', 'action: DENY\nrules: [{ to: [{ operation: { paths: ["/shadow"] } }] }]', { annotations: DRY_RUN }),
     servicePolicy('g-only-x', 'g', 'rules: [{ from: [{ source: { principals: ["cluster.local/ns/a/sa/x"] } }] }]'),
   ],
 });
