@@ -11,8 +11,8 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import type { ClientHttp2Session, ClientHttp2Stream } from 'node:http2';
-import { parse } from 'yaml';
 import { afterAll, beforeAll } from 'vitest';
+import { parse } from 'yaml';
 import type { Waypoint } from '../../../src/app.ts';
 import type { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
 import type { FilterFactory } from '../../../src/pipeline/index.ts';
@@ -35,7 +35,6 @@ import {
   type ServicePortSpec,
 } from '../../helpers/mesh.ts';
 import { RECORDER, recorder, startBackend, startTcpBackend, type Backend, type Recorder, type StreamRecord, type TcpBackend, type TunnelRecord } from '../../helpers/recorder.ts';
-import { eventually } from '../../helpers/servers.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 /** An HTTP answer read from a tunnel. */

@@ -3,7 +3,6 @@
  * `envoy.service.auth.v3.Authorization/Check` with the project's @bufbuild/protobuf messages), a
  * scriptable HTTP authorization server, a mesh file builder and a plain-TCP `dial`.
  */
-import http from 'node:http';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { create, fromBinary, toBinary, type MessageInitShape } from '@bufbuild/protobuf';
