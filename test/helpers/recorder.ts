@@ -172,21 +172,25 @@ export const describeRequest: Answer = (r) => ({ body: { method: r.method, url: 
 /** A running recording backend. */
 export interface Backend {
   readonly server: http.Server;
-  /** Every request received, in arrival order (recorded at its head; `body` once read). */
+  /** Every request received, in arrival order (`body` filled once read). */
   readonly received: Received[];
   close(): Promise<void>;
 }
 
-/** An HTTP/1.1 backend on `ip:port` recording every request and answering as `answer` says. */
-export async function startBackend(ip: string, port: number, answer: Answer = describeRequest): Promise<Backend> {
+/**
+ * An HTTP/1.1 backend on `ip:port` recording every request and answering as `answer` says.
+ * `afterBody`: a request is recorded once its body was read (default: on its head).
+ */
+export async function startBackend(ip: string, port: number, answer: Answer = describeRequest, opts: { afterBody?: boolean } = {}): Promise<Backend> {
   const received: Received[] = [];
   const server = http.createServer((req, res) => {
     const seen: Received = { method: req.method ?? '', url: req.url ?? '', httpVersion: req.httpVersion, headers: req.headers, body: Buffer.alloc(0) };
-    received.push(seen);
+    if (!opts.afterBody) received.push(seen);
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       seen.body = Buffer.concat(chunks);
+      if (opts.afterBody) received.push(seen);
       const reply = answer(seen, req, res);
       if (reply === undefined) return;
       const send = () => {

@@ -11,8 +11,7 @@ import http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { servicePort } from '../../helpers/mesh.ts';
-import { recorder } from '../../helpers/recorder.ts';
-import { closeServer, listen } from '../../helpers/servers.ts';
+import { recorder, startBackend } from '../../helpers/recorder.ts';
 import { addEntry, addToMesh, echoService, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 const NET = 88;
@@ -35,24 +34,17 @@ function hit(key: string, host: string): number {
 
 /** The HTTP backend of pod `ip`: /ok, /status/500, /once503 (503 on a key's first hit), /always503. */
 async function httpBackend(ip: string): Promise<void> {
-  const server = http.createServer((req, res) => {
-    const url = new URL(req.url ?? '/', 'http://x');
+  const b = await startBackend(ip, 8080, (r) => {
+    const url = new URL(r.url, 'http://x');
     const key = url.searchParams.get('k') ?? '';
-    let length = 0;
-    req.on('data', (c: Buffer) => (length += c.length));
-    req.on('end', () => {
-      const n = key ? hit(key, ip) : 0;
-      let status = 200;
-      if (url.pathname === '/status/500') status = 500;
-      else if (url.pathname === '/always503') status = 503;
-      else if (url.pathname === '/once503' && n === 1) status = 503;
-      const body = JSON.stringify({ host: ip, length });
-      res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-      res.end(body);
-    });
+    const n = key ? hit(key, ip) : 0;
+    let status = 200;
+    if (url.pathname === '/status/500') status = 500;
+    else if (url.pathname === '/always503') status = 503;
+    else if (url.pathname === '/once503' && n === 1) status = 503;
+    return { status, body: { host: ip, length: r.body.length } };
   });
-  await listen(server, ip, 8080);
-  closers.push(() => closeServer(server));
+  closers.push(b.close);
 }
 
 const id = (b: Buffer) => b;

@@ -14,8 +14,8 @@ import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { parseHttpResponse, readAll } from '../../helpers/hbone-client.ts';
 import { servicePort } from '../../helpers/mesh.ts';
-import { recorder } from '../../helpers/recorder.ts';
-import { closeServer, listen, sleep } from '../../helpers/servers.ts';
+import { recorder, startBackend } from '../../helpers/recorder.ts';
+import { sleep } from '../../helpers/servers.ts';
 import { addEntry, addToMesh, echoService, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 const id = (b: Buffer) => b;
@@ -56,23 +56,14 @@ const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f
 /** Backends answering with the request headers (and body length) as JSON once the body is read; `/hang` never answers (its close is recorded). */
 async function backends(net4: number, closers: (() => Promise<unknown>)[], hung: { started: number; closed: number }): Promise<void> {
   for (const ip of [`127.0.${net4}.11`, `127.0.${net4}.12`]) {
-    const server = http.createServer((req, res) => {
-      if (req.url?.startsWith('/hang')) {
-        hung.started++;
-        res.once('close', () => hung.closed++);
-        return;
-      }
-      // The answer comes once the request body has been read.
-      let length = 0;
-      req.on('data', (c: Buffer) => (length += c.length));
-      req.on('end', () => {
-        const body = JSON.stringify({ version: req.httpVersion, headers: req.headers, length });
-        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-        res.end(body);
-      });
+    // The answer comes once the request body has been read.
+    const b = await startBackend(ip, 8080, (r, _req, res) => {
+      if (!r.url.startsWith('/hang')) return { body: { version: r.httpVersion, headers: r.headers, length: r.body.length } };
+      hung.started++;
+      res.once('close', () => hung.closed++);
+      return undefined;
     });
-    await listen(server, ip, 8080);
-    closers.push(() => closeServer(server));
+    closers.push(b.close);
   }
 }
 

@@ -12,8 +12,8 @@ import http2 from 'node:http2';
 import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
 import { log } from '../../../src/util/log.ts';
 import { DATAPLANE_MODE, meshText, pod, service, servicePort, type Doc } from '../../helpers/mesh.ts';
-import { recorder } from '../../helpers/recorder.ts';
-import { closeServer, listen, sleep, track } from '../../helpers/servers.ts';
+import { recorder, startBackend, type Received } from '../../helpers/recorder.ts';
+import { sleep } from '../../helpers/servers.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 const NET = 41;
@@ -23,26 +23,21 @@ let topo: TestTopology;
 let baseMesh = '';
 const closers: (() => Promise<unknown>)[] = [];
 /** Requests each backend saw. */
-const seen = new Map<string, { url: string; headers: http.IncomingHttpHeaders }[]>();
+const seen = new Map<string, Received[]>();
 
 /** A plain HTTP backend on `ip:8080`: answers its name, path and headers as JSON (`/status/N` with status N); `silent` never answers. */
 async function backend(pod: string, ip: string, silent = false): Promise<void> {
-  const server = http.createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      const list = seen.get(pod) ?? [];
-      list.push({ url: req.url!, headers: req.headers });
-      seen.set(pod, list);
-      if (silent) return;
-      const body = JSON.stringify({ pod, url: req.url, host: req.headers.host, headers: req.headers, pad: 'x'.repeat(2000) });
-      const status = req.url!.startsWith('/status/') ? Number(req.url!.slice(8)) : 200;
-      res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-      res.end(body);
-    });
-  });
-  const sockets = track(server);
-  await listen(server, ip, 8080);
-  closers.push(() => closeServer(server, sockets));
+  const b = await startBackend(
+    ip,
+    8080,
+    (r) =>
+      silent
+        ? undefined
+        : { status: r.url.startsWith('/status/') ? Number(r.url.slice(8)) : 200, body: { pod, url: r.url, host: r.headers.host, headers: r.headers, pad: 'x'.repeat(2000) } },
+    { afterBody: true },
+  );
+  seen.set(pod, b.received);
+  closers.push(b.close);
 }
 
 interface Res {

@@ -13,8 +13,8 @@ import { routesFor } from '../../../src/routing/index.ts';
 import { samplesOf, scrape } from '../../helpers/prometheus.ts';
 import { spiffe } from '../../helpers/identity.ts';
 import { DATAPLANE_MODE, meshText, namespace, pod as podDoc, service, servicePort } from '../../helpers/mesh.ts';
-import { RECORDER, recorder } from '../../helpers/recorder.ts';
-import { closeServer, listen, sleep, track } from '../../helpers/servers.ts';
+import { RECORDER, recorder, startBackend, type Received } from '../../helpers/recorder.ts';
+import { sleep } from '../../helpers/servers.ts';
 import { addEntry, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 const NET = 40;
@@ -23,43 +23,39 @@ const rec = recorder();
 let topo: TestTopology;
 let baseMesh = '';
 const closers: (() => Promise<unknown>)[] = [];
-/** Requests each plain backend saw: pod → [{method, url, headers}]. */
-const seen = new Map<string, { method: string; url: string; headers: http.IncomingHttpHeaders; body: string }[]>();
+/** Requests each plain backend saw: pod → [{method, url, headers, body}]. */
+const seen = new Map<string, Received[]>();
 const flaky = new Map<string, number>();
 let otherEntry: { host: string; port: number };
 let grpcEntry: { host: string; port: number };
 
 /** A plain HTTP backend on `ip:8080` named `pod`: records requests; /slow?ms=N waits; /never never answers; /flaky?k= answers 500 on a key's first hit. */
 async function backend(pod: string, ip: string, opts: { silent?: boolean } = {}): Promise<void> {
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const list = seen.get(pod) ?? [];
-      list.push({ method: req.method!, url: req.url!, headers: req.headers, body: Buffer.concat(chunks).toString() });
-      seen.set(pod, list);
-      if (opts.silent) return; // a mirror that never answers
-      const url = new URL(req.url!, 'http://x');
-      const reply = () => {
-        const body = JSON.stringify({ pod, url: req.url, host: req.headers.host, headers: req.headers });
-        let status = 200;
-        if (url.pathname === '/flaky') {
-          const k = url.searchParams.get('k') ?? '';
-          const n = (flaky.get(k) ?? 0) + 1;
-          flaky.set(k, n);
-          if (n === 1) status = 500;
-        }
-        res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), 'x-served-by': pod, 'x-drop-me': 'x' });
-        res.end(body);
+  const b = await startBackend(
+    ip,
+    8080,
+    (r) => {
+      if (opts.silent) return undefined; // a mirror that never answers
+      const url = new URL(r.url, 'http://x');
+      if (url.pathname === '/never') return undefined;
+      let status = 200;
+      if (url.pathname === '/flaky') {
+        const k = url.searchParams.get('k') ?? '';
+        const n = (flaky.get(k) ?? 0) + 1;
+        flaky.set(k, n);
+        if (n === 1) status = 500;
+      }
+      return {
+        status,
+        headers: { 'x-served-by': pod, 'x-drop-me': 'x' },
+        body: { pod, url: r.url, host: r.headers.host, headers: r.headers },
+        delayMs: url.pathname === '/slow' ? Number(url.searchParams.get('ms') ?? 500) : 0,
       };
-      if (url.pathname === '/never') return;
-      if (url.pathname === '/slow') setTimeout(reply, Number(url.searchParams.get('ms') ?? 500));
-      else reply();
-    });
-  });
-  const sockets = track(server);
-  await listen(server, ip, 8080);
-  closers.push(() => closeServer(server, sockets));
+    },
+    { afterBody: true },
+  );
+  seen.set(pod, b.received);
+  closers.push(b.close);
 }
 
 const id = (b: Buffer) => b;
@@ -306,7 +302,7 @@ describe('routing', () => {
     for (let i = 0; i < 100 && (seen.get('mirror')?.length ?? 0) === before; i++) await sleep(20);
     const copy = seen.get('mirror')![before];
     expect(copy.url).toBe('/mirrored');
-    expect(copy.body).toBe('payload');
+    expect(copy.body.toString()).toBe('payload');
     expect(copy.headers.host).toBe('echo.demo.svc.cluster.local-shadow');
   });
 
