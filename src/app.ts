@@ -11,8 +11,8 @@ import { routingConfigDump } from './admin/config-dump.ts';
 import { AdminServer } from './admin/server.ts';
 import type { BootstrapConfig } from './config/bootstrap.ts';
 import { RequestAuthn } from './authn/index.ts';
-import { compileAuthz } from './authz/compile.ts';
-import { ExtAuthzClient, createExtAuthzHook } from './authz/ext-authz/index.ts';
+import { AUTHZ, PEER_AUTHENTICATION } from './authz/index.ts';
+import { EXT_AUTHZ_PROVIDERS, ExtAuthzClient, createExtAuthzHook } from './authz/ext-authz/index.ts';
 import { ConfigError } from './errors.ts';
 import { HboneSessionPool } from './hbone/pool.ts';
 import { HboneServer } from './hbone/server.ts';
@@ -24,19 +24,21 @@ import { waypointConnectHandler } from './listener/waypoint-listener.ts';
 import type { FilterChain } from './pipeline/chain.ts';
 import type { Filter, FilterEnv, FilterFactory } from './pipeline/filter.ts';
 import { FilterRegistry } from './pipeline/registry.ts';
+import { NETWORK_POLICIES } from './netpol/index.ts';
 import { routerFactory, TcpProxy } from './router/index.ts';
-import { compileDestinationRules, destinationRulePolicies, destinationRuleRefusal } from './routing/destination-rule.ts';
+import { compileDestinationRules, DESTINATION_RULES, destinationRulesFor, ROUTES } from './routing/index.ts';
 import { MeshStore } from './state/store.ts';
-import type { MeshSnapshot } from './state/types.ts';
+import type { MeshPart } from './state/types.ts';
 import { AccessLogFilter, AccessLogSinks } from './telemetry/access-log.ts';
 import { createMetricsRegistry } from './telemetry/metrics.ts';
 import { ClusterManager } from './upstream/cluster-manager.ts';
+import { ClusterTable } from './upstream/cluster-table.ts';
+import type { LbAlgorithm } from './upstream/traffic-policy.ts';
 import { SidecarTransport } from './upstream/sidecar-transport.ts';
 import { waypointSelf } from './peer/self-peer.ts';
 import { log } from './util/log.ts';
 import { registerBuiltinFilters } from '../filters/index.ts';
 import { AUTHZ_FILTER_NAME } from '../filters/authz/index.ts';
-import { refusalOf } from './state/per-snapshot.ts';
 
 /** Inputs of {@link Waypoint.start}: the bootstrap config plus where mesh state and the CA come from. */
 export interface WaypointOptions {
@@ -125,11 +127,20 @@ export class Waypoint {
    */
   static async start(opts: WaypointOptions): Promise<Waypoint> {
     const cfg = opts.bootstrap;
+    // Long-lived state the mesh's compiled parts are bound to: the JWKS cache of RequestAuthentication
+    // and the DestinationRule-shaped clusters (their counts, ejections and stats outlive snapshots).
+    const metrics = createMetricsRegistry();
+    const authn = new RequestAuthn();
+    const clusterTable = new ClusterTable({ metrics, clusters: (s) => destinationRulesFor(s).clusters });
     const mesh = await MeshStore.open({
       meshFile: opts.meshFile,
       meshConfigFile: opts.meshConfigFile,
       gateway: opts.gateway,
       watch: opts.watch ?? true,
+      // Every snapshot is compiled with these; an invalid AuthorizationPolicy, RequestAuthentication,
+      // DestinationRule, NetworkPolicy or PeerAuthentication stops the start, or refuses the whole
+      // update (the last good state stays enforced), naming the file, line, object and field.
+      parts: waypointParts(authn, clusterTable, cfg.upstream.loadBalancer),
       accept: (next, prev) => {
         if (next.waypoint.identity !== prev.waypoint.identity) {
           return `the waypoint's identity would change from ${prev.waypoint.identity} to ${next.waypoint.identity}; restart the waypoint to take a new identity`;
@@ -137,22 +148,12 @@ export class Waypoint {
         if (next.meshConfig.trustDomain !== prev.meshConfig.trustDomain) {
           return `the trust domain would change from ${prev.meshConfig.trustDomain} to ${next.meshConfig.trustDomain}; restart with a CA of that trust domain`;
         }
-        // An invalid AuthorizationPolicy refuses the whole update (the last good policies stay
-        // enforced) rather than denying all traffic under it.
-        // So does an invalid DestinationRule (the last good traffic policies stay applied).
-        return authzRefusal(next) ?? authnRefusal(next) ?? destinationRuleRefusal(next, cfg.upstream.loadBalancer);
+        return undefined;
       },
     });
-    const cleanup: (() => unknown)[] = [() => mesh.close()];
+    const cleanup: (() => unknown)[] = [() => mesh.close(), () => clusterTable.close()];
     try {
       const snap = mesh.current;
-      try {
-        compileAuthz(snap); // an invalid AuthorizationPolicy stops the start, naming it
-        RequestAuthn.validate(snap); // so does an invalid RequestAuthentication
-        compileDestinationRules(snap, cfg.upstream.loadBalancer); // and an invalid DestinationRule
-      } catch (err) {
-        throw err instanceof ConfigError ? new ConfigError(err.message, { ...err.location, file: opts.meshFile }) : err;
-      }
       if (cfg.networkPolicy.enforceOnOriginalIdentity && !cfg.filters.some((f) => f.name === AUTHZ_FILTER_NAME)) {
         // The mode is enforced by istio.authz: without it NetworkPolicies would silently not apply.
         throw new ConfigError(`networkPolicy.enforceOnOriginalIdentity needs the ${AUTHZ_FILTER_NAME} filter in filters (it enforces the NetworkPolicies)`, {
@@ -189,7 +190,6 @@ export class Waypoint {
         local: (ip) => waypointSelf(mesh.current, { pod: podName, ip: ip || '127.0.0.1' }),
         connectTimeoutMs: cfg.upstream.connectTimeoutMs,
       });
-      const metrics = createMetricsRegistry();
       const clusters = new ClusterManager({
         sessions,
         sidecar,
@@ -199,8 +199,7 @@ export class Waypoint {
         httpKeepAliveMs: cfg.upstream.httpKeepAliveMs,
         maxResponseHeadersBytes: cfg.http.maxRequestHeadersBytes,
         http2: cfg.http2,
-        trafficPolicies: destinationRulePolicies(mesh, cfg.upstream.loadBalancer),
-        metrics,
+        clusters: clusterTable,
       });
       cleanup.push(() => clusters.destroy());
 
@@ -208,7 +207,6 @@ export class Waypoint {
       // ext_authz clusters) and RequestAuthentication (JWKS cached across mesh snapshots).
       const extAuthzClient = new ExtAuthzClient({ dial: (ep, use) => clusters.openTcp(ep, use) });
       cleanup.push(() => extAuthzClient.close());
-      const authn = new RequestAuthn();
 
       const registry = registerBuiltinFilters(new FilterRegistry(), {
         authz: { extAuthz: createExtAuthzHook(extAuthzClient, mesh), authn, networkPolicy: cfg.networkPolicy.enforceOnOriginalIdentity },
@@ -305,7 +303,7 @@ export class Waypoint {
       mesh: this.mesh.current.toJSON(),
       certificate: { identity: this.mesh.current.waypoint.identity, notAfter: this.certificate.current.notAfter.toISOString(), caDir: this.caDir },
       upstream: { hboneConnections: this.sessions.connectionCount },
-      routing: routingConfigDump(this.mesh.current, this.clusters, this.bootstrap.upstream.loadBalancer),
+      routing: routingConfigDump(this.mesh.current, this.clusters),
       listeners: { hbone: addr(this.addresses.hbone), admin: addr(this.addresses.admin), readiness: this.addresses.readiness && addr(this.addresses.readiness) },
     };
   }
@@ -334,14 +332,22 @@ export class Waypoint {
   }
 }
 
-/** Why the snapshot's AuthorizationPolicies cannot be enforced (compiling them also caches them), or undefined. */
-function authzRefusal(snapshot: MeshSnapshot): string | undefined {
-  return refusalOf('invalid authorization policy', () => compileAuthz(snapshot));
-}
-
-/** Why the snapshot's RequestAuthentications cannot be enforced, or undefined. */
-function authnRefusal(snapshot: MeshSnapshot): string | undefined {
-  return refusalOf('invalid request authentication', () => RequestAuthn.validate(snapshot));
+/**
+ * The compiled parts of the waypoint's mesh snapshots, in compile order (the cluster table reads
+ * the DestinationRules): `authn` and `clusters` bind theirs to their long-lived state; `fallback`
+ * is the balancer a DestinationRule without `loadBalancer.simple` gets (the bootstrap's).
+ */
+export function waypointParts(authn: RequestAuthn, clusters: ClusterTable, fallback: LbAlgorithm): MeshPart<unknown>[] {
+  return [
+    AUTHZ,
+    authn.part,
+    NETWORK_POLICIES,
+    PEER_AUTHENTICATION,
+    ROUTES,
+    DESTINATION_RULES.with({ compile: (s) => compileDestinationRules(s, fallback) }),
+    clusters.part,
+    EXT_AUTHZ_PROVIDERS,
+  ];
 }
 
 /** Build the filter chain (`core` filters first); configuration errors name the bootstrap file. */

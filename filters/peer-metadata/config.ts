@@ -11,7 +11,7 @@
  *     upstreamDiscovery: [workload_discovery]     # default; also istio_headers, baggage
  *     downstreamPropagation: []                   # istio_headers, baggage
  *     upstreamPropagation: []                     # istio_headers, baggage
- *     stripIncomingPeerMetadata: false
+ *     stripIncomingPeerMetadata: true             # false: unread x-envoy-peer-metadata* pass (debugging)
  * ```
  */
 import { z } from 'zod';
@@ -32,17 +32,21 @@ export interface PeerMetadataConfig {
   /** Headers describing the waypoint added to responses (downstream) / upstream requests. */
   readonly downstreamPropagation: readonly PropagationMethod[];
   readonly upstreamPropagation: readonly PropagationMethod[];
-  /** Remove `x-envoy-peer-metadata` / `-id` from requests and responses passing through. */
+  /**
+   * Remove `x-envoy-peer-metadata` / `-id` from requests and responses passing through (default);
+   * false lets them pass unless `istio_headers` discovery read them (debugging only: a client
+   * could then forge its metadata toward the app, and an app leak its own to the client).
+   */
   readonly stripIncomingPeerMetadata: boolean;
 }
 
-/** Istio's waypoint: workload discovery both ways, no propagation, headers pass through. */
+/** Istio's waypoint: workload discovery both ways, no propagation; peer-metadata headers stripped (Istio's pass). */
 export const DEFAULT_CONFIG: PeerMetadataConfig = Object.freeze({
   downstreamDiscovery: Object.freeze(['workload_discovery'] as const),
   upstreamDiscovery: Object.freeze(['workload_discovery'] as const),
   downstreamPropagation: Object.freeze([] as const),
   upstreamPropagation: Object.freeze([] as const),
-  stripIncomingPeerMetadata: false,
+  stripIncomingPeerMetadata: true,
 });
 
 /** `{ name: {} }` (Istio's proto JSON form of a oneof) → `name`; anything else unchanged. */
@@ -101,6 +105,6 @@ export function parsePeerMetadataConfig(raw: unknown): PeerMetadataConfig {
     upstreamDiscovery: Object.freeze([...(c.upstreamDiscovery ?? DEFAULT_CONFIG.upstreamDiscovery)]) as readonly DiscoveryMethod[],
     downstreamPropagation: Object.freeze([...(c.downstreamPropagation ?? [])]) as readonly PropagationMethod[],
     upstreamPropagation: Object.freeze([...(c.upstreamPropagation ?? [])]) as readonly PropagationMethod[],
-    stripIncomingPeerMetadata: c.stripIncomingPeerMetadata ?? false,
+    stripIncomingPeerMetadata: c.stripIncomingPeerMetadata ?? true,
   });
 }

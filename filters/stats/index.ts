@@ -188,7 +188,11 @@ export class StatsFilter implements Filter {
   onStreamComplete(stream: StreamContext): void {
     const conn = stream.conn;
     const pair = this.pair(this.sourceOf(conn, downstreamPeerOf(stream)), this.destinationOf(stream.get(UPSTREAM_PEER), stream.routeTarget ?? conn.target));
-    const grpc = isGrpcContentType(contentType(stream));
+    // gRPC-Web counts as gRPC, as Istio reports it (Envoy's grpc_web filter, on `grpc-web` ports,
+    // makes it gRPC before the stats see it); its status comes from the body's trailer frame,
+    // which the router reads (istio/istio#58430: Envoy loses it and reports 2).
+    const web = stream.isGrpcWeb;
+    const grpc = web || isGrpcContentType(contentType(stream));
     const code = stream.responseCode;
     const flags = stream.responseFlags;
     const status = grpc ? grpcStatusCode(stream.grpcStatus, code) : NO_GRPC_STATUS;
@@ -213,7 +217,7 @@ export class StatsFilter implements Filter {
     s.duration.observe(Math.floor(performance.now() - stream.startMonotonic));
     s.requestBytes.observe(stream.bytesReceived);
     s.responseBytes.observe(stream.bytesSent);
-    if (grpc) {
+    if (grpc && !web) {
       const live = stream.get(GRPC_LIVE);
       if (live !== undefined) {
         this.live.delete(live);

@@ -10,14 +10,11 @@
  * - `clusters`: the runtime state of DestinationRule-shaped clusters (requests active and pending,
  *   retries, connections, ejected hosts with the time they return), from the cluster manager.
  */
-import { dumpDestinationRules } from '../routing/destination-rule.ts';
-import { routesFor } from '../routing/compile.ts';
-import type { RouteTable } from '../routing/types.ts';
+import { dumpDestinationRules, routesFor, type RouteTable } from '../routing/index.ts';
 import { isHttpProtocol } from '../state/protocol.ts';
 import type { MeshSnapshot, Target } from '../state/types.ts';
 import type { ClusterManager } from '../upstream/cluster-manager.ts';
 import { clusterName } from '../upstream/cluster-name.ts';
-import type { LbAlgorithm } from '../upstream/traffic-policy.ts';
 
 interface TableDump {
   readonly routes: readonly string[];
@@ -28,8 +25,8 @@ function table(t: RouteTable): TableDump {
   return { routes: t.routes, rules: new Set(t.matches.map((m) => m.rule)).size };
 }
 
-/** Routing and DestinationRule state of `snapshot`, and the clusters' runtime state. */
-export function routingConfigDump(snapshot: MeshSnapshot, clusters: ClusterManager | undefined, fallback: LbAlgorithm): unknown {
+/** Routing and DestinationRule state of `snapshot` (its compiled parts), and the clusters' runtime state. */
+export function routingConfigDump(snapshot: MeshSnapshot, clusters: ClusterManager | undefined): unknown {
   const compiled = routesFor(snapshot);
   const routes = [];
   for (const service of snapshot.services) {
@@ -52,7 +49,7 @@ export function routingConfigDump(snapshot: MeshSnapshot, clusters: ClusterManag
     acceptedRoutes: compiled.routes,
     rejectedRoutes: compiled.rejected,
     routes,
-    destinationRules: dumpDestinationRules(snapshot, fallback),
+    destinationRules: dumpDestinationRules(snapshot),
     clusters: clusters?.dumpClusters() ?? [],
   };
 }

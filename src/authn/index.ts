@@ -3,6 +3,7 @@
  * run after CUSTOM (ext_authz) and before AUDIT/DENY/ALLOW (authz.md §2.3).
  *
  *   const authn = new RequestAuthn();                          // long-lived: owns the JWKS cache
+ *   MeshStore.open({ ..., parts: [..., authn.part] });          // compiled into every snapshot
  *   const verifier = authn.forTarget(snapshot, target);         // undefined: no RequestAuthentication applies
  *   if (verifier) {
  *     const r = await verifier.authenticate({ method, path, host, headers: headersFromRaw(raw) });
@@ -10,11 +11,11 @@
  *     apply r.headers (remove, then set) and r.path; attrs.jwt = r.jwt
  *   }
  *
- * `RequestAuthn.validate(snapshot)` throws a ConfigError for an invalid RequestAuthentication: use
- * it where a mesh update can still be refused (the store's `accept` hook, start-up).
+ * An invalid RequestAuthentication refuses the whole mesh update (the {@link AUTHN} part);
+ * `RequestAuthn.validate(snapshot)` checks one without compiling.
  */
-import type { MeshSnapshot, Target } from '../state/types.ts';
-import { log } from '../util/log.ts';
+import { definePart } from '../state/parts.ts';
+import type { MeshPart, MeshSnapshot, Target } from '../state/types.ts';
 import type { RequestAuthenticator } from './authenticator.ts';
 import { compileAuthn, parseRequestAuthentications, type CompiledAuthn } from './compile.ts';
 import { JwksCache, type JwksOptions } from './jwks.ts';
@@ -30,18 +31,23 @@ export interface RequestAuthnOptions extends JwksOptions {
   readonly clockSkewSeconds?: number;
 }
 
-const EMPTY: CompiledAuthn = Object.freeze({ version: 0, policies: [], rules: [], forTarget: () => undefined });
+/**
+ * The RequestAuthentications of a snapshot, compiled: a part bound by a {@link RequestAuthn}
+ * (`authn.part`), which compiles it against its JWKS cache.
+ */
+export const AUTHN = definePart<CompiledAuthn>('authn', { refusal: 'invalid request authentication' });
 
-/** RequestAuthentication across mesh snapshots: compiled per snapshot, JWKS cached across them. */
+/** RequestAuthentication across mesh snapshots: compiled into each (its {@link part}), JWKS cached across them. */
 export class RequestAuthn {
-  private readonly jwks: JwksCache;
-  private readonly opts: RequestAuthnOptions;
-  private readonly compiled = new WeakMap<MeshSnapshot, CompiledAuthn>();
-  private latest: MeshSnapshot | undefined;
+  /** The {@link AUTHN} part compiled with this instance's JWKS cache; give it to the store. Publishing a snapshot drops keys no rule uses any more. */
+  readonly part: MeshPart<CompiledAuthn>;
 
   constructor(opts: RequestAuthnOptions = {}) {
-    this.opts = opts;
-    this.jwks = new JwksCache(opts);
+    const jwks = new JwksCache(opts);
+    this.part = AUTHN.with({
+      compile: (snapshot) => compileAuthn(snapshot, jwks, opts),
+      publish: (compiled) => jwks.retain(compiled.rules),
+    });
   }
 
   /** @throws ConfigError naming the first invalid RequestAuthentication of `snapshot`. */
@@ -49,30 +55,13 @@ export class RequestAuthn {
     parseRequestAuthentications(snapshot);
   }
 
-  /**
-   * The compiled state of `snapshot` (cached). Never throws: an invalid RequestAuthentication (the
-   * store should have refused it) is logged once and no token is validated for that snapshot, so
-   * no request gets a request principal and policies that require one deny.
-   */
+  /** The compiled state of `snapshot` (its {@link AUTHN} part): a lookup. */
   compiledFor(snapshot: MeshSnapshot): CompiledAuthn {
-    let c = this.compiled.get(snapshot);
-    if (c) return c;
-    try {
-      c = compileAuthn(snapshot, this.jwks, this.opts);
-    } catch (err) {
-      log.error({ err: String(err), version: snapshot.version }, 'authn: RequestAuthentications do not compile; no JWT is validated for this mesh version');
-      c = EMPTY;
-    }
-    this.compiled.set(snapshot, c);
-    if (!this.latest || snapshot.version > this.latest.version) {
-      this.latest = snapshot;
-      this.jwks.retain(c.rules);
-    }
-    return c;
+    return snapshot.part(AUTHN);
   }
 
   /** The authenticator for `target` in `snapshot`; undefined when nothing applies. */
   forTarget(snapshot: MeshSnapshot, target: Target): RequestAuthenticator | undefined {
-    return this.compiledFor(snapshot).forTarget(target);
+    return snapshot.part(AUTHN).forTarget(target);
   }
 }

@@ -21,7 +21,7 @@ import { normalizeRequestPath, PATH_NORMALIZATIONS, type NormalizedPath, type Pa
 import { parsePolicy, warnHttpOnlyDeny, type AuthorizationPolicy } from './policy.ts';
 import { extAuthzProviders, type ExtAuthzProvider } from './providers.ts';
 import { compileRule, MATCH_NEVER, type Flavour } from './rule.ts';
-import { compiledOnce } from '../state/per-snapshot.ts';
+import { definePart } from '../state/parts.ts';
 
 /** The evaluators of one target: one per filter chain. */
 export interface TargetAuthz {
@@ -177,8 +177,8 @@ function pair(policies: readonly CompiledPolicy[], providers: ReadonlyMap<string
 }
 
 /**
- * Compile the AuthorizationPolicies of `snapshot` for the waypoint it describes. The result is
- * also cached as {@link authzFor}'s for that snapshot, so vetting a snapshot compiles it once.
+ * Compile the AuthorizationPolicies of `snapshot` for the waypoint it describes (the {@link AUTHZ}
+ * part's compiler).
  * @throws ConfigError naming the policy and field of the first invalid policy, or MeshConfig's
  *   `pathNormalization.normalization` when it is not a known mode.
  */
@@ -236,30 +236,17 @@ export function compileAuthz(snapshot: MeshSnapshot): CompiledAuthz {
     forTarget: (target: Target): TargetAuthz => (target.kind === 'service' ? (perService.get(target.service) ?? shared) : shared),
     normalizePath: (requestTarget: string) => normalizeRequestPath(requestTarget, pathNormalization),
   });
-  cache.set(snapshot, compiled);
   return compiled;
 }
 
-const cache = new WeakMap<MeshSnapshot, CompiledAuthz>();
-
 /**
- * The compiled authorization of `snapshot`, compiled on first use and cached for the snapshot's
- * lifetime. Never throws: if the policies do not compile (the store should have refused such a
- * snapshot, see {@link compileAuthz}), the error is logged once and every check is denied (fail
- * closed) until a valid snapshot replaces it.
+ * The waypoint's AuthorizationPolicies as a compiled part of every mesh snapshot: an invalid policy
+ * (or `pathNormalization` mode) refuses the whole mesh update, and the last good policies stay
+ * enforced, rather than denying all traffic under them.
  */
-export function authzFor(snapshot: MeshSnapshot): CompiledAuthz {
-  return compiledOnce(cache, snapshot, compileAuthz, denyAllAuthz, 'authz: policies do not compile; denying all traffic for this mesh version');
-}
+export const AUTHZ = definePart<CompiledAuthz>('authz', { compile: compileAuthz, refusal: 'invalid authorization policy' });
 
-function denyAllAuthz(snapshot: MeshSnapshot): CompiledAuthz {
-  const denyAll = Object.freeze({ http: Evaluator.denyAll(), tcp: Evaluator.denyAll() });
-  return Object.freeze({
-    version: snapshot.version,
-    pathNormalization: 'BASE' as const,
-    policies: [],
-    providers: new Map(),
-    forTarget: () => denyAll,
-    normalizePath: (requestTarget: string) => normalizeRequestPath(requestTarget, 'BASE'),
-  });
+/** The compiled authorization of `snapshot` (its {@link AUTHZ} part): a lookup. */
+export function authzFor(snapshot: MeshSnapshot): CompiledAuthz {
+  return snapshot.part(AUTHZ);
 }

@@ -14,8 +14,9 @@
  * - `portLevelMtls` (only on workload-scope policies, as validation requires a selector): keyed by
  *   workload (container) port; a port-level `UNSET` inherits the workload's effective mode;
  * - an invalid PeerAuthentication (unknown mode such as `STRICTT`, `portLevelMtls` without a
- *   selector, a bad port key, ...) is refused when the mesh file is compiled, as Kubernetes and
- *   istiod refuse it ({@link validatePeerAuthentication}): at start, and on reload (state kept);
+ *   selector, a bad port key, ...) refuses the mesh file, as Kubernetes and istiod refuse it
+ *   ({@link validatePeerAuthentication}, run by the {@link PEER_AUTHENTICATION} part): at start,
+ *   and on reload (state kept);
  * - `DISABLE` is not supported in ambient: it is treated as PERMISSIVE at every level (plaintext
  *   accepted, and HBONE stays mTLS whatever it says).
  *
@@ -24,6 +25,9 @@
  * compiled once per mesh snapshot.
  */
 import { z } from 'zod';
+import { ConfigError } from '../errors.ts';
+import { definePart } from '../state/parts.ts';
+import { locateField } from '../state/resource-location.ts';
 import type { KeptResource, MeshSnapshot, Workload } from '../state/types.ts';
 import type { FieldPath } from '../state/yaml-locate.ts';
 import { log } from '../util/log.ts';
@@ -115,10 +119,7 @@ function record(v: unknown): Record<string, unknown> {
   return v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
 }
 
-/**
- * Read one kept `security.istio.io` PeerAuthentication, already validated when the mesh file was
- * compiled (src/state/compile.ts refuses an invalid one with {@link validatePeerAuthentication}).
- */
+/** Read one kept `security.istio.io` PeerAuthentication, already validated ({@link validatePeerAuthentication}). */
 export function parsePeerAuthentication(r: KeptResource): ParsedPeerAuthentication {
   const spec = record(r.object.spec);
   const metadata = record(r.object.metadata);
@@ -160,14 +161,19 @@ function over(parent: EffectiveMtlsMode, mode: MtlsMode): EffectiveMtlsMode {
   return mode === 'UNSET' ? parent : mode === 'STRICT' ? 'STRICT' : 'PERMISSIVE';
 }
 
-/** Compile the snapshot's PeerAuthentications (no caching: see {@link peerAuthenticationFor}). */
+/**
+ * Validate and compile the snapshot's PeerAuthentications (the {@link PEER_AUTHENTICATION} part's compiler).
+ * @throws ConfigError naming the file, line, resource and field of the first invalid one.
+ */
 export function compilePeerAuthentication(snapshot: MeshSnapshot): CompiledPeerAuthentication {
   const root = snapshot.meshConfig.rootNamespace;
-  const all = snapshot
-    .resources('PeerAuthentication')
-    .filter((r) => r.apiVersion.startsWith('security.istio.io/'))
-    .map(parsePeerAuthentication)
-    .sort(older);
+  const resources = snapshot.resources('PeerAuthentication').filter((r) => r.apiVersion.startsWith('security.istio.io/'));
+  for (const r of resources) {
+    validatePeerAuthentication(r.object, (path, message) => {
+      throw new ConfigError(message, locateField(r, `PeerAuthentication/${r.namespace}/${r.name}`, path));
+    });
+  }
+  const all = resources.map(parsePeerAuthentication).sort(older);
   let mesh: ParsedPeerAuthentication | undefined;
   const namespaces = new Map<string, ParsedPeerAuthentication>();
   const selectors = new Map<string, ParsedPeerAuthentication[]>();
@@ -204,11 +210,13 @@ export function compilePeerAuthentication(snapshot: MeshSnapshot): CompiledPeerA
   return { any: all.length > 0, explain, modeFor: (w, port) => explain(w, port).mode };
 }
 
-const cache = new WeakMap<MeshSnapshot, CompiledPeerAuthentication>();
+/**
+ * PeerAuthentication as a compiled part of every mesh snapshot: an invalid one refuses the whole
+ * mesh update (a typo must not weaken mTLS).
+ */
+export const PEER_AUTHENTICATION = definePart<CompiledPeerAuthentication>('peerAuthentication', { compile: compilePeerAuthentication });
 
-/** PeerAuthentication of a snapshot, compiled once per snapshot. */
+/** PeerAuthentication of a snapshot (its {@link PEER_AUTHENTICATION} part): a lookup. */
 export function peerAuthenticationFor(snapshot: MeshSnapshot): CompiledPeerAuthentication {
-  let c = cache.get(snapshot);
-  if (!c) cache.set(snapshot, (c = compilePeerAuthentication(snapshot)));
-  return c;
+  return snapshot.part(PEER_AUTHENTICATION);
 }

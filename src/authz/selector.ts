@@ -31,7 +31,7 @@ import { Evaluator, type CompiledRule } from './evaluator.ts';
 import { parsePolicy, type AuthorizationPolicy } from './policy.ts';
 import { MATCH_NEVER, ztunnelRule } from './rule.ts';
 import type { AuthzResult } from './types.ts';
-import { compiledOnce } from '../state/per-snapshot.ts';
+import { definePart } from '../state/parts.ts';
 
 /** ztunnel's `RbacScope`. */
 export type ZtunnelScope = 'GLOBAL' | 'NAMESPACE' | 'WORKLOAD_SELECTOR';
@@ -50,7 +50,8 @@ export interface ZtunnelAuthz {
   readonly version: number;
   /**
    * The evaluator for connections to `workload` (undefined: a destination not in the mesh state,
-   * which only GLOBAL policies cover). Built on first use per workload, then reused.
+   * which only GLOBAL policies cover). Built at compile time (one per distinct set of applying
+   * policies); a lookup.
    */
   forWorkload(workload: Workload | undefined): Evaluator;
   /** Refs (`AuthorizationPolicy/<ns>/<name>`) of the policies sent to ztunnel, for dumps and tests. */
@@ -144,8 +145,7 @@ function evaluatorOf(policies: readonly ZtunnelPolicy[]): Evaluator {
 }
 
 /**
- * Compile the policies ztunnel would get from `snapshot`. The result is also cached as
- * {@link ztunnelAuthzFor}'s for that snapshot, so vetting a snapshot compiles it once.
+ * Compile the policies ztunnel would get from `snapshot` (the {@link ZTUNNEL_AUTHZ} part's compiler).
  * @throws ConfigError naming the policy and field of the first invalid AuthorizationPolicy.
  */
 export function compileZtunnelAuthz(snapshot: MeshSnapshot): ZtunnelAuthz {
@@ -156,44 +156,45 @@ export function compileZtunnelAuthz(snapshot: MeshSnapshot): ZtunnelAuthz {
     const p = convert(r, root);
     if (p) all.push(p);
   }
-  const global = all.filter((p) => p.scope === 'GLOBAL');
+  const globalOnly = evaluatorOf(all.filter((p) => p.scope === 'GLOBAL'));
+  const applying = (workload: Workload): ZtunnelPolicy[] => {
+    const ns = workload.namespace;
+    return all.filter(
+      (p) =>
+        p.scope === 'GLOBAL' ||
+        (p.scope === 'NAMESPACE' && p.policy.namespace === ns) ||
+        (p.scope === 'WORKLOAD_SELECTOR' && (p.policy.namespace === ns || p.policy.namespace === root) && selects(p.selector, workload.labels)),
+    );
+  };
+  // Every workload's evaluator now, one per distinct set of applying policies.
+  const index = new Map(all.map((p, i) => [p, i]));
+  const bySet = new Map<string, Evaluator>();
   const perWorkload = new Map<Workload, Evaluator>();
-  const globalOnly = evaluatorOf(global);
-  const compiled: ZtunnelAuthz = Object.freeze({
+  for (const workload of snapshot.workloads) {
+    const applies = applying(workload);
+    const set = applies.map((p) => index.get(p)).join(',');
+    let e = bySet.get(set);
+    if (!e) bySet.set(set, (e = evaluatorOf(applies)));
+    perWorkload.set(workload, e);
+  }
+  return Object.freeze({
     version: snapshot.version,
     policies: Object.freeze(all.map((p) => p.policy.ref)),
     forWorkload(workload: Workload | undefined): Evaluator {
       if (!workload) return globalOnly;
-      let e = perWorkload.get(workload);
-      if (!e) {
-        const ns = workload.namespace;
-        const applies = all.filter(
-          (p) =>
-            p.scope === 'GLOBAL' ||
-            (p.scope === 'NAMESPACE' && p.policy.namespace === ns) ||
-            (p.scope === 'WORKLOAD_SELECTOR' && (p.policy.namespace === ns || p.policy.namespace === root) && selects(p.selector, workload.labels)),
-        );
-        perWorkload.set(workload, (e = evaluatorOf(applies)));
-      }
-      return e;
+      // A workload of another snapshot (never on the inbound role's path) is judged, not looked up.
+      return perWorkload.get(workload) ?? evaluatorOf(applying(workload));
     },
   });
-  cache.set(snapshot, compiled);
-  return compiled;
 }
-
-const cache = new WeakMap<MeshSnapshot, ZtunnelAuthz>();
 
 /**
- * {@link compileZtunnelAuthz} of `snapshot`, compiled once and cached for the snapshot's lifetime.
- * Never throws: when the policies do not compile, the error is logged once and every connection is
- * denied (fail closed) until a valid snapshot replaces it.
+ * The AuthorizationPolicies ztunnel enforces, as a compiled part of every mesh snapshot (the
+ * `waypoint inbound` role's): an invalid policy refuses the whole mesh update.
  */
-export function ztunnelAuthzFor(snapshot: MeshSnapshot): ZtunnelAuthz {
-  return compiledOnce(cache, snapshot, compileZtunnelAuthz, denyAllZtunnel, 'authz(ztunnel): policies do not compile; denying all connections for this mesh version');
-}
+export const ZTUNNEL_AUTHZ = definePart<ZtunnelAuthz>('ztunnelAuthz', { compile: compileZtunnelAuthz, refusal: 'invalid authorization policy' });
 
-function denyAllZtunnel(snapshot: MeshSnapshot): ZtunnelAuthz {
-  const denyAll = Evaluator.denyAll();
-  return Object.freeze({ version: snapshot.version, policies: [], forWorkload: () => denyAll });
+/** {@link compileZtunnelAuthz} of `snapshot` (its {@link ZTUNNEL_AUTHZ} part): a lookup. */
+export function ztunnelAuthzFor(snapshot: MeshSnapshot): ZtunnelAuthz {
+  return snapshot.part(ZTUNNEL_AUTHZ);
 }

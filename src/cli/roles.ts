@@ -4,16 +4,12 @@
 import { Command } from 'commander';
 import { readTrustRoot } from '../identity/ca.ts';
 import { WorkloadCertificate } from '../identity/workload-certificate.ts';
-import { InboundRole } from '../roles/inbound.ts';
+import { INBOUND_PARTS, InboundRole } from '../roles/inbound.ts';
 import { TunnelRole } from '../roles/tunnel.ts';
-import { compileZtunnelAuthz } from '../authz/selector.ts';
-import { ConfigError } from '../errors.ts';
 import { MeshStore } from '../state/store.ts';
-import type { MeshSnapshot } from '../state/types.ts';
 import { addr } from '../app.ts';
 import { REQUIRED, checkListenFlag, namingListenFlags, writePidFile } from './flags.ts';
 import { onTerminate } from './signals.ts';
-import { refusalOf } from '../state/per-snapshot.ts';
 
 /** The `tunnel` command (source ztunnel role); exits 1 with a message on bad flags or files. */
 export function tunnelCommand(): Command {
@@ -69,16 +65,9 @@ export function inboundCommand(): Command {
       for (const f of flags) checkListenFlag(f.flag, f.value);
       await checkTrustRoot(o.ca);
       const certificate = await WorkloadCertificate.fromPrefix(o.identity, o.ca);
-      // An invalid AuthorizationPolicy stops the start, and refuses a reload (the last good policies stay).
-      // The destination ztunnel is no waypoint: the file needs no waypoint Gateway.
-      const mesh = o.mesh ? await MeshStore.open({ meshFile: o.mesh, withoutWaypoint: true, watch: true, accept: (next) => ztunnelAuthzRefusal(next) }) : undefined;
-      if (mesh) {
-        try {
-          compileZtunnelAuthz(mesh.current);
-        } catch (err) {
-          throw err instanceof ConfigError ? new ConfigError(err.message, { ...err.location, file: o.mesh }) : err;
-        }
-      }
+      // An invalid AuthorizationPolicy (or PeerAuthentication) stops the start, and refuses a reload
+      // (the last good policies stay). The destination ztunnel is no waypoint: the file needs no waypoint Gateway.
+      const mesh = o.mesh ? await MeshStore.open({ meshFile: o.mesh, withoutWaypoint: true, watch: true, parts: INBOUND_PARTS }) : undefined;
       const role = await namingListenFlags(flags, () => InboundRole.start({ listen: o.listen, certificate, forward: o.forward, mesh, plaintext: o.plaintext }));
       process.on('SIGHUP', () => void mesh?.reload());
       process.stdout.write(`inbound: HBONE ${addr(role.address)} -> ${o.forward ?? role.address.address}:<authority port>\n`);
@@ -100,7 +89,3 @@ async function checkTrustRoot(file: string): Promise<void> {
   }
 }
 
-/** Why the inbound role cannot enforce a snapshot's AuthorizationPolicies, or undefined. */
-function ztunnelAuthzRefusal(snapshot: MeshSnapshot): string | undefined {
-  return refusalOf('invalid authorization policy', () => compileZtunnelAuthz(snapshot));
-}

@@ -13,10 +13,9 @@ import { LocalCa } from '../identity/ca.ts';
 import { WorkloadCertificate } from '../identity/workload-certificate.ts';
 import type { Http2Params } from '../hbone/settings.ts';
 import type { FilterFactory } from '../pipeline/filter.ts';
-import { InboundRole } from '../roles/inbound.ts';
+import { INBOUND_PARTS, InboundRole } from '../roles/inbound.ts';
 import { formatHostPort } from '../state/ip.ts';
 import { MeshStore } from '../state/store.ts';
-import type { MeshSnapshot } from '../state/types.ts';
 import { TunnelRole } from '../roles/tunnel.ts';
 
 /** Addresses and knobs of one loopback topology. Ports default to 15008 (HBONE), 80 (service) and 8080 (pods). */
@@ -59,7 +58,7 @@ export interface TopologyOptions {
   readonly meshText?: string;
   /** Start the tunnel role (default true). */
   readonly tunnel?: boolean;
-  /** Watch the mesh file (default true); without it, edits apply on `waypoint.mesh.reload()` only. */
+  /** Watch the mesh file (default true); without it, edits apply on `waypoint.mesh.reload()` (and `roleMesh.reload()`) only. */
   readonly watch?: boolean;
 }
 
@@ -71,6 +70,8 @@ export interface Topology {
   readonly backends: http.Server[];
   /** Undefined when `tunnel` was false. */
   readonly tunnel: TunnelRole | undefined;
+  /** The mesh store the inbound roles and the tunnel read (compiled with the inbound role's parts). */
+  readonly roleMesh: MeshStore;
   readonly meshFile: string;
   readonly caDir: string;
   close(): Promise<void>;
@@ -175,7 +176,7 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
     const inbounds: InboundRole[] = [];
     // The inbound roles answer with the pod's `baggage` from the mesh state, known once the
     // waypoint (or our own store) has read the mesh file below.
-    let mesh: { readonly current: MeshSnapshot } | undefined;
+    let mesh: MeshStore | undefined;
     const meshView = { get current() { return mesh?.current; } };
     if (o.podIps.length > 0) {
       const echoCert = await WorkloadCertificate.start(ca, `spiffe://${td}/ns/demo/sa/echo`, 24 * 3600_000);
@@ -195,13 +196,12 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
       closers.push(() => wp.shutdown());
       waypoint = wp;
     }
-    // The tunnel describes the client workload in `baggage` from the mesh state.
-    mesh = waypoint?.mesh;
-    if (!mesh) {
-      const own = await MeshStore.open({ meshFile, watch: false });
-      closers.push(() => own.close());
-      mesh = own;
-    }
+    // The inbound roles read their own store (compiled with their parts: PeerAuthentication and
+    // ztunnel's AuthorizationPolicies), watched like the waypoint's; the tunnel describes the client
+    // workload in `baggage` from it.
+    const own = await MeshStore.open({ meshFile, watch: waypoint !== undefined && (o.watch ?? true), parts: INBOUND_PARTS });
+    closers.push(() => own.close());
+    mesh = own;
     let tunnel: TunnelRole | undefined;
     if (o.tunnel ?? true) {
       const clientCert = await WorkloadCertificate.start(ca, `spiffe://${td}/ns/demo/sa/client`, 24 * 3600_000);
@@ -219,7 +219,7 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
       closers.push(() => t.close());
       tunnel = t;
     }
-    return { waypoint, inbounds, backends, tunnel, meshFile, caDir, close };
+    return { waypoint, inbounds, backends, tunnel, roleMesh: own, meshFile, caDir, close };
   } catch (err) {
     await close();
     throw err;

@@ -19,13 +19,13 @@
  * for the source pod's egress enforcement).
  */
 import { ConfigError } from '../errors.ts';
+import { definePart } from '../state/parts.ts';
+import { locateField } from '../state/resource-location.ts';
 import type { Endpoint, MeshSnapshot, Workload } from '../state/types.ts';
-import { formatFieldPath } from '../state/yaml-locate.ts';
 import type { EndpointAdmission } from './admission.ts';
 import { NAMESPACE_NAME_LABEL, parseNetworkPolicy, type IngressRule, type NetworkPolicy, type Peer, type PortRule } from './policy.ts';
 import type { Labels } from './selector.ts';
 import type { OriginalSource } from './source.ts';
-import { compiledOnce } from '../state/per-snapshot.ts';
 
 /** The ingress rules that apply to one isolated pod. */
 export interface PodIngress {
@@ -50,16 +50,11 @@ export interface CompiledNetworkPolicies {
   ingressOf(workloadUid: string): PodIngress | undefined;
   /** True when the pod `workload` accepts TCP from `src` on `port` (non-Pod workloads: always). */
   allows(src: OriginalSource, workload: Workload, port: number): boolean;
-  /**
-   * The endpoint admission for `src` (cached per source for the snapshot's lifetime, so endpoint
-   * lists filtered with it can be cached too); undefined when no pod of the mesh is isolated.
-   */
+  /** The endpoint admission for `src`; undefined when no pod of the mesh is isolated. */
   admission(src: OriginalSource): EndpointAdmission | undefined;
 }
 
 const NETWORKING_V1 = 'networking.k8s.io/';
-/** Most distinct sources whose admissions are kept per snapshot before the cache starts over. */
-const ADMISSION_CACHE_MAX = 4096;
 
 /** Namespace labels as NetworkPolicy sees them: declared labels plus the name label. */
 function namespaceLabelsOf(snapshot: MeshSnapshot): (ns: string) => Labels {
@@ -103,7 +98,7 @@ function ruleAllows(rule: CompiledRule, src: OriginalSource, dest: Workload, por
   return !rule.peers || rule.peers.some((peer) => peer(src));
 }
 
-/** Read every `networking.k8s.io` NetworkPolicy kept in the snapshot (compileMesh validated them with file and line). */
+/** Read and validate, as the API server does, every `networking.k8s.io` NetworkPolicy kept in the snapshot. */
 function readPolicies(snapshot: MeshSnapshot): NetworkPolicy[] {
   return snapshot
     .resources('NetworkPolicy')
@@ -111,15 +106,14 @@ function readPolicies(snapshot: MeshSnapshot): NetworkPolicy[] {
     .map((r) => {
       const ref = `NetworkPolicy/${r.namespace}/${r.name}`;
       return parseNetworkPolicy(r.object, r, (path, message) => {
-        throw new ConfigError(message, { object: ref, field: formatFieldPath(path) });
+        throw new ConfigError(message, locateField(r, ref, path));
       });
     });
 }
 
 /**
- * Compile the NetworkPolicies of `snapshot`; the result is cached for {@link networkPolicyFor}.
- * @throws ConfigError naming the policy and field of an invalid NetworkPolicy (compileMesh already
- *   refuses those with file and line, so this only happens for snapshots built by hand).
+ * Compile the NetworkPolicies of `snapshot` (the {@link NETWORK_POLICIES} part's compiler).
+ * @throws ConfigError naming the file, line, policy and field of an invalid NetworkPolicy.
  */
 export function compileNetworkPolicies(snapshot: MeshSnapshot): CompiledNetworkPolicies {
   const policies = readPolicies(snapshot);
@@ -154,47 +148,24 @@ export function compileNetworkPolicies(snapshot: MeshSnapshot): CompiledNetworkP
     return false;
   };
 
-  const admissions = new Map<string, EndpointAdmission>();
   const compiled: CompiledNetworkPolicies = Object.freeze({
     version: snapshot.version,
     policies: Object.freeze(policies),
     ingressOf: (uid: string) => byPod.get(uid),
     allows,
-    admission(src: OriginalSource): EndpointAdmission | undefined {
-      if (byPod.size === 0) return undefined;
-      const key = `${src.ip ?? ''}|${src.pod?.uid ?? ''}`;
-      let a = admissions.get(key);
-      if (!a) {
-        if (admissions.size >= ADMISSION_CACHE_MAX) admissions.clear();
-        a = Object.freeze({ admit: (ep: Endpoint) => allows(src, ep.workload, ep.targetPort) });
-        admissions.set(key, a);
-      }
-      return a;
-    },
+    admission: (src: OriginalSource): EndpointAdmission | undefined =>
+      byPod.size === 0 ? undefined : Object.freeze({ admit: (ep: Endpoint) => allows(src, ep.workload, ep.targetPort) }),
   });
-  cache.set(snapshot, compiled);
   return compiled;
 }
 
-const cache = new WeakMap<MeshSnapshot, CompiledNetworkPolicies>();
-
 /**
- * The compiled NetworkPolicies of `snapshot`, compiled on first use and cached for the snapshot's
- * lifetime. Never throws: if the policies do not compile (compileMesh refuses such files, so only a
- * hand-built snapshot gets here) the error is logged once and every pod denies everything (fail
- * closed) until a valid snapshot replaces it.
+ * The NetworkPolicies as a compiled part of every mesh snapshot: an invalid NetworkPolicy refuses
+ * the whole mesh file, as the API server refuses it.
  */
-export function networkPolicyFor(snapshot: MeshSnapshot): CompiledNetworkPolicies {
-  return compiledOnce(cache, snapshot, compileNetworkPolicies, denyAllNetworkPolicies, 'netpol: NetworkPolicies do not compile; denying all traffic for this mesh version');
-}
+export const NETWORK_POLICIES = definePart<CompiledNetworkPolicies>('networkPolicies', { compile: compileNetworkPolicies });
 
-function denyAllNetworkPolicies(snapshot: MeshSnapshot): CompiledNetworkPolicies {
-  const denyAll: EndpointAdmission = Object.freeze({ admit: () => false });
-  return Object.freeze({
-    version: snapshot.version,
-    policies: Object.freeze([]),
-    ingressOf: () => Object.freeze({ policies: [], rules: [] }),
-    allows: () => false,
-    admission: () => denyAll,
-  });
+/** The compiled NetworkPolicies of `snapshot` (its {@link NETWORK_POLICIES} part): a lookup. */
+export function networkPolicyFor(snapshot: MeshSnapshot): CompiledNetworkPolicies {
+  return snapshot.part(NETWORK_POLICIES);
 }

@@ -13,6 +13,7 @@ export {
   UPSTREAM_PEER,
   downstreamPeerOf,
   peerFromWorkload,
+  sourceWorkloadAt,
   upstreamExchangePeerOf,
   workloadAt,
   type PeerInfo,

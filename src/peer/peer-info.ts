@@ -106,3 +106,19 @@ export function workloadAt(mesh: MeshSnapshot, address: string): Workload | unde
   const n = normalizeIp(address);
   return n === undefined || n === address ? undefined : mesh.workloadByIp(n);
 }
+
+/**
+ * The source workload of a tunnel: the workload at its source `address` in `mesh`, but only when
+ * that workload's identity is `identity`, the SPIFFE id of the tunnel's client certificate. The
+ * address alone proves nothing: behind an east-west gateway (double HBONE) the address is the
+ * gateway's and the certificate the original client's, and a client may connect from another
+ * pod's address. (ztunnel and Istio's peer_metadata filter skip the address lookup only when the
+ * CONNECT's `x-forwarded-network` names another network: ZT:src/proxy/inbound.rs `from_gateway`,
+ * PX:source/extensions/filters/http/peer_metadata/filter.cc; a gateway on the same network, or a
+ * borrowed address, passes that test.) The NetworkPolicy mode pairs them the same way
+ * (src/netpol/source.ts).
+ */
+export function sourceWorkloadAt(mesh: MeshSnapshot, address: string, identity: string): Workload | undefined {
+  const w = workloadAt(mesh, address);
+  return w !== undefined && identity !== '' && w.identity === identity ? w : undefined;
+}

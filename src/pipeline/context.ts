@@ -208,6 +208,11 @@ export class StreamContext {
   /** gRPC request: HTTP/2 with `content-type: application/grpc…` (not gRPC-Web). */
   readonly isGrpc: boolean;
   /**
+   * gRPC-Web request (any HTTP version): `content-type: application/grpc-web`, `…+proto`,
+   * `application/grpc-web-text…`. Its answer's status travels in the body's trailer frame.
+   */
+  readonly isGrpcWeb: boolean;
+  /**
    * The request target to send upstream when a filter rewrote it (the authz filter's normalized
    * path, query kept); undefined = `path` as received. The router and the access log use it.
    */
@@ -284,7 +289,9 @@ export class StreamContext {
     this.path = head.path;
     this.authority = head.authority;
     this.requestHeaders = head.headers;
-    this.isGrpc = this.http2 && isGrpcRequest(head.headers.get('content-type'));
+    const ct = head.headers.get('content-type');
+    this.isGrpc = this.http2 && isGrpcRequest(ct);
+    this.isGrpcWeb = ct !== undefined && ct.startsWith('application/grpc-web');
     this.forwardPath = undefined;
     this.bufferedBody = undefined;
     this.requestId = '';

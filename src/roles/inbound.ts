@@ -37,12 +37,18 @@ import { trustDomainAllowed } from '../identity/spiffe.ts';
 import { formatBaggage } from '../peer/baggage.ts';
 import type { WorkloadCertificate } from '../identity/workload-certificate.ts';
 import { normalizeIp, parseHostPort } from '../state/ip.ts';
-import { peerAuthenticationFor } from '../authz/peer-authentication.ts';
-import { rejectionReason, ztunnelAuthzFor } from '../authz/selector.ts';
-import type { RequestAttributes } from '../authz/types.ts';
-import type { MeshSnapshot } from '../state/types.ts';
+import { PEER_AUTHENTICATION, peerAuthenticationFor, rejectionReason, ZTUNNEL_AUTHZ, ztunnelAuthzFor, type RequestAttributes } from '../authz/index.ts';
+import { NETWORK_POLICIES } from '../netpol/index.ts';
+import type { MeshPart, MeshSnapshot } from '../state/types.ts';
 import { connectTcp } from '../upstream/cluster-manager.ts';
 import { log } from '../util/log.ts';
+
+/**
+ * The compiled parts the inbound role reads from its mesh snapshots (give them to its MeshStore):
+ * PeerAuthentication and ztunnel's AuthorizationPolicies; NetworkPolicies are compiled too so an
+ * invalid one is refused, as the API server refuses it.
+ */
+export const INBOUND_PARTS: readonly MeshPart<unknown>[] = Object.freeze([PEER_AUTHENTICATION, ZTUNNEL_AUTHZ, NETWORK_POLICIES]);
 
 /** Target ports ztunnel never forwards to (its own capture and HBONE ports). */
 const ILLEGAL_PORTS = new Set([15001, 15006, 15008]);
@@ -214,11 +220,10 @@ export class InboundRole {
       await server.drain(0);
       throw err;
     }
-    // Compile the policies now (their warnings are logged at load), and re-check open connections
-    // on every new snapshot.
+    // A mesh compiled without INBOUND_PARTS is a programming error: fail now, not at the first
+    // connection. Open connections are re-checked on every new snapshot.
     if (opts.mesh?.current) ztunnelAuthzFor(opts.mesh.current);
     const unsubscribe = opts.mesh?.subscribe?.((next) => {
-      ztunnelAuthzFor(next);
       for (const conn of open) {
         const denied = rejection(next, listenIp, conn.attrs, conn.plaintextPort);
         if (!denied) continue;

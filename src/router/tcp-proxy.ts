@@ -17,11 +17,12 @@
 import http2, { type ServerHttp2Stream } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import { relay } from '../hbone/relay.ts';
+import { resetStream } from '../hbone/stream-end.ts';
 import { respondAndClose } from '../hbone/server.ts';
 import { CONNECTION_ADMISSION } from '../netpol/admission.ts';
 import { originalClient } from '../peer/forwarded.ts';
 import type { ConnectionContext } from '../pipeline/context.ts';
-import type { ResponseFlagName } from '../telemetry/response-flags.ts';
+import { ResponseFlag, type ResponseFlagName } from '../telemetry/response-flags.ts';
 import { connectResponseHeaders, exchangePeer, type ClusterManager } from '../upstream/cluster-manager.ts';
 import { clusterName } from '../upstream/cluster-name.ts';
 import { CONNECT_FAILURE, CONNECTION_OVERFLOW, NO_HEALTHY_UPSTREAM, type UpstreamFailure } from '../upstream/failure.ts';
@@ -89,7 +90,11 @@ export class TcpProxy {
         conn.bytesReceived += head.length;
         upstream.write(head);
       }
-      await relay(stream, upstream, conn);
+      // The destination cut the tunnel before its end: Envoy's tcp_proxy flags UR and resets the
+      // downstream (envoyproxy/envoy source/common/tcp_proxy/tcp_proxy.cc `onUpstreamEvent`); relay() resets it.
+      await relay(stream, upstream, conn, (side) => {
+        if (side === 'upstream' && conn.responseFlags === ResponseFlag.None) conn.responseFlags = ResponseFlag.UpstreamRemoteReset;
+      });
     } finally {
       lease.release();
     }
@@ -136,5 +141,6 @@ function gone(stream: ServerHttp2Stream): boolean {
 function refuse(stream: ServerHttp2Stream, conn: ConnectionContext, answered: boolean, f: UpstreamFailure): void {
   conn.responseFlags = f.flag;
   if (!answered) return respondAndClose(stream, f.status, REFUSAL_TEXT[f.flag] ?? '');
-  if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_CONNECT_ERROR);
+  // RST_STREAM alone: `close()` would first end the answered tunnel (END_STREAM), a clean close to the client.
+  resetStream(stream, http2.constants.NGHTTP2_CONNECT_ERROR);
 }

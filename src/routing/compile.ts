@@ -1,6 +1,6 @@
 /**
  * Compile every HTTPRoute and GRPCRoute of a mesh snapshot once into immutable per-target route
- * tables (cached per snapshot, like `authzFor`); the router does one lookup and an ordered scan.
+ * tables (the {@link ROUTES} part of every snapshot); the router does one lookup and an ordered scan.
  *
  * Attachment, as Istio applies Gateway API routes to a waypoint (GAMMA, GW:site-src/mesh/index.md;
  * IS:pilot/pkg/networking/core/listener_waypoint.go `buildWaypointInboundHTTPRouteConfig`):
@@ -22,6 +22,7 @@
  * snapshot keeps working. {@link compileRoutes} also returns the rejections.
  */
 import { ConfigError } from '../errors.ts';
+import { definePart } from '../state/parts.ts';
 import { locateField } from '../state/resource-location.ts';
 import type { KeptResource, MeshSnapshot, Service, Target } from '../state/types.ts';
 import { log } from '../util/log.ts';
@@ -92,7 +93,7 @@ function warnUnknownKinds(snapshot: MeshSnapshot): void {
   }
 }
 
-/** Compile the routes of `snapshot` (invalid routes are logged and left out). Cached as {@link routesFor}'s. */
+/** Compile the routes of `snapshot` (invalid routes are logged and left out): the {@link ROUTES} part's compiler. */
 export function compileRoutes(snapshot: MeshSnapshot): CompiledRoutes {
   const resolver = new BackendResolver(snapshot);
   const parsed: ParsedRoute[] = [];
@@ -149,7 +150,6 @@ export function compileRoutes(snapshot: MeshSnapshot): CompiledRoutes {
     rejected: Object.freeze(rejected),
     forTarget: (target: Target) => (target.kind === 'service' ? tables.get(target.service)?.get(target.port.port) : undefined),
   });
-  cache.set(snapshot, compiled);
   return compiled;
 }
 
@@ -203,12 +203,13 @@ function attachments(ref: ParentRefDoc, route: ParsedRoute, snapshot: MeshSnapsh
   return out;
 }
 
-const cache = new WeakMap<MeshSnapshot, CompiledRoutes>();
-
 /**
- * The compiled routes of `snapshot`, compiled on first use and cached for the snapshot's
- * lifetime. Never throws (invalid routes are left out and logged at compile time).
+ * The routes as a compiled part of every mesh snapshot. It never refuses a snapshot: an invalid
+ * route is left out and logged when the snapshot is compiled (istiod's `Accepted=False`).
  */
+export const ROUTES = definePart<CompiledRoutes>('routes', { compile: compileRoutes });
+
+/** The compiled routes of `snapshot` (its {@link ROUTES} part): a lookup. */
 export function routesFor(snapshot: MeshSnapshot): CompiledRoutes {
-  return cache.get(snapshot) ?? compileRoutes(snapshot);
+  return snapshot.part(ROUTES);
 }

@@ -22,20 +22,20 @@
  * traffic: Gateway API routes cannot name a subset, so the waypoint's subset clusters
  * (`inbound-vip|port|http/<subset>|host`) are never the target of a route.
  *
- * Invalid rules are refused like invalid AuthorizationPolicies: at start the waypoint does not
- * start, on reload the whole mesh update is refused (the last good state stays), with a
- * {@link ConfigError} naming the rule and field. (In Kubernetes, Istio's admission webhook refuses
- * such a rule; the mesh file plays the API server here.)
+ * Invalid rules are refused like invalid AuthorizationPolicies (the {@link DESTINATION_RULES}
+ * part): at start the waypoint does not start, on reload the whole mesh update is refused (the
+ * last good state stays), with a {@link ConfigError} naming the rule and field. (In Kubernetes,
+ * Istio's admission webhook refuses such a rule; the mesh file plays the API server here.)
  */
 import { ConfigError } from '../errors.ts';
+import { definePart } from '../state/parts.ts';
 import { locateField } from '../state/resource-location.ts';
-import type { KeptResource, MeshSnapshot, Service, Target } from '../state/types.ts';
+import type { KeptResource, MeshSnapshot, Service, ServicePort, Target } from '../state/types.ts';
 import { formatFieldPath, type FieldPath } from '../state/yaml-locate.ts';
-import { defaultTrafficPolicy, type ClusterTrafficPolicy, type LbAlgorithm, type TrafficPolicySource } from '../upstream/traffic-policy.ts';
+import { defaultTrafficPolicy, type ClusterTrafficPolicy, type LbAlgorithm } from '../upstream/traffic-policy.ts';
 import { log } from '../util/log.ts';
 import { compileConnectionPool, compileLoadBalancer, compileOutlierDetection, policyForPort, validateTrafficPolicy, type Fail } from './destination-rule-policy.ts';
 import { DestinationRuleSpecSchema, type SubsetDoc, type TrafficPolicyDoc } from './destination-rule-schema.ts';
-import { refusalOf } from '../state/per-snapshot.ts';
 
 /** A validated DestinationRule. */
 export interface DestinationRule {
@@ -184,8 +184,16 @@ export interface CompiledDestinationRules {
   readonly rules: readonly DestinationRule[];
   /** The policy of every service port a rule applies to, by cluster key (`ns/hostname|port`). */
   readonly policies: ReadonlyMap<string, ClusterTrafficPolicy>;
-  /** The policy of the cluster `target` belongs to; the default policy (key '') when none applies. */
+  /** Every service port a rule applies to, with its policy (in service order): the clusters the upstream keeps state for. */
+  readonly clusters: readonly ShapedCluster[];
+  /** The policy of the cluster `target` belongs to; the default policy (key '') when none applies. A lookup. */
   forTarget(target: Target): ClusterTrafficPolicy;
+}
+
+/** A service port a DestinationRule shapes. */
+export interface ShapedCluster {
+  readonly target: Extract<Target, { kind: 'service' }>;
+  readonly policy: ClusterTrafficPolicy;
 }
 
 /** `ns/hostname|port`: the key of a service port's cluster runtime state. */
@@ -250,25 +258,31 @@ export function compileDestinationRules(snapshot: MeshSnapshot, fallback: LbAlgo
   };
 
   const policies = new Map<string, ClusterTrafficPolicy>();
+  const clusters: ShapedCluster[] = [];
+  const byService = new Map<Service, Map<ServicePort, ClusterTrafficPolicy>>();
   for (const svc of snapshot.services) {
     const rule = select(svc);
     if (!rule) continue;
+    const ports = new Map<ServicePort, ClusterTrafficPolicy>();
     for (const port of svc.ports) {
       const key = clusterKey(svc, port.port);
-      if (!policies.has(key)) policies.set(key, portPolicy(rule, port.port, key, fallback));
+      let policy = policies.get(key);
+      if (!policy) policies.set(key, (policy = portPolicy(rule, port.port, key, fallback)));
+      ports.set(port, policy);
+      clusters.push(Object.freeze({ target: Object.freeze({ kind: 'service' as const, service: svc, port }), policy }));
     }
+    byService.set(svc, ports);
   }
   const fallbackPolicy = defaultTrafficPolicy(fallback);
-  const byTarget = new WeakMap<Target, ClusterTrafficPolicy>();
   return Object.freeze({
     version: snapshot.version,
     rules,
     policies,
+    clusters: Object.freeze(clusters),
     forTarget(target: Target): ClusterTrafficPolicy {
       if (target.kind !== 'service') return fallbackPolicy;
-      let p = byTarget.get(target);
-      if (!p) byTarget.set(target, (p = policies.get(clusterKey(target.service, target.port.port)) ?? fallbackPolicy));
-      return p;
+      // A target of another snapshot (a request still running across a reload) is found by its key.
+      return byService.get(target.service)?.get(target.port) ?? policies.get(clusterKey(target.service, target.port.port)) ?? fallbackPolicy;
     },
   });
 }
@@ -289,39 +303,19 @@ function portPolicy(rule: MergedRule, port: number, key: string, fallback: LbAlg
   });
 }
 
-const cache = new WeakMap<MeshSnapshot, { readonly fallback: LbAlgorithm; readonly compiled: CompiledDestinationRules }>();
-
 /**
- * The compiled DestinationRules of `snapshot`, compiled on first use and cached for the snapshot's
- * lifetime. Never throws: a snapshot whose rules do not compile (the store refuses those, see
- * {@link compileDestinationRules}) gets no policies, and the error is logged once.
+ * The DestinationRules as a compiled part of every mesh snapshot: an invalid rule refuses the whole
+ * mesh update (the last good traffic policies stay applied). Its compiler uses LEAST_REQUEST where
+ * a rule sets no algorithm; the waypoint binds it to its bootstrap's `upstream.loadBalancer`.
  */
-export function destinationRulesFor(snapshot: MeshSnapshot, fallback: LbAlgorithm = 'LEAST_REQUEST'): CompiledDestinationRules {
-  const hit = cache.get(snapshot);
-  if (hit && hit.fallback === fallback) return hit.compiled;
-  let compiled: CompiledDestinationRules;
-  try {
-    compiled = compileDestinationRules(snapshot, fallback);
-  } catch (err) {
-    log.error({ version: snapshot.version }, `destination rules: ${String(err)}; applying none`);
-    const none = defaultTrafficPolicy(fallback);
-    compiled = Object.freeze({ version: snapshot.version, rules: [], policies: new Map(), forTarget: () => none });
-  }
-  cache.set(snapshot, { fallback, compiled });
-  return compiled;
-}
+export const DESTINATION_RULES = definePart<CompiledDestinationRules>('destinationRules', {
+  compile: (snapshot) => compileDestinationRules(snapshot),
+  refusal: 'invalid destination rule',
+});
 
-/** Why `snapshot`'s DestinationRules cannot be applied (a reason for refusing a reload), or undefined. */
-export function destinationRuleRefusal(snapshot: MeshSnapshot, fallback: LbAlgorithm = 'LEAST_REQUEST'): string | undefined {
-  return refusalOf('invalid destination rule', () => cache.set(snapshot, { fallback, compiled: compileDestinationRules(snapshot, fallback) }));
-}
-
-/** The cluster manager's view of the current mesh's DestinationRules. */
-export function destinationRulePolicies(mesh: { readonly current: MeshSnapshot }, fallback: LbAlgorithm): TrafficPolicySource {
-  return {
-    forTarget: (target) => destinationRulesFor(mesh.current, fallback).forTarget(target),
-    all: (snapshot) => [...destinationRulesFor(snapshot, fallback).policies.values()],
-  };
+/** The compiled DestinationRules of `snapshot` (its {@link DESTINATION_RULES} part): a lookup. */
+export function destinationRulesFor(snapshot: MeshSnapshot): CompiledDestinationRules {
+  return snapshot.part(DESTINATION_RULES);
 }
 
 /** One cluster's DestinationRule policy as `/config_dump` shows it (limits `unlimited` when unset). */
@@ -340,8 +334,8 @@ function finite<T extends object>(o: T): Record<string, unknown> {
 }
 
 /** The DestinationRules of `snapshot` and the policy they give each cluster (`/config_dump`). */
-export function dumpDestinationRules(snapshot: MeshSnapshot, fallback: LbAlgorithm = 'LEAST_REQUEST'): { rules: string[]; clusters: ClusterPolicyDump[] } {
-  const c = destinationRulesFor(snapshot, fallback);
+export function dumpDestinationRules(snapshot: MeshSnapshot): { rules: string[]; clusters: ClusterPolicyDump[] } {
+  const c = destinationRulesFor(snapshot);
   return {
     rules: c.rules.map((r) => (r.hasWorkloadSelector ? `${r.ref} (workloadSelector: not applied by a waypoint)` : r.ref)),
     clusters: [...c.policies.values()].map((p) => ({

@@ -1,7 +1,9 @@
 /**
- * Gateway API HTTPRoute and GRPCRoute at the waypoint.
+ * Gateway API HTTPRoute and GRPCRoute at the waypoint, and the DestinationRules that shape its
+ * clusters (destination-rule.ts: one traffic policy per service port).
+ * Both are compiled parts of every mesh snapshot (`ROUTES`, `DESTINATION_RULES`).
  *
- *   const routes = routesFor(snapshot).forTarget(target);   // compiled once per mesh snapshot
+ *   const routes = routesFor(snapshot).forTarget(target);   // the ROUTES part of the snapshot
  *   const table = routes && tableFor(routes, clientNamespace, target.service.namespace);
  *   const match = table && selectMatch(table, request);      // undefined: 404 NR
  *   const backend = pickBackend(match.rule);                 // weighted; invalid → 500
@@ -16,3 +18,15 @@ export { splitTarget, type MatchInput } from './match.ts';
 export { MirrorSender, type MirroredRequest } from './mirror.ts';
 export { pickBackend, selectMatch, tableFor } from './select.ts';
 export type * from './types.ts';
+export { ROUTES } from './compile.ts';
+export {
+  clusterKey,
+  DESTINATION_RULES,
+  compileDestinationRules,
+  destinationRulesFor,
+  dumpDestinationRules,
+  type ClusterPolicyDump,
+  type CompiledDestinationRules,
+  type DestinationRule,
+  type ShapedCluster,
+} from './destination-rule.ts';

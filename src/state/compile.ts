@@ -1,19 +1,22 @@
 /**
  * Compile the standalone mesh file — the Kubernetes / Istio / Gateway API YAML people
  * `kubectl apply` — into a {@link MeshSnapshot}: the equivalent of what istiod would push over WDS
- * plus the resources later stages read (policies, routes) kept as-is.
+ * plus the resources later stages read (policies, routes) kept as-is, and the engines' compiled
+ * parts (parts.ts) given in `parts`. Written as a generator ({@link compileMeshStepwise}) so the
+ * store can compile a huge file in slices without stalling the traffic it serves.
  */
-import { validatePeerAuthentication } from '../authz/peer-authentication.ts';
-import { NAMESPACE_NAME_LABEL, parseNetworkPolicy } from '../netpol/policy.ts';
 import { log } from '../util/log.ts';
+import { runNow, type Stepwise } from '../util/slices.ts';
 import { DEFAULT_MESH_CONFIG, parseMeshConfig } from './mesh-config.ts';
-import { ConfigMapSchema, NamespaceSchema, ServiceEntrySchema } from './schemas.ts';
+import { PartCompileError } from './parts.ts';
+import { ConfigMapSchema, GatewayClassSchema, NamespaceSchema, ServiceEntrySchema } from './schemas.ts';
+import { chainServiceWaypoints } from './service-waypoints.ts';
 import { serviceEntryService, kubeService, type ServiceContext } from './services.ts';
-import { createSnapshot } from './snapshot.ts';
-import { readObjects, type SourceObject } from './source.ts';
-import type { KeptResource, MeshConfig, MeshSnapshot, Service, Workload } from './types.ts';
+import { createSnapshotStepwise } from './snapshot.ts';
+import { readObjectsStepwise, type SourceObject } from './source.ts';
+import type { KeptResource, MeshConfig, MeshPart, MeshSnapshot, Service, Workload } from './types.ts';
 import { parseAs } from './validate.ts';
-import { isWaypointGateway, NO_WAYPOINT, selectWaypointGateway, waypointIdentity } from './waypoint.ts';
+import { GATEWAY_API_GROUP, isWaypointGateway, NO_WAYPOINT, selectWaypointGateway, WAYPOINT_GATEWAY_CLASS, waypointIdentity } from './waypoint.ts';
 import { podWorkload, serviceEntryWorkloads, workloadEntryWorkload, type WorkloadContext } from './workloads.ts';
 
 /** Input of {@link compileMesh}. */
@@ -37,11 +40,11 @@ export interface CompileInput {
   readonly clusterId?: string;
   /** Cluster DNS suffix for Service hostnames (default `cluster.local`). */
   readonly domainSuffix?: string;
+  /** The engines' parts to compile into the snapshot, in order (see parts.ts); default none. */
+  readonly parts?: readonly MeshPart<unknown>[];
 }
 
 const NETWORKING_ISTIO = 'networking.istio.io';
-const NETWORKING_K8S = 'networking.k8s.io';
-const SECURITY_ISTIO = 'security.istio.io';
 
 /** API groups built into Kubernetes: objects of these groups that are not compiled are skipped. */
 function isBuiltInGroup(group: string): boolean {
@@ -50,28 +53,46 @@ function isBuiltInGroup(group: string): boolean {
 }
 
 /**
- * Compile mesh YAML into a deep-frozen snapshot.
+ * Compile mesh YAML into a deep-frozen snapshot, with `input.parts` compiled into it.
  *
  * Compiled kinds: `Namespace`, `Service`, `Pod`, `ServiceEntry`, `WorkloadEntry`, Gateway API
  * `Gateway` of class `istio-waypoint`, and the `istio` ConfigMap of the root namespace (`data.mesh`).
  * Every other object of a non-built-in API group (AuthorizationPolicy, HTTPRoute, DestinationRule,
  * Istio or non-waypoint Gateways, ...) is kept as a {@link KeptResource}; all Gateway API Gateways
  * are kept too, so route code can see their listeners, and so are `networking.k8s.io`
- * NetworkPolicies (validated here as the API server does: src/netpol/policy.ts; PeerAuthentications
- * are validated here too: src/authz/peer-authentication.ts). Other built-in
- * kinds (Deployment, other ConfigMaps, ...) are skipped with a debug log. Every Namespace gets the
- * `kubernetes.io/metadata.name` label the API server sets.
+ * NetworkPolicies (validated, as the API server does, by the NetworkPolicy part:
+ * src/netpol). Other built-in kinds (Deployment, other ConfigMaps, ...) are skipped with a debug
+ * log. Every Namespace gets the `kubernetes.io/metadata.name` label the API server sets.
  *
  * @throws ConfigError (with file, line, document, object and field when known) for YAML syntax
  *   errors, objects without apiVersion/kind/metadata.name, duplicate objects, invalid fields
- *   (IPs, ports, labels, ...), invalid NetworkPolicies and PeerAuthentications, and a missing or ambiguous waypoint Gateway
- *   (unless `withoutWaypoint`).
+ *   (IPs, ports, labels, ...), a missing or ambiguous waypoint Gateway (unless `withoutWaypoint`),
+ *   and whatever a part refuses (an invalid AuthorizationPolicy, NetworkPolicy, ...).
  */
 export function compileMesh(input: CompileInput): MeshSnapshot {
-  const objects = readObjects(input.text, input.file);
+  try {
+    return runNow(compileMeshStepwise(input));
+  } catch (err) {
+    throw err instanceof PartCompileError ? err.cause : err;
+  }
+}
+
+/**
+ * {@link compileMesh}, pausing after each YAML document, each object and each part (run it with
+ * `runInSlices`). A part's error is thrown as a {@link PartCompileError} (its refusal reason).
+ */
+export function* compileMeshStepwise(input: CompileInput): Stepwise<MeshSnapshot> {
+  const objects = yield* readObjectsStepwise(input.text, input.file);
   rejectDuplicates(objects);
 
-  const byKind = (group: string, kind: string) => objects.filter((o) => o.group === group && o.kind === kind);
+  const byKindIndex = new Map<string, SourceObject[]>();
+  for (const o of objects) {
+    const key = `${o.group}/${o.kind}`;
+    let list = byKindIndex.get(key);
+    if (!list) byKindIndex.set(key, (list = []));
+    list.push(o);
+  }
+  const byKind = (group: string, kind: string) => byKindIndex.get(`${group}/${kind}`) ?? [];
   const meshConfig = resolveMeshConfig(input, byKind('', 'ConfigMap'));
   const trustDomain = meshConfig.trustDomain;
 
@@ -83,42 +104,59 @@ export function compileMesh(input: CompileInput): MeshSnapshot {
   }
   const namespaceLabels = (name: string) => namespaces.get(name) ?? {};
 
+  const gateways = objects.filter(isWaypointGateway);
+  const gatewayClass = byKind(GATEWAY_API_GROUP, 'GatewayClass').find((o) => o.name === WAYPOINT_GATEWAY_CLASS);
+  const gatewayClassLabels = gatewayClass ? (parseAs(GatewayClassSchema, gatewayClass).metadata.labels ?? {}) : {};
   const waypoint = input.withoutWaypoint
     ? NO_WAYPOINT
-    : waypointIdentity(selectWaypointGateway(objects.filter(isWaypointGateway), input.gateway, input.file), trustDomain);
+    : waypointIdentity(selectWaypointGateway(gateways, input.gateway, input.file), trustDomain, gatewayClassLabels);
 
   const wctx: WorkloadContext = { clusterId: input.clusterId || 'Kubernetes', trustDomain, waypoint, namespaceLabels };
   const workloads: Workload[] = [];
   for (const o of byKind('', 'Pod')) {
     const w = podWorkload(o, wctx);
     if (w) workloads.push(w);
+    yield;
   }
-  for (const o of byKind(NETWORKING_ISTIO, 'WorkloadEntry')) workloads.push(workloadEntryWorkload(o, wctx));
+  for (const o of byKind(NETWORKING_ISTIO, 'WorkloadEntry')) {
+    workloads.push(workloadEntryWorkload(o, wctx));
+    yield;
+  }
 
-  const selectable = groupByNamespace(workloads);
+  const selectable = new SelectorIndex(workloads);
   const sctx: ServiceContext = {
     waypoint,
     domainSuffix: input.domainSuffix || 'cluster.local',
     namespaceLabels,
-    selectable: (ns) => selectable.get(ns) ?? [],
+    selectable: (ns, selector) => selectable.candidates(ns, selector),
   };
-  const services: Service[] = byKind('', 'Service').map((o) => kubeService(o, sctx));
+  const services: Service[] = [];
+  for (const o of byKind('', 'Service')) {
+    services.push(kubeService(o, sctx));
+    yield;
+  }
   for (const o of byKind(NETWORKING_ISTIO, 'ServiceEntry')) {
     const se = parseAs(ServiceEntrySchema, o);
     const inline = serviceEntryWorkloads(o, se, wctx);
     workloads.push(...inline);
     services.push(serviceEntryService(o, se, inline, sctx));
+    yield;
   }
+  // Once every service exists: a waypoint's instances are the endpoints of its own Service.
+  yield* chainServiceWaypoints(services, { waypoint, gateways, gatewayClassLabels, workloads, domainSuffix: sctx.domainSuffix });
 
-  return createSnapshot({
-    version: input.version ?? 1,
-    meshConfig,
-    waypoint,
-    services,
-    workloads,
-    namespaces,
-    kept: keptResources(objects, meshConfig),
-  });
+  return yield* createSnapshotStepwise(
+    {
+      version: input.version ?? 1,
+      meshConfig,
+      waypoint,
+      services,
+      workloads,
+      namespaces,
+      kept: keptResources(objects, meshConfig),
+    },
+    input.parts,
+  );
 }
 
 /** Same group, kind, namespace and name twice ⇒ ConfigError pointing at the second one. */
@@ -155,14 +193,41 @@ function resolveMeshConfig(input: CompileInput, configMaps: readonly SourceObjec
   });
 }
 
-function groupByNamespace(workloads: readonly Workload[]): Map<string, Workload[]> {
-  const out = new Map<string, Workload[]>();
-  for (const w of workloads) {
-    let list = out.get(w.namespace);
-    if (!list) out.set(w.namespace, (list = []));
-    list.push(w);
+/** `kubernetes.io/metadata.name`: the label the API server puts on every namespace. */
+const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';
+
+/**
+ * Workloads by namespace and by `label=value`, so a selector's candidates are the workloads
+ * carrying one of its labels (the rarest), not the whole namespace: a mesh of S services and P
+ * pods costs about S + P label checks instead of S × P.
+ */
+class SelectorIndex {
+  readonly #byLabel = new Map<string, Map<string, Workload[]>>();
+
+  constructor(workloads: readonly Workload[]) {
+    for (const w of workloads) {
+      let ns = this.#byLabel.get(w.namespace);
+      if (!ns) this.#byLabel.set(w.namespace, (ns = new Map()));
+      for (const [k, v] of Object.entries(w.labels)) {
+        const key = `${k}\u0000${v}`;
+        let list = ns.get(key);
+        if (!list) ns.set(key, (list = []));
+        list.push(w);
+      }
+    }
   }
-  return out;
+
+  /** Workloads of `namespace` that carry the least common label of `selector` (file order); none for an empty selector. */
+  candidates(namespace: string, selector: Readonly<Record<string, string>>): readonly Workload[] {
+    const ns = this.#byLabel.get(namespace);
+    let best: readonly Workload[] | undefined;
+    for (const [k, v] of Object.entries(selector)) {
+      const list = ns?.get(`${k}\u0000${v}`);
+      if (!list) return [];
+      if (!best || list.length < best.length) best = list;
+    }
+    return best ?? [];
+  }
 }
 
 const COMPILED_CORE = new Set(['Namespace', 'Service', 'Pod']);
@@ -174,22 +239,9 @@ function keptResources(objects: readonly SourceObject[], meshConfig: MeshConfig)
   for (const o of objects) {
     if (o.group === '' && COMPILED_CORE.has(o.kind)) continue;
     if (o.group === NETWORKING_ISTIO && COMPILED_ISTIO.has(o.kind)) continue;
-    if (o.group === NETWORKING_K8S && o.kind === 'NetworkPolicy') {
-      // Refused here, with file and line, as the API server refuses it (src/netpol/policy.ts).
-      parseNetworkPolicy(o.body, o, (path, message) => {
-        throw o.fail(message, path);
-      });
-      kept.push({ apiVersion: o.apiVersion, kind: o.kind, name: o.name, namespace: o.namespace, object: o.body, locate: (path) => o.locate(path) });
-      continue;
-    }
-    if (o.group === SECURITY_ISTIO && o.kind === 'PeerAuthentication') {
-      // Refused here too, as the API server / istiod's webhook refuse it: a typo must not weaken mTLS.
-      validatePeerAuthentication(o.body, (path, message) => {
-        throw o.fail(message, path);
-      });
-    }
     if (o.group === '' && o.kind === 'ConfigMap' && o.name === 'istio' && o.namespace === meshConfig.rootNamespace) continue;
-    if (isBuiltInGroup(o.group)) {
+    // NetworkPolicies are kept for the NetworkPolicy part (src/netpol), which validates them.
+    if (isBuiltInGroup(o.group) && !(o.group === 'networking.k8s.io' && o.kind === 'NetworkPolicy')) {
       log.debug({ file: o.file, document: o.document, object: o.ref, apiVersion: o.apiVersion }, 'mesh: skipping unsupported kind');
       continue;
     }

@@ -3,7 +3,7 @@
  * endpoints per port, following istiod's ambient service builder
  * (IS:pilot/pkg/serviceregistry/ambient/services.go) and endpoint port semantics (ZT:src/state.rs).
  */
-import { servesServices, usesWaypoint } from './attachment.ts';
+import { servesServices, useWaypointRef } from './attachment.ts';
 import { formatHostPort, ipFamily, normalizeIp, normalizeIpOrCidr } from './ip.ts';
 import { parseProtocol, portProtocol } from './protocol.ts';
 import { ServiceSchema, type ServiceEntryDoc } from './schemas.ts';
@@ -19,8 +19,12 @@ export interface ServiceContext {
   /** Cluster DNS suffix for `<name>.<ns>.svc.<domain>`, normally `cluster.local`. */
   readonly domainSuffix: string;
   namespaceLabels(namespace: string): Labels;
-  /** Pods and WorkloadEntries of a namespace: the candidates a selector picks from. */
-  selectable(namespace: string): readonly Workload[];
+  /**
+   * Pods and WorkloadEntries of a namespace that `selector` may select (at least every one it
+   * selects, in file order; the builder checks every label): an index keeps a big mesh from
+   * costing services × workloads.
+   */
+  selectable(namespace: string, selector: Labels): readonly Workload[];
 }
 
 /** Resolves one service port to a port on one workload; undefined = not an endpoint for that port. */
@@ -62,7 +66,7 @@ export function kubeService(obj: SourceObject, ctx: ServiceContext): Service {
   });
   const labels = svc.metadata.labels ?? {};
   const selector = spec.selector ?? {};
-  const selected = selectWorkloads(ctx.selectable(obj.namespace), selector);
+  const selected = selectWorkloads(ctx.selectable(obj.namespace, selector), selector);
   const targetPortOf: TargetPortOf = (w, port) => {
     if (w.kind === 'WorkloadEntry' && port.name && w.namedPorts[port.name] !== undefined) return w.namedPorts[port.name];
     return typeof port.targetPort === 'number' ? port.targetPort : w.namedPorts[port.targetPort];
@@ -75,7 +79,7 @@ export function kubeService(obj: SourceObject, ctx: ServiceContext): Service {
     addresses: vips,
     ports,
     endpoints: endpointsByPort(ports, selected, vips, targetPortOf),
-    servedByThisWaypoint: servesServices(ctx.waypoint) && usesWaypoint(labels, obj.namespace, ctx.namespaceLabels(obj.namespace), ctx.waypoint),
+    ...attachment(labels, obj.namespace, ctx),
   };
 }
 
@@ -103,7 +107,7 @@ export function serviceEntryService(
     protocol: parseProtocol(p.protocol ?? ''),
   }));
   const selector = spec.workloadSelector?.labels ?? {};
-  const selected = [...inline, ...selectWorkloads(ctx.selectable(obj.namespace), selector)];
+  const selected = [...inline, ...selectWorkloads(ctx.selectable(obj.namespace, selector), selector)];
   const targetPortOf: TargetPortOf = (w, port) =>
     (w.kind === 'WorkloadEntry' && port.name ? w.namedPorts[port.name] : undefined) ??
     (typeof port.targetPort === 'number' ? port.targetPort : port.port);
@@ -116,8 +120,18 @@ export function serviceEntryService(
     addresses: vips,
     ports,
     endpoints: endpointsByPort(ports, selected, vips, targetPortOf),
-    servedByThisWaypoint: servesServices(ctx.waypoint) && usesWaypoint(labels, obj.namespace, ctx.namespaceLabels(obj.namespace), ctx.waypoint),
+    ...attachment(labels, obj.namespace, ctx),
   };
+}
+
+/**
+ * Which waypoint a service uses, and whether it is this one. `viaWaypoint` (another waypoint in
+ * front of the service) is resolved once every service is built (service-waypoints.ts).
+ */
+function attachment(labels: Labels, namespace: string, ctx: ServiceContext): Pick<Service, 'servedByThisWaypoint' | 'useWaypoint' | 'viaWaypoint'> {
+  const ref = useWaypointRef(labels, namespace, ctx.namespaceLabels(namespace));
+  const ours = ref !== undefined && ref.name === ctx.waypoint.name && ref.namespace === ctx.waypoint.namespace;
+  return { servedByThisWaypoint: ours && servesServices(ctx.waypoint), useWaypoint: ref, viaWaypoint: undefined };
 }
 
 /** Workloads whose labels contain every selector entry; an empty selector selects nothing. */

@@ -1,12 +1,16 @@
 /**
- * Assemble a {@link MeshSnapshot} from compiled parts: build every lookup index once, then deep-freeze.
- * The data path only calls the index lookups below; none of them scans a list.
+ * Assemble a {@link MeshSnapshot} from its compiled data: build every lookup index once,
+ * deep-freeze, then compile the engines' parts (parts.ts) into it. The data path only calls the
+ * index lookups below; none of them scans a list.
  */
-import { deepFreeze } from '../util/freeze.ts';
+import { deepFreeze, deepFreezeStepwise } from '../util/freeze.ts';
+import { runNow, type Stepwise } from '../util/slices.ts';
 import { parseCidr, type Cidr } from './ip.ts';
+import { compilePartsStepwise, missingPart } from './parts.ts';
 import type {
   KeptResource,
   MeshConfig,
+  MeshPart,
   MeshSnapshot,
   Service,
   ServicePort,
@@ -16,7 +20,7 @@ import type {
 } from './types.ts';
 
 /** Everything a snapshot holds, before indexing. */
-export interface SnapshotParts {
+export interface SnapshotData {
   readonly version: number;
   readonly meshConfig: MeshConfig;
   readonly waypoint: WaypointIdentity;
@@ -28,19 +32,30 @@ export interface SnapshotParts {
 
 type PortMap = Map<number, Target>;
 
+/** Objects indexed between two pauses of {@link createSnapshotStepwise}. */
+const PER_STEP = 512;
+
 /**
  * Build the snapshot. Index rules (IS:listener_waypoint.go `buildWaypointInternal`):
  * - service targets: every VIP of every service this waypoint serves × each non-UDP port; the first
  *   service to claim a VIP:port wins. ServiceEntry CIDR addresses are checked after exact VIPs.
  * - workload targets: every address of every workload this waypoint serves (any port).
  * - `workloadByIp`: every address of every workload; the first workload to claim an address wins.
- * The result and everything reachable from it is frozen.
+ * The result and everything reachable from it is frozen; then `compiled` parts are compiled into
+ * it, in order (@throws PartCompileError for the first that throws).
  */
-export function createSnapshot(parts: SnapshotParts): MeshSnapshot {
+export function createSnapshot(data: SnapshotData, compiled: readonly MeshPart<unknown>[] = []): MeshSnapshot {
+  return runNow(createSnapshotStepwise(data, compiled));
+}
+
+/** {@link createSnapshot}, pausing every few hundred objects and after each part. */
+export function* createSnapshotStepwise(data: SnapshotData, compiled: readonly MeshPart<unknown>[] = []): Stepwise<MeshSnapshot> {
   const vipIndex = new Map<string, PortMap>();
   const cidrIndex: { cidr: Cidr; ports: PortMap }[] = [];
   const byHost = new Map<string, Service>();
-  for (const service of parts.services) {
+  let n = 0;
+  for (const service of data.services) {
+    if (++n % PER_STEP === 0) yield;
     if (!byHost.has(`${service.namespace}/${service.hostname}`)) byHost.set(`${service.namespace}/${service.hostname}`, service);
     if (!service.servedByThisWaypoint) continue;
     const targets: [number, Target][] = service.ports
@@ -60,7 +75,8 @@ export function createSnapshot(parts: SnapshotParts): MeshSnapshot {
 
   const servedByIp = new Map<string, Workload>();
   const byIp = new Map<string, Workload>();
-  for (const workload of parts.workloads) {
+  for (const workload of data.workloads) {
+    if (++n % PER_STEP === 0) yield;
     for (const address of workload.addresses) {
       if (!byIp.has(address)) byIp.set(address, workload);
       if (workload.servedByThisWaypoint && !servedByIp.has(address)) servedByIp.set(address, workload);
@@ -68,20 +84,23 @@ export function createSnapshot(parts: SnapshotParts): MeshSnapshot {
   }
 
   const resources = new Map<string, KeptResource[]>();
-  for (const r of parts.kept) {
+  for (const r of data.kept) {
     let list = resources.get(r.kind);
     if (!list) resources.set(r.kind, (list = []));
     list.push(r);
   }
   const none: readonly KeptResource[] = Object.freeze([]);
+  // Filled below, after the snapshot is frozen (parts compile against the finished snapshot);
+  // reachable only through `part()`, so nothing can change it once the snapshot is returned.
+  const partValues = new Map<object, unknown>();
 
   const snapshot: MeshSnapshot = {
-    version: parts.version,
-    meshConfig: parts.meshConfig,
-    waypoint: parts.waypoint,
-    services: parts.services,
-    workloads: parts.workloads,
-    namespaces: parts.namespaces,
+    version: data.version,
+    meshConfig: data.meshConfig,
+    waypoint: data.waypoint,
+    services: data.services,
+    workloads: data.workloads,
+    namespaces: data.namespaces,
     resolveTarget(ip: string, port: number): Target | undefined {
       const exact = vipIndex.get(ip)?.get(port);
       if (exact) return exact;
@@ -96,26 +115,38 @@ export function createSnapshot(parts: SnapshotParts): MeshSnapshot {
     serviceByHost: (namespace: string, hostname: string) => byHost.get(`${namespace}/${hostname}`),
     resources: (kind: string) => resources.get(kind) ?? none,
     kinds: () => [...resources.keys()],
-    toJSON: () => dump(parts, resources),
+    part<T>(part: MeshPart<T>): T {
+      const value = partValues.get(part.key);
+      if (value === undefined && !partValues.has(part.key)) throw missingPart(part, data.version);
+      return value as T;
+    },
+    toJSON: () => dump(data, resources),
   };
-  deepFreeze(resources);
-  return deepFreeze(snapshot);
+  yield* deepFreezeStepwise(resources);
+  yield* deepFreezeStepwise(snapshot);
+  yield* compilePartsStepwise(snapshot, compiled, partValues);
+  return snapshot;
 }
 
 /** A readable, JSON-able view for `/config_dump` and debugging. */
-function dump(parts: SnapshotParts, resources: ReadonlyMap<string, readonly KeptResource[]>): unknown {
+function dump(data: SnapshotData, resources: ReadonlyMap<string, readonly KeptResource[]>): unknown {
   return {
-    version: parts.version,
-    waypoint: parts.waypoint,
-    meshConfig: parts.meshConfig,
-    namespaces: Object.fromEntries(parts.namespaces),
-    services: parts.services.map((s) => ({
+    version: data.version,
+    waypoint: data.waypoint,
+    meshConfig: data.meshConfig,
+    namespaces: Object.fromEntries(data.namespaces),
+    services: data.services.map((s) => ({
       kind: s.kind,
       name: s.name,
       namespace: s.namespace,
       hostname: s.hostname,
       addresses: s.addresses,
       servedByThisWaypoint: s.servedByThisWaypoint,
+      useWaypoint: s.useWaypoint ? `${s.useWaypoint.namespace}/${s.useWaypoint.name}` : null,
+      // Another waypoint routed requests go through (chained waypoints), with its instances.
+      throughWaypoint: s.viaWaypoint
+        ? { gateway: `${s.viaWaypoint.namespace}/${s.viaWaypoint.name}`, instances: [...new Set([...s.viaWaypoint.endpoints.values()].flat().map((e) => e.authority))] }
+        : null,
       ports: s.ports,
       endpoints: Object.fromEntries(
         [...s.endpoints].map(([port, eps]) => [
@@ -124,7 +155,7 @@ function dump(parts: SnapshotParts, resources: ReadonlyMap<string, readonly Kept
         ]),
       ),
     })),
-    workloads: parts.workloads,
+    workloads: data.workloads,
     resources: Object.fromEntries([...resources].map(([kind, list]) => [kind, list.length])),
   };
 }

@@ -5,10 +5,11 @@
  * have (`kind: Servce`) is refused as `kubectl apply` refuses it; a workload controller (Deployment,
  * ...) whose Pods are not in the file gets a warning, since endpoints come from Pods.
  */
-import { LineCounter, isMap, isScalar, parseAllDocuments, type Document } from 'yaml';
+import { Composer, LineCounter, Parser, isMap, isScalar, type Document } from 'yaml';
 
 import { ConfigError, type ConfigLocation } from '../errors.ts';
 import { log } from '../util/log.ts';
+import { runNow, type Stepwise } from '../util/slices.ts';
 import { formatFieldPath, lineOf, nodeAt, type FieldPath } from './yaml-locate.ts';
 
 /** Kinds without a namespace: their `ref` is `Kind/name` and `namespace` is `''`. */
@@ -171,11 +172,24 @@ export class SourceObject {
  *   mapping, or an object without a string `apiVersion`, `kind` or `metadata.name`.
  */
 export function readObjects(text: string, file: string): SourceObject[] {
+  return runNow(readObjectsStepwise(text, file));
+}
+
+/** {@link readObjects}, pausing after each YAML document (for a mesh compiled in slices). */
+export function* readObjectsStepwise(text: string, file: string): Stepwise<SourceObject[]> {
   const counter = new LineCounter();
-  const docs = parseAllDocuments(text, { lineCounter: counter, prettyErrors: false });
-  const list = Array.isArray(docs) ? docs : [];
   const out: SourceObject[] = [];
-  list.forEach((doc, index) => {
+  // `parseAllDocuments` without collecting: the same Parser and Composer, one document at a time.
+  const docs = new Composer({ prettyErrors: false }).compose(new Parser(counter.addNewLine).parse(text));
+  let index = 0;
+  for (const doc of docs) {
+    readDocument(doc, index++);
+    yield;
+  }
+  warnControllersWithoutPods(out);
+  return out;
+
+  function readDocument(doc: Document.Parsed, index: number): void {
     const syntax = doc.errors[0];
     if (syntax) {
       const message = syntax.message.split('\n')[0].replace(/ at line \d+, column \d+:?$/, '');
@@ -216,9 +230,7 @@ export function readObjects(text: string, file: string): SourceObject[] {
       return;
     }
     out.push(toObject(value, { file, document: index, doc, counter, prefix: [] }));
-  });
-  warnControllersWithoutPods(out);
-  return out;
+  }
 }
 
 /** Workload controllers: where their Pods' labels are (`selector.matchLabels`, else the template's). */

@@ -93,8 +93,44 @@ export interface Endpoint {
   /** Resolved target port on the workload (the `:authority` port of the upstream CONNECT). */
   readonly targetPort: number;
   readonly tunnel: TunnelProtocol;
-  /** Precomputed `address:targetPort` (`[v6]:port` for IPv6): the upstream `:authority`. */
+  /**
+   * Precomputed `address:targetPort` (`[v6]:port` for IPv6): the host the endpoint is known by
+   * (load balancing, outlier detection, retries' previous hosts, `%UPSTREAM_HOST%`) and, unless
+   * {@link connectAuthority} says otherwise, the upstream CONNECT `:authority`.
+   */
   readonly authority: string;
+  /**
+   * The CONNECT `:authority` when it is not {@link authority}: the backend service's `VIP:port`,
+   * for an endpoint that is another waypoint in front of that service (chained waypoints, see
+   * {@link ServiceWaypoint}). The waypoint resolves it as its own target, as ztunnel's
+   * `hbone_target_destination` (ZT:src/proxy/outbound.rs `build_request`) and Istio's tunnel
+   * metadata `local` (IS:pilot/pkg/xds/endpoints/endpoint_builder.go `buildEnvoyLbEndpoint`).
+   */
+  readonly connectAuthority?: string;
+}
+
+/**
+ * The other waypoint a service uses (its `istio.io/use-waypoint`, resolved as istiod resolves it:
+ * src/state/service-waypoints.ts): a route of this waypoint that sends a request to the service
+ * sends it through that waypoint, which applies the service's own policies and routes.
+ */
+export interface ServiceWaypoint {
+  /** The waypoint's Gateway. */
+  readonly namespace: string;
+  readonly name: string;
+  /**
+   * Per service port: the waypoint's healthy instances as endpoints (dialed over HBONE on
+   * port 15008, `:authority` the service's `VIP:port`, identity the instance's
+   * workload identity). Empty lists when the waypoint has no healthy instance: requests fail
+   * (503 `UH`) rather than skip the service's waypoint.
+   */
+  readonly endpoints: ReadonlyMap<number, readonly Endpoint[]>;
+}
+
+/** A waypoint Gateway named by `istio.io/use-waypoint` (+ `istio.io/use-waypoint-namespace`). */
+export interface WaypointRef {
+  readonly namespace: string;
+  readonly name: string;
 }
 
 /** A service: a Kubernetes Service or an Istio ServiceEntry. */
@@ -111,6 +147,15 @@ export interface Service {
   readonly endpoints: ReadonlyMap<number, readonly Endpoint[]>;
   /** True when `istio.io/use-waypoint` (service, else namespace) names this waypoint. */
   readonly servedByThisWaypoint: boolean;
+  /** The waypoint `istio.io/use-waypoint` (service, else namespace) names; undefined for none (or `none`). */
+  readonly useWaypoint: WaypointRef | undefined;
+  /**
+   * The other waypoint requests routed to this service go through (chained waypoints); undefined
+   * when this waypoint serves the service, when it uses none, or when the waypoint it names is
+   * not a waypoint of the mesh that handles service traffic (it is then reached directly, as
+   * ztunnel does when istiod reports no waypoint).
+   */
+  readonly viaWaypoint: ServiceWaypoint | undefined;
 }
 
 /** What a CONNECT `:authority` resolves to on this waypoint (IS:listener_waypoint.go `buildWaypointInternal`). */
@@ -187,6 +232,45 @@ export interface MeshSnapshot {
   resources(kind: string): readonly KeptResource[];
   /** The kinds of the kept resources (e.g. to report a mistyped kind). */
   kinds(): readonly string[];
+  /**
+   * The compiled `part` of this snapshot (AuthorizationPolicy evaluators, route tables, ...), as
+   * compiled before the snapshot was published: a lookup, never a compile.
+   * @throws Error when the snapshot was not compiled with that part (a programming error: the
+   *   store or `compileMesh` was not given it).
+   */
+  part<T>(part: MeshPart<T>): T;
   /** A JSON-able dump for `/config_dump`. */
   toJSON(): unknown;
+}
+
+/**
+ * One compiled part of a mesh snapshot: what an engine makes of it (see parts.ts). Engines define
+ * their parts with `definePart`; readers pass the part to {@link MeshSnapshot.part}.
+ */
+export interface MeshPart<T> {
+  /** For messages (`authz`, `routes`, ...). */
+  readonly name: string;
+  /** What {@link MeshSnapshot.part} looks up: shared by every binding of the part (`with`). */
+  readonly key: object;
+  /**
+   * Compile the part for `snapshot` (parts listed before it are readable with `snapshot.part`).
+   * Throwing refuses the whole snapshot; a ConfigError names the file, line, object and field.
+   * Undefined for a part that must be bound (`with`) before it is given to the store.
+   */
+  readonly compile: ((snapshot: MeshSnapshot) => T) | undefined;
+  /**
+   * Bring runtime state in line with the part of a snapshot just published (before the store's
+   * subscribers are told): circuit breakers, outlier detectors, caches kept across snapshots.
+   */
+  publish?(value: T, snapshot: MeshSnapshot): void;
+  /** What an error of this part refuses a reload as (`invalid authorization policy`); undefined: the error alone. */
+  readonly refusal: string | undefined;
+  /** The same part (same key for readers) compiled, and optionally published, another way. */
+  with(how: PartBinding<T>): MeshPart<T>;
+}
+
+/** How a part's owner compiles (and publishes) it: see {@link MeshPart.with}. */
+export interface PartBinding<T> {
+  compile(snapshot: MeshSnapshot): T;
+  publish?(value: T, snapshot: MeshSnapshot): void;
 }

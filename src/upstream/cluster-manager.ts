@@ -2,7 +2,9 @@
  * Upstream connections toward service endpoints (Envoy's cluster manager, reduced to what a
  * waypoint needs). For HTTP it keeps one undici Pool per endpoint whose "sockets" are HBONE
  * CONNECT streams to `podIP:15008` with `:authority podIP:targetPort` (IS:cluster_waypoint.go
- * `connect_originate`), or plain TCP to `podIP:targetPort` for endpoints outside the mesh
+ * `connect_originate`) — or, to an instance of another waypoint in front of the service (chained
+ * waypoints), to `waypointIP:15008` with `:authority VIP:port` (`Endpoint.connectAuthority`) —
+ * or plain TCP to `podIP:targetPort` for endpoints outside the mesh
  * (`istio.io/dataplane-mode: none`), or mutual TLS with Istio's ALPN to `podIP:targetPort` for
  * workloads that run an Istio sidecar (`sidecar-transport.ts`). For TCP it opens one tunnel per
  * downstream connection.
@@ -10,21 +12,17 @@
 import type { IncomingHttpHeaders } from 'node:http2';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
-import type { Registry } from 'prom-client';
 import { Pool, type Dispatcher } from 'undici';
-import { isHttpProtocol } from '../state/protocol.ts';
 import type { Endpoint, MeshSnapshot, Target } from '../state/types.ts';
 import { HboneConnectError, type HboneSessionPool } from '../hbone/pool.ts';
 import type { Http2Params } from '../hbone/settings.ts';
+import { asHttp1Socket } from '../hbone/stream-end.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import { log } from '../util/log.ts';
-import { clusterName } from './cluster-name.ts';
-import { ClusterState, TrackedAttempt } from './cluster-state.ts';
-import { ClusterStats } from './cluster-stats.ts';
-import type { Ejection } from './outlier-detector.ts';
+import { TrackedAttempt, type ClusterState } from './cluster-state.ts';
+import { ClusterTable, type ClusterRuntimeDump } from './cluster-table.ts';
 import { H2Upstream, type UpstreamHandler, type UpstreamRequest } from './h2-upstream.ts';
 import { LoadBalancer, type LoadBalancerPolicy } from './load-balancer.ts';
-import { poolSignature, type TrafficPolicySource } from './traffic-policy.ts';
 import type { PeerInfo } from '../peer/peer-info.ts';
 import type { SidecarProtocol, SidecarTransport } from './sidecar-transport.ts';
 
@@ -68,26 +66,14 @@ export interface ClusterManagerOptions {
   readonly maxResponseHeadersBytes: number;
   /** HTTP/2 settings of h2c sessions toward endpoints (http2/grpc ports). */
   readonly http2: Http2Params;
-  /** DestinationRule traffic policies per cluster; absent: every cluster uses the defaults above. */
-  readonly trafficPolicies?: TrafficPolicySource;
-  /** The waypoint's registry: Envoy's `envoy_cluster_*` outlier and circuit-breaker stats go there (see cluster-stats.ts). */
-  readonly metrics?: Registry;
+  /**
+   * The DestinationRule-shaped clusters (their part is given to the mesh store); absent: every
+   * cluster uses the defaults above.
+   */
+  readonly clusters?: ClusterTable;
 }
 
-/** The runtime state of one DestinationRule-shaped cluster, as `/config_dump` shows it. */
-export interface ClusterRuntimeDump {
-  readonly name: string;
-  readonly key: string;
-  /** `DestinationRule/<ns>/<name>` whose policy applies. */
-  readonly source: string;
-  readonly activeRequests: number;
-  readonly pendingRequests: number;
-  readonly activeRetries: number;
-  readonly activeConnections: number;
-  readonly hosts: number;
-  /** Hosts ejected by outlier detection now (empty without outlier detection). */
-  readonly ejectedHosts: readonly Ejection[];
-}
+export type { ClusterRuntimeDump };
 
 /** A pooled upstream client and what it was made for. */
 interface PoolEntry<P> {
@@ -113,35 +99,24 @@ export class ClusterManager {
   private readonly pools = new Map<string, PoolEntry<Pool>>();
   /** h2c upstreams, keyed and pruned like the HTTP/1.1 pools. */
   private readonly h2 = new Map<string, PoolEntry<H2Upstream>>();
-  /** Runtime state of DestinationRule-shaped clusters, by policy key (kept across snapshots). */
-  private readonly clusters = new Map<string, ClusterState>();
+  /** Runtime state of DestinationRule-shaped clusters (kept across snapshots). */
+  private readonly clusters: ClusterTable;
   /**
    * Response headers of the latest HBONE CONNECT of each endpoint's HTTP pool (same key), for
    * {@link connectHeadersFor}: every CONNECT to one endpoint reaches the same destination
    * workload, so any of them describes it.
    */
   private readonly connectHeaders = new Map<string, IncomingHttpHeaders>();
-  private readonly stats: ClusterStats | undefined;
 
   constructor(opts: ClusterManagerOptions) {
     this.opts = opts;
     this.lb = new LoadBalancer(opts.loadBalancer);
-    this.stats = opts.metrics ? new ClusterStats(opts.metrics) : undefined;
+    this.clusters = opts.clusters ?? new ClusterTable({ clusters: () => [] });
   }
 
   /** The runtime state of every DestinationRule-shaped cluster (`/config_dump`). */
   dumpClusters(): ClusterRuntimeDump[] {
-    return [...this.clusters.values()].map((c) => ({
-      name: c.name,
-      key: c.key,
-      source: c.policy.source,
-      activeRequests: c.activeRequests,
-      pendingRequests: c.pendingRequests,
-      activeRetries: c.activeRetries,
-      activeConnections: c.activeConnections,
-      hosts: c.hostCount,
-      ejectedHosts: c.outlier?.ejections() ?? [],
-    }));
+    return this.clusters.dump();
   }
 
   /** Largest response header block (bytes) accepted from an endpoint, for every upstream client. */
@@ -151,18 +126,11 @@ export class ClusterManager {
 
   /**
    * The runtime state of the cluster `target` belongs to when a DestinationRule shapes it;
-   * undefined for workload-addressed traffic and clusters without one (the defaults apply).
+   * undefined for workload-addressed traffic and clusters without one (the defaults apply). A
+   * lookup in the cluster table of the published snapshot (cluster-table.ts).
    */
   clusterFor(target: Target): ClusterState | undefined {
-    const source = this.opts.trafficPolicies;
-    if (!source || target.kind !== 'service') return undefined;
-    const policy = source.forTarget(target);
-    if (policy.key === '') return undefined;
-    let state = this.clusters.get(policy.key);
-    if (!state) this.clusters.set(policy.key, (state = new ClusterState(policy, clusterName(target, isHttpProtocol(target.port.protocol) ? 'http' : 'tcp'), this.stats)));
-    else state.update(policy);
-    state.hostCount = target.service.endpoints.get(target.port.port)?.length ?? 0;
-    return state;
+    return this.clusters.clusterFor(target);
   }
 
   /**
@@ -279,7 +247,7 @@ export class ClusterManager {
 
   private async open(ep: Endpoint, use: SidecarProtocol): Promise<Duplex> {
     if (ep.tunnel === 'HBONE') {
-      const { stream, headers } = await this.opts.sessions.connect(this.hboneDestination(ep), ep.authority);
+      const { stream, headers } = await this.opts.sessions.connect(this.hboneDestination(ep), connectAuthority(ep));
       (stream as { [CONNECT_RESPONSE_HEADERS]?: IncomingHttpHeaders })[CONNECT_RESPONSE_HEADERS] = headers;
       return stream;
     }
@@ -296,10 +264,13 @@ export class ClusterManager {
     const liveEndpoints = new Set<string>();
     const liveHosts = new Set<string>();
     for (const svc of snapshot.services) {
-      for (const eps of svc.endpoints.values()) {
-        for (const ep of eps) {
-          liveEndpoints.add(poolKey(ep));
-          liveHosts.add(workloadKey(ep.tunnel, ep.address, ep.workload.identity));
+      // A service that goes through another waypoint is dialed at that waypoint's instances.
+      for (const endpoints of svc.viaWaypoint ? [svc.endpoints, svc.viaWaypoint.endpoints] : [svc.endpoints]) {
+        for (const eps of endpoints.values()) {
+          for (const ep of eps) {
+            liveEndpoints.add(poolKey(ep));
+            liveHosts.add(workloadKey(ep.tunnel, ep.address, ep.workload.identity));
+          }
         }
       }
     }
@@ -312,9 +283,9 @@ export class ClusterManager {
       const host = workloadKey('HBONE', dst.ip, dst.identity ?? '');
       return !liveHosts.has(host) && !servedWorkloads.has(host);
     });
-    // DestinationRule clusters: new settings for live ones (counts and ejections stay), state of
-    // removed ones dropped (attempts in flight keep their reference and finish normally).
-    const signatures = this.refreshClusters(snapshot);
+    // DestinationRule clusters were brought up to date when the snapshot was published (the
+    // cluster table's part); pools made under connection-pool settings that changed are stale.
+    const signatures = this.clusters.signatures();
     for (const map of [this.pools, this.h2] as Map<string, PoolEntry<{ close(): Promise<unknown> }>>[]) {
       for (const [key, entry] of map) {
         // A pool made for a cluster whose connection-pool settings changed is replaced: closed
@@ -330,36 +301,9 @@ export class ClusterManager {
     for (const key of this.connectHeaders.keys()) if (!bases.has(key)) this.connectHeaders.delete(key);
   }
 
-  /** Apply `snapshot`'s cluster policies to the cluster states; returns each live cluster's pool signature. */
-  private refreshClusters(snapshot: MeshSnapshot): Map<string, string> {
-    const signatures = new Map<string, string>();
-    const source = this.opts.trafficPolicies;
-    if (!source) return signatures;
-    for (const policy of source.all(snapshot)) {
-      const state = this.clusters.get(policy.key);
-      state?.update(policy);
-      signatures.set(policy.key, state?.poolSignature ?? poolSignature(policy.connectionPool));
-    }
-    const hosts = new Map<string, Set<string>>();
-    for (const svc of snapshot.services) {
-      for (const [port, eps] of svc.endpoints) hosts.set(`${svc.namespace}/${svc.hostname}|${port}`, new Set(eps.map((ep) => ep.authority)));
-    }
-    for (const [key, state] of this.clusters) {
-      if (!signatures.has(key)) {
-        state.close();
-        this.clusters.delete(key);
-        continue;
-      }
-      const live = hosts.get(key) ?? new Set<string>();
-      state.hostCount = live.size;
-      state.retain(live);
-    }
-    return signatures;
-  }
-
   /** Close every pool gracefully (in-flight requests finish). */
   async close(): Promise<void> {
-    for (const c of this.clusters.values()) c.close();
+    this.clusters.close();
     const all = [...this.pools.values(), ...this.h2.values()];
     this.pools.clear();
     this.h2.clear();
@@ -369,7 +313,7 @@ export class ClusterManager {
 
   /** Destroy every pool now. */
   async destroy(): Promise<void> {
-    for (const c of this.clusters.values()) c.close();
+    this.clusters.close();
     const all = [...this.pools.values(), ...this.h2.values()];
     this.pools.clear();
     this.h2.clear();
@@ -436,12 +380,13 @@ export class ClusterManager {
       ...common,
       // Each undici "socket" is one CONNECT stream on a pooled HBONE connection.
       connect: (_opts, callback) => {
-        const stream = sessions.connect(dst, ep.authority).then(({ stream, headers }) => {
+        const stream = sessions.connect(dst, connectAuthority(ep)).then(({ stream, headers }) => {
           this.connectHeaders.set(key, headers);
           return stream;
         });
         this.openWithin(stream, connectTimeout, ep).then(
-          (s) => callback(null, joinWritev(s) as unknown as net.Socket),
+          // A CONNECT reset mid-body must fail the request, never complete it (hbone/stream-end.ts).
+          (s) => callback(null, asHttp1Socket(joinWritev(s), ep.authority) as unknown as net.Socket),
           (err: Error) => callback(err, null),
         );
       },
@@ -454,8 +399,14 @@ const poolKeys = new WeakMap<Endpoint, string>();
 
 function poolKey(ep: Endpoint): string {
   let key = poolKeys.get(ep);
-  if (key === undefined) poolKeys.set(ep, (key = `${ep.tunnel}|${ep.authority}|${ep.workload.identity}`));
+  // One waypoint instance fronts several services: their CONNECT authorities keep their pools apart.
+  if (key === undefined) poolKeys.set(ep, (key = `${ep.tunnel}|${ep.authority}|${ep.workload.identity}${ep.connectAuthority ? `|${ep.connectAuthority}` : ''}`));
   return key;
+}
+
+/** The CONNECT `:authority` toward `ep`: the service's `VIP:port` for another waypoint's instance, else the endpoint's own. */
+function connectAuthority(ep: Endpoint): string {
+  return ep.connectAuthority ?? ep.authority;
 }
 
 function workloadKey(tunnel: string, ip: string, identity: string): string {

@@ -3,8 +3,9 @@
  * current {@link ClusterTrafficPolicy}, Envoy's circuit-breaker resources (source/common/upstream/
  * resource_manager_impl.h: active requests, pending requests, active retries, TCP connections),
  * its outlier detector, its round-robin cursor and its hash tables. It outlives mesh snapshots
- * (keyed by the policy's `key`), so in-flight counts, ejections and round-robin positions carry
- * over a reload; a new policy only changes the limits applied from then on.
+ * (kept by the cluster table, cluster-table.ts, under the policy's `key`), so in-flight counts,
+ * ejections and round-robin positions carry over a reload; a new policy only changes the limits
+ * applied from then on.
  */
 import type { Dispatcher } from 'undici';
 import { WaypointError } from '../errors.ts';
@@ -37,7 +38,13 @@ const HOST_SELECTION_ATTEMPTS = 5;
 /** Hash tables kept per cluster for endpoint lists seen lately (by authority list). */
 const TABLES_KEPT = 8;
 
-type HashTable = RingHash | MaglevTable;
+/** A consistent-hash table over a list of endpoints. */
+export type HashTable = RingHash | MaglevTable;
+
+/** The ring-hash or maglev table of `endpoints` under `ch`. */
+export function hashTableOf(endpoints: readonly Endpoint[], ch: ConsistentHashPolicy): HashTable {
+  return ch.algorithm === 'MAGLEV' ? new MaglevTable(endpoints, ch.tableSize) : new RingHash(endpoints, ch.minimumRingSize);
+}
 
 export class ClusterState {
   readonly key: string;
@@ -99,6 +106,16 @@ export class ClusterState {
     else this.outlier = new OutlierDetector(policy.outlierDetection, undefined, this.events);
   }
 
+  /**
+   * Take the hash table of the cluster's endpoint list of a new snapshot (built when the snapshot
+   * was compiled), so no request builds one; lists filtered at run time (ejected hosts, admission)
+   * still get theirs on first use.
+   */
+  adopt(endpoints: readonly Endpoint[], table: HashTable): void {
+    this.tablesByList.set(endpoints, table);
+    this.remember(endpoints.map((ep) => ep.authority).join(','), table);
+  }
+
   /** Forget outlier state of hosts that left the cluster; stop timers when the cluster is gone (`authorities` empty). */
   retain(authorities: ReadonlySet<string>): void {
     this.outlier?.retain(authorities);
@@ -140,13 +157,15 @@ export class ClusterState {
     if (t) return t;
     const key = list.map((ep) => ep.authority).join(',');
     t = this.tablesByKey.get(key);
-    if (!t) {
-      t = ch.algorithm === 'MAGLEV' ? new MaglevTable(list, ch.tableSize) : new RingHash(list, ch.minimumRingSize);
-      if (this.tablesByKey.size >= TABLES_KEPT) this.tablesByKey.delete(this.tablesByKey.keys().next().value!);
-      this.tablesByKey.set(key, t);
-    }
+    if (!t) this.remember(key, (t = hashTableOf(list, ch)));
     this.tablesByList.set(list, t);
     return t;
+  }
+
+  private remember(key: string, table: HashTable): void {
+    if (this.tablesByKey.has(key)) return;
+    if (this.tablesByKey.size >= TABLES_KEPT) this.tablesByKey.delete(this.tablesByKey.keys().next().value!);
+    this.tablesByKey.set(key, table);
   }
 
   /** Why a new request must be refused now (`max_requests`, `max_pending_requests`), or undefined. */
@@ -186,7 +205,8 @@ export class ClusterState {
   }
 }
 
-function sameHash(a: ConsistentHashPolicy | undefined, b: ConsistentHashPolicy | undefined): boolean {
+/** Whether two consistent-hash settings build the same tables. */
+export function sameHash(a: ConsistentHashPolicy | undefined, b: ConsistentHashPolicy | undefined): boolean {
   if (!a || !b) return a === b;
   return a.algorithm === b.algorithm && a.minimumRingSize === b.minimumRingSize && a.tableSize === b.tableSize;
 }

@@ -15,10 +15,18 @@
  * cluster's series appear when its state is created.
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { ClusterState } from './cluster-state.ts';
+import type { EjectionReason } from './outlier-detector.ts';
+import type { ConnectionPoolPolicy } from './traffic-policy.ts';
 
-/** Why a host was ejected (Envoy's `envoy::data::cluster::v3::OutlierEjectionType`, lower-case as in its stat names). */
-export type EjectionReason = 'consecutive_5xx' | 'consecutive_gateway_failure';
+/** What the gauges read from a live cluster at scrape time (its `ClusterState`). */
+export interface ClusterGauges {
+  readonly outlier: { readonly ejectedCount: number } | undefined;
+  readonly policy: { readonly connectionPool: ConnectionPoolPolicy };
+  readonly activeRequests: number;
+  readonly pendingRequests: number;
+  readonly activeRetries: number;
+  readonly activeConnections: number;
+}
 
 const LABEL = ['envoy_cluster_name'] as const;
 
@@ -30,7 +38,7 @@ export class ClusterStats {
   private readonly cxOverflow: Counter<'envoy_cluster_name'>;
   private readonly rqRetryOverflow: Counter<'envoy_cluster_name'>;
   /** Live cluster states by Envoy cluster name (read by the `*_open` gauges at scrape time). */
-  private readonly live = new Map<string, ClusterState>();
+  private readonly live = new Map<string, ClusterGauges>();
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -43,7 +51,7 @@ export class ClusterStats {
     this.rqRetryOverflow = counter('envoy_cluster_upstream_rq_retry_overflow', 'Total requests not retried due to circuit breaking or exceeding the retry budget');
     const live = this.live;
     // Gauges are read from the live cluster states at scrape time.
-    const gauge = (name: string, help: string, value: (c: ClusterState) => number) =>
+    const gauge = (name: string, help: string, value: (c: ClusterGauges) => number) =>
       new Gauge({
         name,
         help,
@@ -55,7 +63,7 @@ export class ClusterStats {
         },
       });
     gauge('envoy_cluster_outlier_detection_ejections_active', 'Number of currently ejected hosts', (c) => c.outlier?.ejectedCount ?? 0);
-    const open = (name: string, help: string, isOpen: (c: ClusterState) => boolean) => gauge(name, help, (c) => (isOpen(c) ? 1 : 0));
+    const open = (name: string, help: string, isOpen: (c: ClusterGauges) => boolean) => gauge(name, help, (c) => (isOpen(c) ? 1 : 0));
     open('envoy_cluster_circuit_breakers_default_cx_open', 'Whether the connection circuit breaker is at its limit (0 closed, 1 open)', (c) => c.activeConnections >= c.policy.connectionPool.maxConnections);
     open('envoy_cluster_circuit_breakers_default_rq_open', 'Whether the requests circuit breaker is at its limit (0 closed, 1 open)', (c) => c.activeRequests >= c.policy.connectionPool.maxRequests);
     open('envoy_cluster_circuit_breakers_default_rq_pending_open', 'Whether the pending requests circuit breaker is at its limit (0 closed, 1 open)', (c) => c.pendingRequests >= c.policy.connectionPool.maxPendingRequests);
@@ -63,7 +71,7 @@ export class ClusterStats {
   }
 
   /** A cluster state came to life: its series start at 0. */
-  added(cluster: string, state: ClusterState): void {
+  added(cluster: string, state: ClusterGauges): void {
     this.live.set(cluster, state);
     const l = { envoy_cluster_name: cluster };
     for (const c of [this.ejectionsTotal, this.ejections5xx, this.ejectionsGateway, this.rqPendingOverflow, this.cxOverflow, this.rqRetryOverflow]) c.inc(l, 0);

@@ -9,7 +9,7 @@
 import { HboneConnectError } from '../hbone/pool.ts';
 import { LOCAL_REPLY_STATUS, ResponseFlag, type ResponseFlagName } from '../telemetry/response-flags.ts';
 import { UpstreamOverflowError } from './cluster-state.ts';
-import { UpstreamResetError } from './h2-upstream.ts';
+import { UpstreamResetError, type UpstreamResetReason } from './h2-upstream.ts';
 
 /** How an upstream failure is answered and logged. */
 export interface UpstreamFailure {
@@ -39,18 +39,16 @@ export const CONNECT_FAILURE: UpstreamFailure = failure(ResponseFlag.UpstreamCon
 const OVERFLOW = failure(ResponseFlag.UpstreamOverflow, 'upstream_reset_before_response_started{overflow}');
 const PROTOCOL_ERROR = failure(ResponseFlag.UpstreamProtocolError, 'upstream_reset_before_response_started{protocol_error}');
 const DOWNSTREAM_GONE = failure(ResponseFlag.DownstreamConnectionTermination, 'downstream_remote_disconnect');
-const RESETS = {
-  before: {
-    refused: failure(ResponseFlag.UpstreamRemoteReset, 'upstream_reset_before_response_started{remote_refused_stream_reset}'),
-    reset: failure(ResponseFlag.UpstreamRemoteReset, 'upstream_reset_before_response_started{remote_reset}'),
-    termination: failure(ResponseFlag.UpstreamConnectionTermination, 'upstream_reset_before_response_started{connection_termination}'),
-  },
-  after: {
-    refused: failure(ResponseFlag.UpstreamRemoteReset, 'upstream_reset_after_response_started{remote_refused_stream_reset}'),
-    reset: failure(ResponseFlag.UpstreamRemoteReset, 'upstream_reset_after_response_started{remote_reset}'),
-    termination: failure(ResponseFlag.UpstreamConnectionTermination, 'upstream_reset_after_response_started{connection_termination}'),
-  },
-} as const;
+/** Envoy's flag per reset reason (envoyproxy/envoy source/common/router/router.cc `streamResetReasonToResponseFlag`). */
+const RESET_FLAG: Readonly<Record<UpstreamResetReason, ResponseFlagName>> = Object.freeze({
+  remote_reset: ResponseFlag.UpstreamRemoteReset,
+  remote_refused_stream_reset: ResponseFlag.UpstreamRemoteReset,
+  connection_termination: ResponseFlag.UpstreamConnectionTermination,
+  protocol_error: ResponseFlag.UpstreamProtocolError,
+});
+const REASONS = Object.keys(RESET_FLAG) as UpstreamResetReason[];
+const resets = (when: string) => Object.fromEntries(REASONS.map((r) => [r, failure(RESET_FLAG[r], `${when}{${r}}`)])) as Record<UpstreamResetReason, UpstreamFailure>;
+const RESETS = { before: resets('upstream_reset_before_response_started'), after: resets('upstream_reset_after_response_started') } as const;
 
 /** Whether `err` means the upstream could not be reached at all (nothing was sent: safe to retry). */
 export function isConnectFailure(err: Error & { code?: string }): boolean {
@@ -67,7 +65,8 @@ export function upstreamFailure(err: Error & { code?: string }, started: boolean
   if (err.code === 'UND_ERR_HEADERS_OVERFLOW' || (err.code ?? '').startsWith('HPE_') || err.name === 'HTTPParserError') return PROTOCOL_ERROR;
   if (err.code === 'UND_ERR_ABORTED' || err.name === 'AbortError') return DOWNSTREAM_GONE;
   const when = started ? RESETS.after : RESETS.before;
-  if (err instanceof UpstreamResetError && err.rstCode !== 0) return err.rstCode === 7 ? when.refused : when.reset;
-  return when.termination;
+  // The h2c upstream names the reset reason (a RST_STREAM(NO_ERROR) before END_STREAM is a remote reset too).
+  if (err instanceof UpstreamResetError) return when[err.reason];
+  return when.connection_termination;
 }
 

@@ -16,6 +16,7 @@ import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHt
 import type { Duplex, Readable } from 'node:stream';
 import { WaypointError } from '../errors.ts';
 import { http2Settings, type Http2Params } from '../hbone/settings.ts';
+import { endStreamReceived, resetOf, resetStream, watchEndStream, type StreamReset } from '../hbone/stream-end.ts';
 import { joinWritev } from '../hbone/writev-fix.ts';
 import { log } from '../util/log.ts';
 
@@ -44,19 +45,35 @@ export interface UpstreamHandler {
 }
 
 /**
- * An upstream HTTP/2 stream ended without a complete response: `rstCode` is the RST_STREAM
- * code received (0 when the session failed or closed), `responseStarted` whether headers had
- * arrived. REFUSED_STREAM (7) means the request was never processed (safe to retry).
+ * Why an upstream exchange ended without a complete response, in Envoy's reset-reason names (the
+ * `{...}` of `upstream_reset_{before,after}_response_started`; ENV:source/common/http/utility.cc
+ * `resetReasonToString`): the peer's RST_STREAM (any code, NO_ERROR included), REFUSED_STREAM (never
+ * processed: safe to retry), the connection lost under the stream, or a malformed response (a body
+ * longer or shorter than its content-length, which nghttp2 resets with PROTOCOL_ERROR).
+ */
+export type UpstreamResetReason = 'remote_reset' | 'remote_refused_stream_reset' | 'connection_termination' | 'protocol_error';
+
+/**
+ * An upstream HTTP/2 stream ended without a complete response (no END_STREAM): `rstCode` is the
+ * RST_STREAM code (0 when the session failed or closed), `responseStarted` whether headers had
+ * arrived, `reason` what ended it.
  */
 export class UpstreamResetError extends WaypointError {
   readonly rstCode: number;
   readonly responseStarted: boolean;
-  constructor(message: string, rstCode: number, responseStarted: boolean) {
+  readonly reason: UpstreamResetReason;
+  constructor(message: string, rstCode: number, responseStarted: boolean, reason: UpstreamResetReason = defaultReason(rstCode)) {
     super('WP_ERR_UPSTREAM_RESET', message);
     this.name = 'UpstreamResetError';
     this.rstCode = rstCode;
     this.responseStarted = responseStarted;
+    this.reason = reason;
   }
+}
+
+function defaultReason(rstCode: number): UpstreamResetReason {
+  if (rstCode === http2.constants.NGHTTP2_REFUSED_STREAM) return 'remote_refused_stream_reset';
+  return rstCode === 0 ? 'connection_termination' : 'remote_reset';
 }
 
 /** Settings of an {@link H2Upstream} (ms, counts). */
@@ -171,7 +188,7 @@ export class H2Upstream {
     }
     const body = req.body;
     body.pipe(stream);
-    body.once('error', () => stream.close(http2.constants.NGHTTP2_CANCEL));
+    body.once('error', () => resetStream(stream));
   }
 
   private acquire(): PooledH2 {
@@ -252,7 +269,11 @@ export class H2Upstream {
   }
 }
 
-/** One request/response on an upstream h2 stream, translated to handler calls. */
+/**
+ * One request/response on an upstream h2 stream, translated to handler calls. The response is
+ * complete only when END_STREAM arrived (hbone/stream-end.ts): Node ends the stream alike for a
+ * RST_STREAM(NO_ERROR) or CANCEL, which must reach the downstream as a reset, never as an end.
+ */
 class H2Exchange {
   private readonly stream: ClientHttp2Stream;
   private readonly handler: UpstreamHandler;
@@ -261,14 +282,19 @@ class H2Exchange {
   private responseStarted = false;
   private trailers: string[] | null = null;
   private done = false;
+  /** The response's content-length (-1 when none) and the body bytes read so far. */
+  private declared = -1;
+  private received = 0;
 
   constructor(stream: ClientHttp2Stream, handler: UpstreamHandler, release: () => void, where: string) {
     this.stream = stream;
     this.handler = handler;
     this.release = release;
     this.where = where;
+    watchEndStream(stream, (r) => this.reset(r));
     handler.onConnect((err) => {
-      if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_CANCEL);
+      // RST_STREAM(CANCEL) only: an END_STREAM first would pass a cut request body on as whole.
+      resetStream(stream);
       this.fail(err ?? new Error('cancelled'));
     });
     stream.on('headers', (h: IncomingHttpHeaders) => handler.onInformational?.(Number(h[':status'])));
@@ -276,26 +302,44 @@ class H2Exchange {
     stream.once('trailers', (t: IncomingHttpHeaders) => {
       this.trailers = flatten(t);
     });
-    stream.once('end', () => this.finish());
+    stream.once('end', () => {
+      if (endStreamReceived(stream)) this.finish();
+    });
     stream.on('error', () => {});
     stream.once('close', () => {
-      if (this.done) return;
-      const code = stream.rstCode ?? 0;
-      this.fail(new UpstreamResetError(`HTTP/2 stream to ${this.where} reset (code ${code})`, code, this.responseStarted));
+      if (!this.done) this.reset(resetOf(stream) ?? { code: stream.rstCode ?? 0, connectionLost: true });
     });
   }
 
   private onResponse(h: IncomingHttpHeaders): void {
     this.responseStarted = true;
+    const cl = h['content-length'];
+    if (cl !== undefined) this.declared = Number(cl);
     const status = Number(h[':status']);
     const stream = this.stream;
     const resume = () => stream.resume();
     const flowing = this.handler.onHeaders(status, flatten(h), resume, '');
     // Data is read only after the headers went downstream (Node may have DATA buffered already).
     stream.on('data', (c: Buffer) => {
+      this.received += c.length;
       if (!this.handler.onData(c)) stream.pause();
     });
     if (!flowing) stream.pause();
+  }
+
+  /** The stream ended without END_STREAM: fail with Envoy's reset reason, and let go of what it still buffers. */
+  private reset(r: StreamReset): void {
+    if (this.done) return;
+    const stream = this.stream;
+    let reason: UpstreamResetReason;
+    if (r.connectionLost) reason = 'connection_termination';
+    else if (r.code === http2.constants.NGHTTP2_REFUSED_STREAM) reason = 'remote_refused_stream_reset';
+    // nghttp2 resets a stream whose DATA does not add up to its content-length (RFC 9113 §8.1.1).
+    else if (r.code === http2.constants.NGHTTP2_PROTOCOL_ERROR && this.declared >= 0 && this.received + stream.readableLength !== this.declared) reason = 'protocol_error';
+    else reason = 'remote_reset';
+    const what = r.connectionLost ? 'lost with its connection' : `reset (code ${r.code})`;
+    this.fail(new UpstreamResetError(`HTTP/2 stream to ${this.where} ${what} before the end of the response`, r.code, this.responseStarted, reason));
+    if (!stream.destroyed) stream.destroy();
   }
 
   private finish(): void {

@@ -19,8 +19,10 @@
  * snapshots); hosts that left the cluster are forgotten by {@link OutlierDetector.retain}.
  */
 import type { Endpoint } from '../state/types.ts';
-import type { EjectionReason } from './cluster-stats.ts';
 import type { OutlierDetectionPolicy } from './traffic-policy.ts';
+
+/** Why a host was ejected (Envoy's `envoy::data::cluster::v3::OutlierEjectionType`, lower-case as in its stat names). */
+export type EjectionReason = 'consecutive_5xx' | 'consecutive_gateway_failure';
 
 /**
  * What the detector tells its cluster (logs and Envoy's `outlier_detection.*` stats). `active`:

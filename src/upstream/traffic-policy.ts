@@ -4,13 +4,11 @@
  * Istio's waypoint derives them from a DestinationRule (IS:cluster_traffic_policy.go
  * `applyConnectionPool`, `applyOutlierDetection`, `applyLoadBalancer`, `ApplyRingHashLoadBalancer`;
  * IS:cluster_waypoint.go `buildWaypointInboundVIPCluster`). Built once per mesh snapshot by
- * `routing/destination-rule.ts`; deep-frozen; the data path only reads it.
+ * `routing/destination-rule.ts`; frozen; the cluster states (cluster-table.ts) apply it.
  *
  * Limits are `Infinity` when unset: Istio sets every circuit breaker threshold to 2^32-1
  * (`getDefaultCircuitBreakerThresholds`), i.e. no limit.
  */
-
-import type { MeshSnapshot, Target } from '../state/types.ts';
 
 /** `loadBalancer.simple`, as this waypoint runs it (LEAST_CONN is LEAST_REQUEST, as in Istio). */
 export type LbAlgorithm = 'LEAST_REQUEST' | 'ROUND_ROBIN' | 'RANDOM';
@@ -120,12 +118,4 @@ export function defaultTrafficPolicy(simple: LbAlgorithm): ClusterTrafficPolicy 
 export function poolSignature(p: ConnectionPoolPolicy): string {
   if (p.maxConnections === Infinity && p.maxRequestsPerConnection === 0 && p.idleTimeoutMs === undefined && p.connectTimeoutMs === undefined) return '';
   return `c=${p.maxConnections},r=${p.maxRequestsPerConnection},i=${p.idleTimeoutMs ?? ''},t=${p.connectTimeoutMs ?? ''}`;
-}
-
-/** Where the cluster manager gets cluster policies from (the compiled DestinationRules of the current mesh). */
-export interface TrafficPolicySource {
-  /** The policy of the cluster `target` (a service port) belongs to in the current mesh; `key` '' when no DestinationRule applies. */
-  forTarget(target: Extract<Target, { kind: 'service' }>): ClusterTrafficPolicy;
-  /** Every DestinationRule-shaped cluster policy of `snapshot` (for pruning and pool refresh after a reload). */
-  all(snapshot: MeshSnapshot): readonly ClusterTrafficPolicy[];
 }

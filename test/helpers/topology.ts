@@ -99,11 +99,12 @@ export async function addEntry(topo: TestTopology, authority: string, o: EntryOp
   };
 }
 
-/** Append documents (objects, or YAML text as written) to the topology's mesh file and make the waypoint apply them now. */
+/** Append documents (objects, or YAML text as written) to the topology's mesh file and make the waypoint and the roles apply them now. */
 export async function addToMesh(topo: TestTopology, ...docs: (Doc | string)[]): Promise<void> {
   const text = fs.readFileSync(topo.meshFile, 'utf8');
   fs.writeFileSync(topo.meshFile, `${text}---\n${meshText(...docs)}`);
   await topo.waypoint!.mesh.reload();
+  await topo.roleMesh.reload();
 }
 
 /** Another Service in namespace `demo` selecting the topology's echo pods (`app: echo`). */

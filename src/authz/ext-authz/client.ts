@@ -27,6 +27,7 @@
 import { fromBinary, toBinary } from '@bufbuild/protobuf';
 import type { Pool } from 'undici';
 import { DEFAULT_HTTP2, type Http2Params } from '../../hbone/settings.ts';
+import { definePart } from '../../state/parts.ts';
 import type { Endpoint, MeshSnapshot } from '../../state/types.ts';
 import { H2Upstream } from '../../upstream/h2-upstream.ts';
 import { log } from '../../util/log.ts';
@@ -92,6 +93,9 @@ export function readProviders(snapshot: MeshSnapshot): ReadonlyMap<string, ExtAu
   return out;
 }
 
+/** The ext_authz providers of the MeshConfig, parsed: a compiled part of every mesh snapshot (it never refuses one: a bad entry denies its checks). */
+export const EXT_AUTHZ_PROVIDERS = definePart<ReadonlyMap<string, ExtAuthzProvider>>('extAuthzProviders', { compile: readProviders });
+
 interface Pools {
   grpc?: H2Upstream;
   h2?: H2Upstream;
@@ -102,7 +106,6 @@ export class ExtAuthzClient {
   private readonly dial: Dial;
   private readonly http2: Http2Params;
   private readonly idleTimeoutMs: number;
-  private readonly parsed = new WeakMap<MeshSnapshot, ReadonlyMap<string, ExtAuthzProvider>>();
   private readonly pools = new Map<string, Pools>();
   private readonly rr = new RoundRobin();
   private closed = false;
@@ -113,14 +116,9 @@ export class ExtAuthzClient {
     this.idleTimeoutMs = opts.idleTimeoutMs ?? 60_000;
   }
 
-  /** The ext_authz providers of `snapshot`'s MeshConfig, by name (parsed once per snapshot). */
+  /** The ext_authz providers of `snapshot`'s MeshConfig, by name (its {@link EXT_AUTHZ_PROVIDERS} part). */
   providers(snapshot: MeshSnapshot): ReadonlyMap<string, ExtAuthzProvider> {
-    let map = this.parsed.get(snapshot);
-    if (!map) {
-      map = readProviders(snapshot);
-      this.parsed.set(snapshot, map);
-    }
-    return map;
+    return snapshot.part(EXT_AUTHZ_PROVIDERS);
   }
 
   /** One provider of `snapshot`, or undefined when not declared. */

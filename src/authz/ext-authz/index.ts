@@ -22,3 +22,4 @@ export { applyHeaderMutations } from './check-response.ts';
 export { createExtAuthzHook, resolveMutations, type MeshSource } from './hook.ts';
 export { DEFAULT_STATUS_ON_ERROR, DEFAULT_TIMEOUT_MS, type BodySettings, type ProviderSettings } from './config.ts';
 export type { CheckAllowed, CheckBody, CheckDenied, CheckHttpRequest, CheckInput, CheckOutcome, CheckPeer, Dial, HeaderMutation } from './types.ts';
+export { EXT_AUTHZ_PROVIDERS } from './client.ts';

@@ -16,7 +16,7 @@ import { parse } from 'yaml';
 import type { Waypoint } from '../../../src/app.ts';
 import type { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
 import type { FilterFactory } from '../../../src/pipeline/index.ts';
-import { InboundRole } from '../../../src/roles/inbound.ts';
+import { INBOUND_PARTS, InboundRole } from '../../../src/roles/inbound.ts';
 import { MeshStore } from '../../../src/state/store.ts';
 import { remapWith, type Remap } from '../../helpers/authz-cases.ts';
 import { connect, hboneSession, parseHttpResponse, readAll } from '../../helpers/hbone-client.ts';
@@ -341,7 +341,7 @@ export class AuthzInbound {
     try {
       const meshFile = path.join(dir, 'mesh.yaml');
       fs.writeFileSync(meshFile, o.mesh);
-      const store = await MeshStore.open({ meshFile, watch: false });
+      const store = await MeshStore.open({ meshFile, watch: false, parts: INBOUND_PARTS });
       const own = store.current.workloadByIp(o.ip)?.identity ?? spiffe('default', 'inbound');
       const certificate = await ca.workloadCertificate(own);
       const role = await InboundRole.start({

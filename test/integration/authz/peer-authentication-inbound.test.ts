@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 
 import { LocalCa } from '../../../src/identity/ca.ts';
 import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
-import { InboundRole } from '../../../src/roles/inbound.ts';
+import { INBOUND_PARTS, InboundRole } from '../../../src/roles/inbound.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { connect, hboneSession, readAll } from '../../helpers/hbone-client.ts';
@@ -35,7 +35,7 @@ function mesh(...policies: object[]): MeshSnapshot {
     { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'web', namespace: 'foo', labels: { app: 'web' } }, spec: { serviceAccountName: 'web' }, status: { podIP: POD } },
     ...policies,
   ];
-  return compileMesh({ text: docs.map((d) => stringify(d)).join('---\n'), file: 'pa-inbound-test.yaml' });
+  return compileMesh({ text: docs.map((d) => stringify(d)).join('---\n'), file: 'pa-inbound-test.yaml', parts: INBOUND_PARTS });
 }
 
 const pa = (ns: string, name: string, spec: object) => ({ apiVersion: 'security.istio.io/v1', kind: 'PeerAuthentication', metadata: { name, namespace: ns }, spec });

@@ -9,6 +9,7 @@ import { create, fromBinary, toBinary, type MessageInitShape } from '@bufbuild/p
 import * as grpc from '@grpc/grpc-js';
 import { CHECK_METHOD_PATH, CheckRequestSchema, CheckResponseSchema, type CheckRequest, type CheckResponse } from '../../../src/authz/ext-authz/proto.ts';
 import type { Dial } from '../../../src/authz/ext-authz/types.ts';
+import { EXT_AUTHZ_PROVIDERS } from '../../../src/authz/ext-authz/index.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { Endpoint, MeshSnapshot } from '../../../src/state/types.ts';
 import { DATAPLANE_MODE, meshConfig, meshText, namespace, pod, service, servicePort, usesWaypoint, waypointGateway, type Doc } from '../../helpers/mesh.ts';
@@ -121,5 +122,5 @@ export function serviceWithPod(name: string, vip: string, podIp: string, port: n
 /** A mesh with the waypoint `foo/waypoint`, MeshConfig `extensionProviders` and `objects`. */
 export function meshOf(extensionProviders: readonly object[], objects: readonly object[]): MeshSnapshot {
   const text = meshText(meshConfig({ extensionProviders }), waypointGateway('foo'), namespace('foo', usesWaypoint()), ...objects);
-  return compileMesh({ text, file: 'ext-authz-test.yaml' });
+  return compileMesh({ text, file: 'ext-authz-test.yaml', parts: [EXT_AUTHZ_PROVIDERS] });
 }

@@ -10,7 +10,7 @@ import { stringify } from 'yaml';
 import { headersFromRaw } from '../../../src/authz/headers.ts';
 import type { AuthnRequest } from '../../../src/authn/index.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
-import type { MeshSnapshot, Target } from '../../../src/state/types.ts';
+import type { MeshPart, MeshSnapshot, Target } from '../../../src/state/types.ts';
 
 export const HTTPBIN = { ip: '127.0.172.100', port: 8000 };
 export const OTHER = { ip: '127.0.172.101', port: 8000 };
@@ -28,8 +28,8 @@ export function ra(name: string, spec: object): object {
   return { apiVersion: 'security.istio.io/v1', kind: 'RequestAuthentication', metadata: { name, namespace: 'foo' }, spec };
 }
 
-/** A snapshot of the base mesh plus `objects`. */
-export function meshWith(objects: readonly object[]): MeshSnapshot {
+/** A snapshot of the base mesh plus `objects`, compiled with `parts` (e.g. a RequestAuthn's `part`). */
+export function meshWith(objects: readonly object[], parts: readonly MeshPart<unknown>[] = []): MeshSnapshot {
   const docs = [
     { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'istio', namespace: 'istio-system' }, data: { mesh: stringify({ trustDomain: 'cluster.local' }) } },
     {
@@ -43,7 +43,7 @@ export function meshWith(objects: readonly object[]): MeshSnapshot {
     service('other', OTHER.ip),
     ...objects,
   ];
-  return compileMesh({ text: docs.map((d) => stringify(d)).join('---\n'), file: 'authn-test.yaml' });
+  return compileMesh({ text: docs.map((d) => stringify(d)).join('---\n'), file: 'authn-test.yaml', parts });
 }
 
 export function targetOf(snap: MeshSnapshot, at: { ip: string; port: number } = HTTPBIN): Target {

@@ -36,8 +36,8 @@ afterAll(async () => {
 
 /** An authenticator for httpbin with `rules` attached to the waypoint. */
 function authnWith(rules: object[], opts: ConstructorParameters<typeof RequestAuthn>[0] = {}) {
-  const snap = meshWith([ra('jwt', { targetRefs: TO_WAYPOINT, jwtRules: rules })]);
   const authn = new RequestAuthn({ cooldownMs: 0, ...opts });
+  const snap = meshWith([ra('jwt', { targetRefs: TO_WAYPOINT, jwtRules: rules })], [authn.part]);
   const verifier = authn.forTarget(snap, targetOf(snap));
   if (!verifier) throw new Error('expected an authenticator');
   return verifier;
@@ -304,22 +304,25 @@ describe('JWKS cache', () => {
 
 describe('attachment and validation', () => {
   test('selector and namespace-wide RequestAuthentications are not the waypoint\'s; Service targetRefs only apply to that service', () => {
-    const snap = meshWith([
-      ra('by-selector', { selector: { matchLabels: { app: 'httpbin' } }, jwtRules: [{ issuer: 'sel' }] }),
-      ra('ns-wide', { jwtRules: [{ issuer: 'ns' }] }),
-      ra('for-httpbin', { targetRefs: [{ kind: 'Service', group: '', name: 'httpbin' }], jwtRules: [{ issuer: 'svc', jwks: JSON.stringify({ keys: [] }) }] }),
-    ]);
     const authn = new RequestAuthn();
+    const snap = meshWith(
+      [
+        ra('by-selector', { selector: { matchLabels: { app: 'httpbin' } }, jwtRules: [{ issuer: 'sel' }] }),
+        ra('ns-wide', { jwtRules: [{ issuer: 'ns' }] }),
+        ra('for-httpbin', { targetRefs: [{ kind: 'Service', group: '', name: 'httpbin' }], jwtRules: [{ issuer: 'svc', jwks: JSON.stringify({ keys: [] }) }] }),
+      ],
+      [authn.part],
+    );
     expect(authn.forTarget(snap, targetOf(snap, HTTPBIN))?.rules.map((r) => r.issuer)).toEqual(['svc']);
     expect(authn.forTarget(snap, targetOf(snap, { ip: '127.0.172.101', port: 8000 }))).toBeUndefined();
   });
 
   test('waypoint-wide and service rules combine, sorted by issuer', () => {
-    const snap = meshWith([
-      ra('wide', { targetRefs: TO_WAYPOINT, jwtRules: [{ issuer: 'zeta' }] }),
-      ra('svc', { targetRefs: [{ kind: 'Service', name: 'httpbin' }], jwtRules: [{ issuer: 'alpha' }] }),
-    ]);
     const authn = new RequestAuthn();
+    const snap = meshWith(
+      [ra('wide', { targetRefs: TO_WAYPOINT, jwtRules: [{ issuer: 'zeta' }] }), ra('svc', { targetRefs: [{ kind: 'Service', name: 'httpbin' }], jwtRules: [{ issuer: 'alpha' }] })],
+      [authn.part],
+    );
     expect(authn.forTarget(snap, targetOf(snap, HTTPBIN))?.rules.map((r) => r.issuer)).toEqual(['alpha', 'zeta']);
     expect(authn.forTarget(snap, targetOf(snap, { ip: '127.0.172.101', port: 8000 }))?.rules.map((r) => r.issuer)).toEqual(['zeta']);
   });
@@ -341,8 +344,16 @@ describe('attachment and validation', () => {
       expect(String(err)).toContain(`RequestAuthentication/foo/bad: field ${field}: `);
       expect(String(err)).toContain(message);
     }
-    // The non-throwing path validates nothing for that snapshot (no principal for anyone).
-    expect(new RequestAuthn().forTarget(snap, targetOf(snap))).toBeUndefined();
+    // Compiled into a snapshot, it refuses the whole snapshot with the same error.
+    let refused: unknown;
+    try {
+      meshWith([ra('bad', spec)], [new RequestAuthn().part]);
+    } catch (err) {
+      refused = err;
+    }
+    expect(String(refused)).toContain(`authn-test.yaml:`);
+    expect(String(refused)).toContain(`RequestAuthentication/foo/bad: field ${field}: `);
+    expect(String(refused)).toContain(message);
   });
 
   test('HeaderLookup joins repeated Authorization values; the first Bearer token is read up to the comma', async () => {

@@ -3,7 +3,8 @@
  */
 import { afterEach, describe, expect, test, vi } from 'vitest';
 
-import { authzFor, compileAuthz } from '../../../src/authz/compile.ts';
+import { AUTHZ, authzFor, compileAuthz } from '../../../src/authz/compile.ts';
+import { ConfigError } from '../../../src/errors.ts';
 import { log } from '../../../src/util/log.ts';
 import { engine, EXT, HTTPBIN, HTTPBIN_POD, meshWith, OTHER, policy, targetOf, TCP_ECHO, TO_WAYPOINT } from './mesh.ts';
 
@@ -110,15 +111,13 @@ describe('per-target evaluators (compiled once, nothing else walked)', () => {
     expect(authz.forTarget(targetOf(snap, TCP_ECHO))).toBe(shared);
   });
 
-  test('authzFor compiles once per snapshot; an uncompilable snapshot fails closed', () => {
-    const snap = meshWith([policy('gw', { targetRefs: TO_WAYPOINT, rules: [{}] })]);
+  test('authzFor reads the AUTHZ part compiled with the snapshot; a snapshot with an uncompilable policy is refused whole', () => {
+    const snap = meshWith([policy('gw', { targetRefs: TO_WAYPOINT, rules: [{}] })], {}, [AUTHZ]);
     expect(authzFor(snap)).toBe(authzFor(snap));
-    const error = vi.spyOn(log, 'error');
-    const bad = meshWith([policy('bad', { targetRefs: TO_WAYPOINT, rules: [{ from: [{ source: { principals: ['*(x'] } }] }] })]);
-    const authz = authzFor(bad);
-    expect(authz.forTarget(targetOf(bad, HTTPBIN)).http.evaluate({})).toEqual({ decision: 'DENY' });
-    expect(authz.forTarget(targetOf(bad, HTTPBIN)).tcp.evaluate({})).toEqual({ decision: 'DENY' });
-    expect(authzFor(bad)).toBe(authz);
-    expect(error).toHaveBeenCalledTimes(1);
+    expect(authzFor(snap).forTarget(targetOf(snap, HTTPBIN)).http.policies).toEqual(['AuthorizationPolicy/foo/gw']);
+    const bad = [policy('bad', { targetRefs: TO_WAYPOINT, rules: [{ from: [{ source: { principals: ['*(x'] } }] }] })];
+    expect(() => meshWith(bad, {}, [AUTHZ])).toThrow(ConfigError);
+    // Without the part (a snapshot nobody compiled policies for), reading it is a programming error, never "allow".
+    expect(() => authzFor(meshWith(bad))).toThrow(/not compiled with the authz part/);
   });
 });

@@ -8,7 +8,7 @@
 import { compileAuthz, type CompiledAuthz } from '../../../src/authz/compile.ts';
 import type { AuthzResult, RequestAttributes } from '../../../src/authz/types.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
-import type { MeshSnapshot, Target } from '../../../src/state/types.ts';
+import type { MeshPart, MeshSnapshot, Target } from '../../../src/state/types.ts';
 import {
   authorizationPolicy,
   meshConfig as meshConfigDoc,
@@ -75,9 +75,9 @@ export function baseObjects(mesh: MeshConfigOptions = {}): Doc[] {
   ];
 }
 
-/** A snapshot of the base mesh plus `policies` (any kept objects). */
-export function meshWith(policies: readonly object[], mesh: MeshConfigOptions = {}): MeshSnapshot {
-  return compileMesh({ text: meshText(...baseObjects(mesh), ...policies), file: 'authz-test.yaml' });
+/** A snapshot of the base mesh plus `policies` (any kept objects), compiled with `parts`. */
+export function meshWith(policies: readonly object[], mesh: MeshConfigOptions = {}, parts: readonly MeshPart<unknown>[] = []): MeshSnapshot {
+  return compileMesh({ text: meshText(...baseObjects(mesh), ...policies), file: 'authz-test.yaml', parts });
 }
 
 /** An AuthorizationPolicy object. */

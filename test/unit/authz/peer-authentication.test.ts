@@ -5,7 +5,7 @@
  */
 import { describe, expect, test } from 'vitest';
 
-import { compilePeerAuthentication, peerAuthenticationFor } from '../../../src/authz/peer-authentication.ts';
+import { compilePeerAuthentication, PEER_AUTHENTICATION, peerAuthenticationFor } from '../../../src/authz/peer-authentication.ts';
 import { ConfigError } from '../../../src/errors.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { MeshSnapshot, Workload } from '../../../src/state/types.ts';
@@ -31,6 +31,7 @@ const pa = (ns: string, name: string, o: PaOptions = {}) => ({
   },
 });
 
+/** The test mesh plus `policies`, with its PeerAuthentication part compiled (which validates them). */
 function mesh(...policies: object[]): MeshSnapshot {
   const text = meshText(
     waypointGateway('foo'),
@@ -41,7 +42,7 @@ function mesh(...policies: object[]): MeshSnapshot {
     app('api', 'bar', '127.0.186.12', 'api'),
     ...policies,
   );
-  return compileMesh({ text, file: 'pa-test.yaml' });
+  return compileMesh({ text, file: 'pa-test.yaml', parts: [PEER_AUTHENTICATION] });
 }
 
 const wl = (m: MeshSnapshot, ip: string): Workload => m.workloadByIp(ip)!;
@@ -177,8 +178,9 @@ describe('invalid PeerAuthentications are refused (CRD schema, istiod ValidatePe
   });
 });
 
-test('compiled once per snapshot', () => {
+test('compiled once per snapshot, with it', () => {
   const m = mesh(pa('istio-system', 'default', { mode: 'STRICT' }));
   expect(peerAuthenticationFor(m)).toBe(peerAuthenticationFor(m));
   expect(peerAuthenticationFor(mesh())).not.toBe(peerAuthenticationFor(m));
+  expect(peerAuthenticationFor(m).modeFor(undefined, 80)).toBe('STRICT');
 });

@@ -7,11 +7,11 @@
 import { describe, expect, test } from 'vitest';
 
 import { compileAuthz } from '../../../src/authz/compile.ts';
-import { compileZtunnelAuthz, rejectionReason, ztunnelAuthzFor } from '../../../src/authz/selector.ts';
+import { compileZtunnelAuthz, rejectionReason, ZTUNNEL_AUTHZ, ztunnelAuthzFor } from '../../../src/authz/selector.ts';
 import type { AuthzResult, RequestAttributes } from '../../../src/authz/types.ts';
 import { ConfigError } from '../../../src/errors.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
-import type { MeshSnapshot } from '../../../src/state/types.ts';
+import type { MeshPart, MeshSnapshot } from '../../../src/state/types.ts';
 import { authorizationPolicy, meshConfig as meshConfigDoc, meshText, namespace, pod, usesWaypoint, waypointGateway } from '../../helpers/mesh.ts';
 
 const WEB = '127.0.114.10'; // foo/web (app: web, tier: front)
@@ -23,7 +23,8 @@ const FOOBAR_A = 'spiffe://cluster.local/ns/foobar/sa/a';
 
 const app = (name: string, ns: string, ip: string, labels: Record<string, string>) => pod({ name, namespace: ns, labels, sa: name, ip });
 
-function mesh(policies: object[], meshConfig: Record<string, unknown> = {}): MeshSnapshot {
+/** The test mesh plus `policies`, compiled with ztunnel's authorization part (`parts`). */
+function mesh(policies: object[], meshConfig: Record<string, unknown> = {}, parts: readonly MeshPart<unknown>[] = [ZTUNNEL_AUTHZ]): MeshSnapshot {
   const text = meshText(
     meshConfigDoc({ trustDomain: 'cluster.local', ...meshConfig }),
     waypointGateway('foo', { for: 'all' }),
@@ -34,7 +35,7 @@ function mesh(policies: object[], meshConfig: Record<string, unknown> = {}): Mes
     app('api', 'bar', API, { app: 'web' }),
     ...policies,
   );
-  return compileMesh({ text, file: 'ztunnel-test.yaml' });
+  return compileMesh({ text, file: 'ztunnel-test.yaml', parts });
 }
 
 const ap = (ns: string, name: string, spec: object, annotations?: Record<string, string>) => authorizationPolicy(name, spec, { namespace: ns, annotations });
@@ -256,14 +257,16 @@ describe('selector attachment (ztunnel scopes)', () => {
     expect(decision(snap, SLEEP)).toBe('DENY');
   });
 
-  test('an invalid policy throws a ConfigError naming it; ztunnelAuthzFor then fails closed', () => {
-    const snap = mesh([ap('foo', 'bad', { ...onWeb, rules: [{ from: [{ source: { ipBlocks: ['not-an-ip'] } }] }] })]);
+  test('an invalid policy throws a ConfigError naming it; a snapshot with it is refused whole', () => {
+    const bad = ap('foo', 'bad', { ...onWeb, rules: [{ from: [{ source: { ipBlocks: ['not-an-ip'] } }] }] });
+    const snap = mesh([bad], {}, []);
     expect(() => compileZtunnelAuthz(snap)).toThrow(ConfigError);
     try {
       compileZtunnelAuthz(snap);
     } catch (err) {
       expect(String(err)).toMatch(/AuthorizationPolicy\/foo\/bad.*ipBlocks.*bad IP address/);
     }
-    expect(decision(snap, SLEEP)).toBe('DENY');
+    expect(() => mesh([bad])).toThrow(ConfigError);
+    expect(() => ztunnelAuthzFor(snap)).toThrow(/not compiled with the ztunnelAuthz part/);
   });
 });

@@ -8,12 +8,15 @@
 import { Registry } from 'prom-client';
 import { describe, expect, test } from 'vitest';
 import { authzFactory, authzFilterFactory, remoteAddress } from '../../../filters/authz/index.ts';
-import { AUTHZ_RESULT, REQUEST_JWT, TCP_AUTHZ_RESULT, type CustomCheck, type ExtAuthzDecision, type ExtAuthzHook, type RequestAttributes } from '../../../src/authz/index.ts';
+import { AUTHZ, AUTHZ_RESULT, REQUEST_JWT, TCP_AUTHZ_RESULT, type CustomCheck, type ExtAuthzDecision, type ExtAuthzHook, type RequestAttributes } from '../../../src/authz/index.ts';
 import { FilterStatus, grpcMessageEncode, type ConnectInfo, type ConnectionContext, type Filter, type FilterEnv, type StreamContext } from '../../../src/pipeline/index.ts';
 import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { log } from '../../../src/util/log.ts';
-import { HTTPBIN, HTTPBIN_POD, TCP_ECHO, meshWith, policy, wp, type MeshConfigOptions } from '../authz/mesh.ts';
+import { HTTPBIN, HTTPBIN_POD, TCP_ECHO, meshWith as compiledMesh, policy, wp, type MeshConfigOptions } from '../authz/mesh.ts';
 import { FilterHarness, type ClientResponse } from '../../helpers/filter-harness.ts';
+
+/** The test mesh with its AuthorizationPolicies compiled in (the part the filter reads). */
+const meshWith = (policies: readonly object[], mesh?: MeshConfigOptions): MeshSnapshot => compiledMesh(policies, mesh, [AUTHZ]);
 
 const CLIENT = 'spiffe://cluster.local/ns/foo/sa/sleep';
 const OTHER = 'spiffe://cluster.local/ns/bar/sa/a';

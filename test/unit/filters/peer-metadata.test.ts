@@ -12,7 +12,7 @@ import { createPeerMetadataFilter, parsePeerMetadataConfig, peerMetadataFactory,
 import { peerBaggage, selfMetadata } from '../../../filters/peer-metadata/self.ts';
 import { formatBaggage } from '../../../src/peer/baggage.ts';
 import { parseBaggage } from '../../../src/peer/baggage-parse.ts';
-import { DOWNSTREAM_PEER, EMPTY_PEER, REQUEST_DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, downstreamPeerOf, type PeerInfo } from '../../../src/peer/peer-info.ts';
+import { DOWNSTREAM_PEER, EMPTY_PEER, REQUEST_DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, downstreamPeerOf, sourceWorkloadAt, type PeerInfo } from '../../../src/peer/peer-info.ts';
 import { decodePeerMetadata, encodePeerMetadata, PEER_METADATA_HEADER, PEER_METADATA_ID_HEADER } from '../../../src/peer/peer-metadata-header.ts';
 import { FilterChain } from '../../../src/pipeline/chain.ts';
 import type { ConnectInfo, ConnectionContext, StreamContext } from '../../../src/pipeline/context.ts';
@@ -130,7 +130,8 @@ function exchange(
   chain.runConnection(conn);
   const s = stream(chain, conn, opts.request);
   chain.runRequestHeaders(s);
-  const upstream = new HeaderList(Object.entries(opts.request ?? {}).flat());
+  // What the router sends upstream: the stream's header list after the request phases.
+  const upstream = s.requestHeaders;
   chain.runUpstreamRequest(s, upstream);
   if (opts.endpoint !== null) s.endpoint = opts.endpoint ?? echoEndpoint(opts.mesh);
   s.upstreamConnectHeaders = opts.connectHeaders;
@@ -149,12 +150,24 @@ describe('defaults (Istio waypoint: workload discovery both ways, no propagation
     expect(s.get(UPSTREAM_PEER)).toMatchObject({ ...ECHO, cluster: 'Kubernetes' });
   });
 
-  test('only the phases the defaults need are implemented; x-envoy-peer-metadata passes through untouched', () => {
+  test('only the phases the defaults need are implemented; x-envoy-peer-metadata is neither believed nor passed on', () => {
     const { filter, chain } = make();
+    expect(Object.keys(filter).sort()).toEqual(['name', 'onConnection', 'onRequestHeaders', 'onResponseHeaders', 'onUpstreamConnected']);
+    const fromClient = { [PEER_METADATA_HEADER]: ISTIO_124_HEADER, [PEER_METADATA_ID_HEADER]: 'sidecar~1.2.3.4~x.y~y.svc.cluster.local', 'x-keep': 'k' };
+    const { stream: s, upstream, response } = exchange(chain, { request: fromClient, response: ['X-Envoy-Peer-Metadata', ISTIO_124_HEADER, 'x-keep', 'k'] });
+    // Not believed: the peers still come from mesh state.
+    expect(downstreamPeerOf(s)).toMatchObject(CLIENT);
+    expect(s.get(UPSTREAM_PEER)).toMatchObject(ECHO);
+    // The waypoint is the trust boundary: stripped toward the app and toward the client.
+    expect(upstream.raw).toEqual(['x-keep', 'k']);
+    expect(response.raw).toEqual(['x-keep', 'k']);
+  });
+
+  test('stripIncomingPeerMetadata: false (debugging) lets them pass untouched, still not believed', () => {
+    const { filter, chain } = make({ stripIncomingPeerMetadata: false });
     expect(Object.keys(filter).sort()).toEqual(['name', 'onConnection', 'onResponseHeaders', 'onUpstreamConnected']);
     const fromClient = { [PEER_METADATA_HEADER]: ISTIO_124_HEADER, [PEER_METADATA_ID_HEADER]: 'sidecar~1.2.3.4~x.y~y.svc.cluster.local' };
     const { stream: s, upstream, response } = exchange(chain, { request: fromClient, response: [PEER_METADATA_HEADER, ISTIO_124_HEADER] });
-    // Not believed: the peers still come from mesh state.
     expect(downstreamPeerOf(s)).toMatchObject(CLIENT);
     expect(s.get(UPSTREAM_PEER)).toMatchObject(ECHO);
     expect(upstream.get(PEER_METADATA_HEADER)).toBe(ISTIO_124_HEADER);
@@ -185,6 +198,19 @@ describe('defaults (Istio waypoint: workload discovery both ways, no propagation
     const { chain } = make();
     const { conn } = exchange(chain, { info: { downstreamAddress: '10.9.9.9' } });
     expect(conn.get(DOWNSTREAM_PEER)).toEqual({ ...UNKNOWN, identity: CERT });
+  });
+
+  test('a workload at the source address counts only with the certificate identity it has (an east-west gateway, a borrowed address)', () => {
+    const { chain } = make({ downstreamDiscovery: ['workload_discovery', 'baggage'] });
+    const other = 'spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway';
+    const peer = { ...INFO.peer, uri: other };
+    expect(exchange(chain, { info: { peer } }).conn.get(DOWNSTREAM_PEER)).toEqual({ ...UNKNOWN, identity: other });
+    expect(sourceWorkloadAt(snap, '10.0.0.1', other)).toBeUndefined();
+    expect(sourceWorkloadAt(snap, '::ffff:10.0.0.1', CERT)?.name).toBe('client');
+    expect(sourceWorkloadAt(snap, '10.0.0.1', '')).toBeUndefined();
+    // The next method decides: the CONNECT's baggage.
+    const down = exchange(chain, { info: { peer, baggage: 'k8s.namespace.name=demo,k8s.deployment.name=web,service.name=web' } }).conn.get(DOWNSTREAM_PEER);
+    expect(down).toMatchObject({ workload: 'web', service: 'web', identity: other });
   });
 
   test('no endpoint (local reply before one was picked): no upstream peer', () => {
@@ -295,12 +321,11 @@ describe('istio_headers discovery', () => {
     const conn = connection();
     chain.runConnection(conn);
     expect(conn.get(DOWNSTREAM_PEER)).toMatchObject(CLIENT);
-    const withHeaders = stream(chain, conn, mx);
+    const withHeaders = stream(chain, conn, { ...mx, 'x-other': '1' });
     chain.runRequestHeaders(withHeaders);
-    expect(downstreamPeerOf(withHeaders)).toEqual(ISTIO_124_PEER);
-    const upstream = new HeaderList([...Object.entries(mx).flat(), 'x-other', '1']);
-    chain.runUpstreamRequest(withHeaders, upstream);
-    expect(upstream.raw).toEqual(['x-other', '1']);
+    expect(downstreamPeerOf(withHeaders)).toEqual({ ...ISTIO_124_PEER, identity: CERT });
+    // Removed in the request phase: no later filter, route or upstream sees them.
+    expect(withHeaders.requestHeaders.raw).toEqual(['x-other', '1']);
     // The next request on the same tunnel without headers: the tunnel's peer.
     const plain = stream(chain, conn);
     chain.runRequestHeaders(plain);
@@ -324,7 +349,7 @@ describe('istio_headers discovery', () => {
     expect(known.upstream.get(PEER_METADATA_HEADER)).toBeUndefined();
     expect(known.upstream.get(PEER_METADATA_ID_HEADER)).toBeUndefined();
     const unknown = exchange(chain, { request: mx, info: { downstreamAddress: '10.9.9.9' } });
-    expect(downstreamPeerOf(unknown.stream)).toEqual(ISTIO_124_PEER);
+    expect(downstreamPeerOf(unknown.stream)).toEqual({ ...ISTIO_124_PEER, identity: CERT });
   });
 
   test('upstream [istio_headers, workload_discovery]: the response header wins and is removed; without it, the endpoint', () => {
@@ -350,7 +375,13 @@ describe('istio_headers discovery', () => {
   test('repeated header values: the first is used', () => {
     const { chain } = make({ downstreamDiscovery: ['istio_headers'] });
     const { stream: s } = exchange(chain, { request: { [PEER_METADATA_HEADER]: `${ISTIO_124_HEADER}, ${encodePeerMetadata({ ...UNKNOWN, namespace: 'second' })}` } });
-    expect(downstreamPeerOf(s)).toEqual(ISTIO_124_PEER);
+    expect(downstreamPeerOf(s)).toEqual({ ...ISTIO_124_PEER, identity: CERT });
+  });
+
+  test('a downstream header peer claiming another IDENTITY gets the client certificate identity', () => {
+    const { chain } = make({ downstreamDiscovery: ['istio_headers'] });
+    const forged = encodePeerMetadata({ ...UNKNOWN, namespace: 'kube-system', workload: 'forged', identity: 'spiffe://cluster.local/ns/kube-system/sa/admin' });
+    expect(downstreamPeerOf(exchange(chain, { request: { [PEER_METADATA_HEADER]: forged } }).stream)).toMatchObject({ workload: 'forged', identity: CERT });
   });
 });
 
@@ -511,7 +542,7 @@ describe('malformed input never throws and degrades to the next method (H5)', ()
     const { chain } = make({ downstreamDiscovery: ['istio_headers'] });
     const a = downstreamPeerOf(exchange(chain, { request: { [PEER_METADATA_HEADER]: ISTIO_124_HEADER } }).stream);
     const b = downstreamPeerOf(exchange(chain, { request: { [PEER_METADATA_HEADER]: ISTIO_124_HEADER } }).stream);
-    expect(a).toEqual(ISTIO_124_PEER);
+    expect(a).toEqual({ ...ISTIO_124_PEER, identity: CERT });
     expect(b).toBe(a);
   });
 
@@ -531,7 +562,7 @@ describe('config', () => {
       upstreamDiscovery: ['workload_discovery'],
       downstreamPropagation: [],
       upstreamPropagation: [],
-      stripIncomingPeerMetadata: false,
+      stripIncomingPeerMetadata: true,
     });
     expect(Object.isFrozen(parsePeerMetadataConfig({}))).toBe(true);
     expect(Object.isFrozen(parsePeerMetadataConfig({}).downstreamDiscovery)).toBe(true);
@@ -541,7 +572,7 @@ describe('config', () => {
     const c = parsePeerMetadataConfig({ downstreamDiscovery: [{ workload_discovery: {} }, { baggage: null }], upstreamDiscovery: [], upstreamPropagation: [{ istio_headers: {} }] });
     expect(c.downstreamDiscovery).toEqual(['workload_discovery', 'baggage']);
     expect(c.upstreamPropagation).toEqual(['istio_headers']);
-    const { filter } = make({ downstreamDiscovery: [], upstreamDiscovery: [] });
+    const { filter } = make({ downstreamDiscovery: [], upstreamDiscovery: [], stripIncomingPeerMetadata: false });
     expect(Object.keys(filter)).toEqual(['name']);
   });
 

@@ -14,7 +14,7 @@
  */
 import { describe, expect, test } from 'vitest';
 import { stringify } from 'yaml';
-import { networkPolicyFor } from '../../../src/netpol/compile.ts';
+import { NETWORK_POLICIES, networkPolicyFor } from '../../../src/netpol/compile.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { cases, remapTo127, type Case, type Check } from '../../helpers/authz-cases.ts';
@@ -68,7 +68,7 @@ function meshOf(c: Case, check: Check): { snap: MeshSnapshot; src: { ip: string 
     ...(src && src !== dst ? [pod(src, srcIp!)] : []),
     ...c.policies.map(remapTo127),
   ];
-  const snap = compileMesh({ text: objects.map((o) => stringify(o)).join('---\n'), file: `${c.id}.yaml` });
+  const snap = compileMesh({ text: objects.map((o) => stringify(o)).join('---\n'), file: `${c.id}.yaml`, parts: [NETWORK_POLICIES] });
   return { snap, src: { ip: srcIp, podRef: src }, dst, port: p.dst_port };
 }
 

@@ -8,7 +8,7 @@
  */
 import { describe, expect, test } from 'vitest';
 import { CONNECTION_ADMISSION } from '../../../src/netpol/admission.ts';
-import { networkPolicyFor } from '../../../src/netpol/compile.ts';
+import { NETWORK_POLICIES, networkPolicyFor } from '../../../src/netpol/compile.ts';
 import { decideTunnel } from '../../../src/netpol/enforce.ts';
 import { ConnectionContext, type ConnectInfo } from '../../../src/pipeline/context.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
@@ -36,7 +36,7 @@ function snapshotOf(policy: string, replicas = 2): MeshSnapshot {
     ['v1', 'Pod', '{ name: client, namespace: client, labels: { role: client } }', `spec: { serviceAccountName: client }\nstatus: { podIP: "${NET}.21" }`],
     ...pods,
   ]);
-  return compileMesh({ file: 'mesh.yaml', text: `${text}\n---\n${policy}` });
+  return compileMesh({ file: 'mesh.yaml', text: `${text}\n---\n${policy}`, parts: [NETWORK_POLICIES] });
 }
 
 /** Deny-all on the replicas matching `replicas` (e.g. `[r1]`). */

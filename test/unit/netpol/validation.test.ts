@@ -5,6 +5,7 @@
  * `ValidateLabelSelector`). Valid edge forms are accepted.
  */
 import { describe, expect, test } from 'vitest';
+import { NETWORK_POLICIES } from '../../../src/netpol/compile.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import { caught } from '../../helpers/config-error.ts';
 
@@ -23,7 +24,8 @@ spec:
 ${spec}
 `;
 
-const compile = (text: string) => compileMesh({ text, file: 'mesh.yaml' });
+/** The mesh compiled with its NetworkPolicy part, which validates them. */
+const compile = (text: string) => compileMesh({ text, file: 'mesh.yaml', parts: [NETWORK_POLICIES] });
 
 describe('refused like the API server refuses them', () => {
   const cases: [string, string, string, RegExp, number][] = [

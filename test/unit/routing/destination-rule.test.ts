@@ -8,9 +8,11 @@
 import { stringify } from 'yaml';
 import { describe, expect, test } from 'vitest';
 import { ConfigError } from '../../../src/errors.ts';
-import { compileDestinationRules, destinationRuleRefusal, destinationRulesFor } from '../../../src/routing/destination-rule.ts';
-import { compileMesh } from '../../../src/state/compile.ts';
-import type { MeshSnapshot } from '../../../src/state/types.ts';
+import { compileDestinationRules, DESTINATION_RULES, destinationRulesFor } from '../../../src/routing/destination-rule.ts';
+import { compileMesh, compileMeshStepwise } from '../../../src/state/compile.ts';
+import { PartCompileError } from '../../../src/state/parts.ts';
+import type { MeshPart, MeshSnapshot } from '../../../src/state/types.ts';
+import { runNow } from '../../../src/util/slices.ts';
 
 const service = (name: string, ns: string, ip: string, ports: object[]) => ({
   apiVersion: 'v1',
@@ -19,7 +21,7 @@ const service = (name: string, ns: string, ip: string, ports: object[]) => ({
   spec: { clusterIP: ip, selector: { app: name }, ports },
 });
 
-function mesh(rules: readonly object[]): MeshSnapshot {
+function meshText(rules: readonly object[]): string {
   const objects = [
     { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'istio', namespace: 'istio-system' }, data: { mesh: 'trustDomain: cluster.local\n' } },
     {
@@ -38,7 +40,22 @@ function mesh(rules: readonly object[]): MeshSnapshot {
     service('remote', 'bar', '127.53.200.12', [{ name: 'http', port: 8000 }]),
     ...rules,
   ];
-  return compileMesh({ text: objects.map((o) => stringify(o)).join('---\n'), file: 'dr-test.yaml' });
+  return objects.map((o) => stringify(o)).join('---\n');
+}
+
+function mesh(rules: readonly object[], parts: readonly MeshPart<unknown>[] = []): MeshSnapshot {
+  return compileMesh({ text: meshText(rules), file: 'dr-test.yaml', parts });
+}
+
+/** Why the store refuses a mesh with `rules` (the DestinationRules part's refusal), or undefined. */
+function reloadRefusal(rules: readonly object[]): string | undefined {
+  try {
+    runNow(compileMeshStepwise({ text: meshText(rules), file: 'dr-test.yaml', parts: [DESTINATION_RULES] }));
+    return undefined;
+  } catch (err) {
+    if (err instanceof PartCompileError) return err.reason;
+    throw err;
+  }
 }
 
 const dr = (name: string, spec: object, ns = 'foo', apiVersion = 'networking.istio.io/v1') => ({ apiVersion, kind: 'DestinationRule', metadata: { name, namespace: ns }, spec });
@@ -106,8 +123,8 @@ describe('validation (refused, naming the rule and field)', () => {
   });
 
   test('a reload with an invalid rule is refused with a reason; a valid one is accepted', () => {
-    expect(destinationRuleRefusal(mesh([dr('bad', { host: 'httpbin', trafficPolicy: { connectionPool: { tcp: { maxConnections: -1 } } } })]))).toMatch(/invalid destination rule: .*DestinationRule\/foo\/bad/);
-    expect(destinationRuleRefusal(mesh([dr('ok', { host: 'httpbin', trafficPolicy: { loadBalancer: { simple: 'RANDOM' } } })]))).toBeUndefined();
+    expect(reloadRefusal([dr('bad', { host: 'httpbin', trafficPolicy: { connectionPool: { tcp: { maxConnections: -1 } } } })])).toMatch(/invalid destination rule: dr-test.yaml:\d+: .*DestinationRule\/foo\/bad/);
+    expect(reloadRefusal([dr('ok', { host: 'httpbin', trafficPolicy: { loadBalancer: { simple: 'RANDOM' } } })])).toBeUndefined();
   });
 
   test('every field of the proto is known: a rule using all of them is accepted', () => {
@@ -257,8 +274,8 @@ describe('policy mapping', () => {
     expect(key({ useSourceIp: true, minimumRingSize: '4096' })).toMatchObject({ algorithm: 'RING_HASH', minimumRingSize: 4096 });
   });
 
-  test('forTarget: the policy of a resolved target; the default (key "") for others; cached per snapshot', () => {
-    const snap = mesh([dr('r', { host: 'httpbin', trafficPolicy: { loadBalancer: { simple: 'RANDOM' } } })]);
+  test('forTarget: the policy of a resolved target; the default (key "") for others; compiled once, with the snapshot', () => {
+    const snap = mesh([dr('r', { host: 'httpbin', trafficPolicy: { loadBalancer: { simple: 'RANDOM' } } })], [DESTINATION_RULES]);
     const c = destinationRulesFor(snap);
     expect(destinationRulesFor(snap)).toBe(c);
     expect(c.forTarget(snap.resolveTarget('127.53.200.10', 8000)!).key).toBe(HTTPBIN);

@@ -3,6 +3,7 @@
  * Services `web` (ports 80 http, 8080 http) and `web-v2`, `api` in `other` (not served), and
  * whatever routes a test appends.
  */
+import { DESTINATION_RULES, ROUTES } from '../../../src/routing/index.ts';
 import { MeshStore } from '../../../src/state/store.ts';
 import type { MeshSnapshot, Target } from '../../../src/state/types.ts';
 
@@ -40,9 +41,9 @@ spec:
   ports: [{ name: grpc, port: 9090 }]
 `;
 
-/** A snapshot of BASE plus `extra` YAML documents. */
+/** A snapshot of BASE plus `extra` YAML documents, with its routes and DestinationRules compiled. */
 export function mesh(extra = ''): MeshSnapshot {
-  return MeshStore.fromText(extra ? `${BASE}---\n${extra}` : BASE).current;
+  return MeshStore.fromText(extra ? `${BASE}---\n${extra}` : BASE, { parts: [ROUTES, DESTINATION_RULES] }).current;
 }
 
 /** The target of `ip:port` in `snap`. */

@@ -1,6 +1,6 @@
 /** Request hash keys: header (sorted multi-values), cookie (existing or generated with Set-Cookie), source IP, query parameter. */
 import { describe, expect, test } from 'vitest';
-import type { StreamContext } from '../../../src/pipeline/context.ts';
+import { HeaderList, type StreamContext } from '../../../src/pipeline/index.ts';
 import { GENERATED_COOKIE, hashRequestOf } from '../../../src/router/upstream-request.ts';
 import { cookieValue, queryParameter, requestHash as hashOf } from '../../../src/upstream/hash-policy.ts';
 import type { HashKey } from '../../../src/upstream/traffic-policy.ts';
@@ -9,7 +9,7 @@ import { uint64ToHex, xxHash64 } from '../../../src/upstream/xxhash.ts';
 function stream(o: { headers?: Record<string, string | string[]>; path?: string; forwarded?: string; client?: string; port?: number } = {}) {
   const slots = new Map<unknown, unknown>();
   return {
-    req: { headers: o.headers ?? {} },
+    requestHeaders: new HeaderList(Object.entries(o.headers ?? {}).flatMap(([n, v]) => (Array.isArray(v) ? v.flatMap((x) => [n, x]) : [n, v]))),
     path: o.path ?? '/',
     forwardPath: undefined,
     authority: 'svc.demo',

@@ -1,0 +1,38 @@
+/**
+ * Long computations written once as generators (`yield` at points where it is safe to pause) and
+ * run either to the end at once ({@link runNow}) or in slices that give the event loop back
+ * between them ({@link runInSlices}): the mesh compile uses the second on a running waypoint so
+ * that a huge mesh file does not stall the traffic it serves (one slice ≈ one YAML document or
+ * one object), and the first where a caller needs the answer synchronously (tests, inline meshes).
+ */
+import { setImmediate as nextTurn } from 'node:timers/promises';
+
+/** A computation that may pause at each `yield` and finally returns a `T`. */
+export type Stepwise<T> = Generator<void, T, void>;
+
+/** Run `steps` to the end now and return its result (throws what it throws). */
+export function runNow<T>(steps: Stepwise<T>): T {
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+  }
+}
+
+/** Longest run (ms) between two turns of the event loop, by default. */
+export const DEFAULT_SLICE_MS = 10;
+
+/**
+ * Run `steps`, yielding to the event loop (`setImmediate`, so I/O and timers due get their turn)
+ * whenever `sliceMs` have passed since the last turn. Rejects with what `steps` throws.
+ */
+export async function runInSlices<T>(steps: Stepwise<T>, sliceMs = DEFAULT_SLICE_MS): Promise<T> {
+  let start = performance.now();
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+    if (performance.now() - start >= sliceMs) {
+      await nextTurn();
+      start = performance.now();
+    }
+  }
+}
