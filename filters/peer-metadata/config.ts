@@ -1,8 +1,9 @@
 /**
  * Configuration of `istio.peer_metadata`, parsed and frozen once. The shape follows Istio's
- * `io.istio.http.peer_metadata.Config` (PX:source/extensions/filters/http/peer_metadata/config.proto)
- * in camelCase; each method may be written as its name (`workload_discovery`) or as Istio's
- * one-key object (`{ workload_discovery: {} }`), so an Envoy config can be pasted.
+ * `io.istio.http.peer_metadata.Config` (istio/proxy
+ * source/extensions/filters/http/peer_metadata/config.proto) in camelCase; each method may be
+ * written as its name (`workload_discovery`) or as Istio's one-key object (`{ workload_discovery:
+ * {} }`), so an Envoy config can be pasted.
  *
  * ```yaml
  * - name: istio.peer_metadata

@@ -1,8 +1,9 @@
 /**
  * `istio.peer_metadata`: who is on each side of a request, as Istio's `peer_metadata` HTTP filter
- * (PX:source/extensions/filters/http/peer_metadata/filter.cc) configured the way Istio configures
- * its waypoint (`waypoint_downstream_peer_metadata` + `waypoint_upstream_peer_metadata`). Writes
- * the slots of src/peer/peer-info.ts for the stats, authz and access-log filters:
+ * (istio/proxy source/extensions/filters/http/peer_metadata/filter.cc) configured the way Istio
+ * configures its waypoint (`waypoint_downstream_peer_metadata` +
+ * `waypoint_upstream_peer_metadata`). Writes the slots of src/peer/peer-info.ts for the stats,
+ * authz and access-log filters:
  *
  * - DOWNSTREAM_PEER (per tunnel, `onConnection`): the first configured method that finds the
  *   peer: `workload_discovery` (the tunnel's source IP looked up in the current mesh snapshot,
@@ -51,7 +52,7 @@ import {
   workloadAt,
   type PeerInfo,
 } from '../../src/peer/index.ts';
-import type { Endpoint, MeshSnapshot, Workload } from '../../src/state/types.ts';
+import type { Endpoint, MeshSnapshot, Workload } from '../../src/state/index.ts';
 import { parsePeerMetadataConfig, type DiscoveryMethod, type PeerMetadataConfig } from './config.ts';
 import { selfMetadata, type SelfMetadata } from './self.ts';
 
@@ -267,8 +268,9 @@ class PeerMetadata {
    * The upstream peer of `ep` from mesh state. An endpoint reached over plain TCP (tunnel protocol
    * `NONE`, `istio.io/dataplane-mode: none`) presented no certificate, so it has no principal:
    * Istio reports `destination_principal="unknown"` for it (the stats filter reads the upstream
-   * peer's principal only from the verified TLS connection, PX:extensions/common/metadata_object.cc
-   * / Envoy `upstreamSslConnection()->uriSanPeerCertificate()`), never the workload's service account.
+   * peer's principal only from the verified TLS connection, istio/proxy
+   * extensions/common/metadata_object.cc / Envoy
+   * `upstreamSslConnection()->uriSanPeerCertificate()`), never the workload's service account.
    */
   private upstreamWorkloadPeer(ep: Endpoint): PeerInfo {
     const p = this.workloadPeer(ep.workload);

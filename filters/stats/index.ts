@@ -1,6 +1,6 @@
 /**
  * `istio.stats`: Istio's standard metrics as Envoy's waypoint reports them (the `istio_stats` HTTP
- * and network filter, PX:source/extensions/filters/http/istio_stats/istio_stats.cc, reporter
+ * and network filter, istio/proxy source/extensions/filters/http/istio_stats/istio_stats.cc, reporter
  * `SERVER_GATEWAY`), served at `/stats/prometheus` on the admin port:
  *
  * - per inner HTTP/gRPC request, at its end: `istio_requests_total`,
@@ -33,7 +33,7 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import { FilterStatus, defineSlot, type ConnectionContext, type Filter, type FilterFactory, type StreamContext } from '../../src/pipeline/index.ts';
 import { TCP_UPSTREAM_PEER, UPSTREAM_PEER, DOWNSTREAM_PEER, downstreamPeerOf, type PeerInfo } from '../../src/peer/index.ts';
-import type { Target } from '../../src/state/types.ts';
+import type { Target } from '../../src/state/index.ts';
 import { IstioCounter, IstioHistogram, labelSet, register } from './instruments.ts';
 import { BoundedMap, CACHE_ENTRIES, ConnStats, GrpcLive, Pair, TcpLive, Tuple, type HttpSeries, type MessageSeries, type TcpSeries } from './series.ts';
 import {

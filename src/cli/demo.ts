@@ -5,8 +5,8 @@
 import path from 'node:path';
 import { Command } from 'commander';
 import { addr } from '../app.ts';
-import { defaultStateDir } from '../identity/ca.ts';
-import { startTopology, type TopologyOptions } from '../demo/topology.ts';
+import { defaultStateDir } from '../identity/index.ts';
+import { startTopology, type TopologyOptions } from '../demo/index.ts';
 import { checkListenFlag, namingListenFlags, writePidFile } from './flags.ts';
 import { onTerminate } from './signals.ts';
 

@@ -5,14 +5,14 @@
  *
  * Defaults follow ztunnel and Istio's Envoy waypoint where they have one (HBONE on 15008, admin
  * 15020, readiness 15021, HTTP/2 windows 4 MiB stream / 16 MiB connection, PING every 10 s with a
- * 20 s timeout, pool idle release after 5 min): see ../shared/reference/hbone-waypoint.md §1.5.
+ * 20 s timeout, pool idle release after 5 min: istio/ztunnel src/config.rs, src/proxy/h2/*.rs;
+ * istio/istio pilot/pkg/networking/core/listener_waypoint.go `h2KeepaliveInterval`).
  */
 import fs from 'node:fs';
 import { z } from 'zod';
 import { LineCounter, parseDocument } from 'yaml';
-import { ConfigError } from '../errors.ts';
-import { parseTtl } from '../identity/ca.ts';
-import { deepFreeze } from '../util/freeze.ts';
+import { ConfigError, deepFreeze } from '../util/index.ts';
+import { parseTtl } from '../identity/index.ts';
 
 const hostPort = z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/, 'expected ADDR:PORT or [IPv6]:PORT');
 /** A duration in ms; bounded by what Node timers accept (2^31-1 ms, about 24.8 days). */
@@ -97,7 +97,10 @@ const schema = z.strictObject({
        * IP) to `x-forwarded-for`. Off by default: Istio's waypoint leaves XFF as the client sent it.
        */
       appendForwardedFor: z.boolean().default(false),
-      /** Istio's default waypoint retry policy (IS:pilot/pkg/networking/core/route/retry/retry.go). */
+      /**
+       * Istio's default waypoint retry policy (istio/istio
+       * pilot/pkg/networking/core/route/retry/retry.go).
+       */
       retry: z
         .strictObject({
           /** Retries after the first attempt (Envoy `num_retries`). */
@@ -132,8 +135,9 @@ const schema = z.strictObject({
     .prefault({}),
   /**
    * Kubernetes NetworkPolicy on the original client (beyond Istio). Traffic that passed a waypoint
-   * reaches its destination from the waypoint's address, so ingress NetworkPolicies that select
-   * the original client stop meaning what their authors wrote (shared/reference/authz.md §8.2).
+   * reaches its destination from the waypoint's address, so ingress NetworkPolicies that select the
+   * original client stop meaning what their authors wrote (istio.io docs
+   * ambient/usage/networkpolicy).
    */
   networkPolicy: z
     .strictObject({

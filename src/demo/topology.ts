@@ -8,15 +8,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type http from 'node:http';
 import { Waypoint } from '../app.ts';
-import { defaultBootstrap, overrideBootstrap, type BootstrapConfig } from '../config/bootstrap.ts';
-import { LocalCa } from '../identity/ca.ts';
-import { WorkloadCertificate } from '../identity/workload-certificate.ts';
-import type { Http2Params } from '../hbone/settings.ts';
-import type { FilterFactory } from '../pipeline/filter.ts';
-import { INBOUND_PARTS, InboundRole } from '../roles/inbound.ts';
-import { formatHostPort } from '../state/ip.ts';
-import { MeshStore } from '../state/store.ts';
-import { TunnelRole } from '../roles/tunnel.ts';
+import { defaultBootstrap, overrideBootstrap, type BootstrapConfig } from '../config/index.ts';
+import { LocalCa, WorkloadCertificate } from '../identity/index.ts';
+import type { Http2Params } from '../hbone/index.ts';
+import type { FilterFactory } from '../pipeline/index.ts';
+import { INBOUND_PARTS, InboundRole, TunnelRole } from '../ztunnel/index.ts';
+import { formatHostPort, MeshStore } from '../state/index.ts';
 
 /** Addresses and knobs of one loopback topology. Ports default to 15008 (HBONE), 80 (service) and 8080 (pods). */
 export interface TopologyOptions {

@@ -12,10 +12,9 @@
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders } from 'node:http2';
 import net from 'node:net';
 import tls, { type TLSSocket } from 'node:tls';
-import { WaypointError } from '../errors.ts';
-import { spiffeUrisOf } from '../identity/spiffe.ts';
-import { formatHostPort } from '../state/ip.ts';
-import { log } from '../util/log.ts';
+import { WaypointError, log } from '../util/index.ts';
+import { spiffeUrisOf } from '../identity/index.ts';
+import { formatHostPort } from '../state/index.ts';
 import { startKeepalive } from './keepalive.ts';
 import { hboneTlsOptions, http2Settings, type Http2Params, type TlsMaterial } from './settings.ts';
 

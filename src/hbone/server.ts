@@ -12,10 +12,9 @@
 import http2, { type Http2SecureServer, type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
-import { peerSpiffeId, type SpiffeId } from '../identity/spiffe.ts';
-import { normalizeIp, parseHostPort } from '../state/ip.ts';
-import { listenOn } from '../util/listen.ts';
-import { log } from '../util/log.ts';
+import { peerSpiffeId, type SpiffeId } from '../identity/index.ts';
+import { normalizeIp, parseHostPort } from '../state/index.ts';
+import { listenOn, log } from '../util/index.ts';
 import { startKeepalive } from './keepalive.ts';
 import { hboneTlsOptions, http2Settings, type Http2Params, type TlsMaterial } from './settings.ts';
 

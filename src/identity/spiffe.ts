@@ -1,7 +1,7 @@
 /**
  * SPIFFE identities as Istio ambient uses them: `spiffe://<trust_domain>/ns/<namespace>/sa/<sa>`,
  * carried as the URI SAN of workload certificates (ztunnel `src/identity/manager.rs`,
- * `src/tls/workload.rs`; see shared/reference/hbone-waypoint.md §1.2).
+ * `src/tls/workload.rs`).
  */
 import type { X509Certificate } from 'node:crypto';
 

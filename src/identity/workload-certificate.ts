@@ -8,7 +8,7 @@ import { X509Certificate, createPrivateKey } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import type { CertificateIssuer } from './ca.ts';
 import { peerSpiffeId, type SpiffeId } from './spiffe.ts';
-import { log } from '../util/log.ts';
+import { log } from '../util/index.ts';
 
 /** The key material to put in a TLS context: leaf PEM, its PKCS#8 key, and the trust root(s). */
 export interface CertificateMaterial {

@@ -1,9 +1,10 @@
 /**
- * Protocol detection on the first bytes a client sends inside a tunnel, as Envoy's
- * `http_inspector` listener filter does for Istio's undeclared ports (IS:listener_waypoint.go,
- * ENV:source/extensions/filters/listener/http_inspector): the HTTP/2 connection preface means
- * HTTP/2 (h2c with prior knowledge), an HTTP/1.x request line means HTTP/1.1, anything else TCP.
- * The bytes read are pushed back (`unshift`) so whoever consumes the stream next sees them all.
+ * Protocol detection on the first bytes a client sends inside a tunnel, as Envoy's `http_inspector`
+ * listener filter does for Istio's undeclared ports (istio/istio
+ * pilot/pkg/networking/core/listener_waypoint.go, envoyproxy/envoy
+ * source/extensions/filters/listener/http_inspector): the HTTP/2 connection preface means HTTP/2
+ * (h2c with prior knowledge), an HTTP/1.x request line means HTTP/1.1, anything else TCP. The bytes
+ * read are pushed back (`unshift`) so whoever consumes the stream next sees them all.
  */
 import type { Duplex } from 'node:stream';
 

@@ -2,27 +2,23 @@
  * The waypoint's connection phase: for each authenticated CONNECT from the HBONE server, resolve
  * the target from `:authority` against the current mesh snapshot (a served service's VIP:port, or
  * the address of a workload this waypoint serves), run the chain's `onConnection` filters, then
- * choose the filter chain by the port's protocol as Istio's waypoint does (IS:listener_waypoint.go):
- *  - HTTP-family ports (http, http2, grpc, grpc-web): answer 200 and serve HTTP inside the tunnel,
- *    HTTP/1.x or h2c with prior knowledge as the client's first bytes show (Envoy's codec AUTO);
- *  - TCP and other declared ports: handed to the TCP terminal (the router layer's TCP proxy),
- *    which answers 200 only once its upstream is up (503 otherwise), then relays bytes;
- *  - undeclared ports and workload-addressed traffic: answer 200, sniff the first bytes (Envoy's
- *    http_inspector); HTTP/1.x or the HTTP/2 preface ⇒ HTTP, anything else, or silence for the
- *    detection timeout ⇒ TCP, so server-first protocols work (pitfall G1).
- * Unknown target ⇒ 503 (deliberately clearer than Envoy's 200-then-close with `NR`).
+ * choose the filter chain by the port's protocol as Istio's waypoint does (istio/istio
+ * pilot/pkg/networking/core/listener_waypoint.go): - HTTP-family ports (http, http2, grpc,
+ * grpc-web): answer 200 and serve HTTP inside the tunnel, HTTP/1.x or h2c with prior knowledge as
+ * the client's first bytes show (Envoy's codec AUTO); - TCP and other declared ports: handed to the
+ * TCP terminal (the router layer's TCP proxy), which answers 200 only once its upstream is up (503
+ * otherwise), then relays bytes; - undeclared ports and workload-addressed traffic: answer 200,
+ * sniff the first bytes (Envoy's http_inspector); HTTP/1.x or the HTTP/2 preface ⇒ HTTP, anything
+ * else, or silence for the detection timeout ⇒ TCP, so server-first protocols work
+ * (istio/istio#55420). Unknown target ⇒ 503 (deliberately clearer than Envoy's 200-then-close with
+ * `NR`).
  */
 import type { ServerHttp2Stream } from 'node:http2';
-import type { HboneRequest } from '../hbone/server.ts';
-import { respondAndClose } from '../hbone/server.ts';
-import { teardown } from '../hbone/relay.ts';
-import type { InnerHttpServer } from '../inner-http/server.ts';
-import type { FilterChain } from '../pipeline/chain.ts';
-import { ConnectionContext, type ConnectInfo } from '../pipeline/context.ts';
-import { FilterStatus } from '../pipeline/filter.ts';
-import { isHttpProtocol } from '../state/protocol.ts';
-import type { MeshSnapshot, PortProtocol, Target } from '../state/types.ts';
-import { log } from '../util/log.ts';
+import { type HboneRequest, respondAndClose, teardown } from '../hbone/index.ts';
+import type { InnerHttpServer } from '../inner-http/index.ts';
+import { type FilterChain, ConnectionContext, type ConnectInfo, FilterStatus } from '../pipeline/index.ts';
+import { isHttpProtocol, type MeshSnapshot, type PortProtocol, type Target } from '../state/index.ts';
+import { log } from '../util/index.ts';
 import { sniff } from './sniff.ts';
 
 /**

@@ -6,8 +6,7 @@
  * Filters never see the upstream pool: the predicate is over mesh-state {@link Endpoint}s only.
  */
 import { ResponseFlag, defineSlot, sendLocalReply, type StreamContext } from '../pipeline/index.ts';
-import { upstreamEndpoints } from '../state/service-waypoints.ts';
-import type { Endpoint, Target } from '../state/types.ts';
+import { upstreamEndpoints, type Endpoint, type Target } from '../state/index.ts';
 
 /** Which endpoints the original client may reach. */
 export interface EndpointAdmission {

@@ -7,9 +7,9 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Http2ServerRequest, Http2ServerResponse, IncomingHttpHeaders } from 'node:http2';
-import type { SpiffeId } from '../identity/spiffe.ts';
-import type { Endpoint, MeshSnapshot, PortProtocol, Target } from '../state/types.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
+import type { SpiffeId } from '../identity/index.ts';
+import type { Endpoint, MeshSnapshot, PortProtocol, Target } from '../state/index.ts';
+import { ResponseFlag } from './response-flags.ts';
 import type { HeaderList } from './headers.ts';
 import { slotCount, type Slot } from './slots.ts';
 

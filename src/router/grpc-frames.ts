@@ -1,10 +1,10 @@
 /**
  * Counts gRPC messages in a body as it streams past, for `istio_request_messages_total` /
- * `istio_response_messages_total` (Envoy's grpc_stats filter, ENV:source/common/grpc/codec.cc
- * `FrameInspector`): a message is a 5-byte prefix (flags, uint32 big-endian length) and its
- * payload; it counts when its first prefix byte is seen. Payload bytes are skipped in bulk, so the
- * cost is a few operations per message, not per byte. The router runs one per direction on gRPC
- * streams only.
+ * `istio_response_messages_total` (Envoy's grpc_stats filter, envoyproxy/envoy
+ * source/common/grpc/codec.cc `FrameInspector`): a message is a 5-byte prefix (flags, uint32
+ * big-endian length) and its payload; it counts when its first prefix byte is seen. Payload bytes
+ * are skipped in bulk, so the cost is a few operations per message, not per byte. The router runs
+ * one per direction on gRPC streams only.
  */
 export class GrpcFrameCounter {
   /** Payload bytes of the current message still to skip. */

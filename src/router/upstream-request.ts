@@ -9,15 +9,19 @@
 import type { ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import { STREAM_ADMISSION } from '../netpol/admission.ts';
-import { originalClient } from '../peer/forwarded.ts';
-import { applyHeaderModifier, type HeaderModifier } from '../routing/index.ts';
-import type { Target } from '../state/types.ts';
-import type { ClusterManager } from '../upstream/cluster-manager.ts';
-import type { UpstreamHandler, UpstreamRequest as UpstreamMessage } from '../upstream/h2-upstream.ts';
-import { requestHash, type HashRequest } from '../upstream/hash-policy.ts';
-import { leaseEndpoint, type UpstreamLease } from '../upstream/pick-endpoint.ts';
-import type { HashKey } from '../upstream/traffic-policy.ts';
+import { STREAM_ADMISSION } from '../netpol/index.ts';
+import { originalClient } from '../peer/index.ts';
+import { applyHeaderModifier, type HeaderModifier, type HashKey } from '../routing/index.ts';
+import type { Target } from '../state/index.ts';
+import {
+  type ClusterManager,
+  type UpstreamHandler,
+  type UpstreamRequest as UpstreamMessage,
+  requestHash,
+  type HashRequest,
+  leaseEndpoint,
+  type UpstreamLease,
+} from '../upstream/index.ts';
 import { GrpcWebTrailerReader, type GrpcFrameCounter } from './grpc-frames.ts';
 import { defineSlot, HeaderList, respond, type Slot, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
 

@@ -1,7 +1,7 @@
 /**
- * Ambient enrolment labels: which objects use this waypoint (IS:pilot/pkg/serviceregistry/ambient/
- * waypoints.go `fetchWaypointForService` / `fetchWaypointForWorkload`) and whether a workload is
- * reached over HBONE.
+ * Ambient enrolment labels: which objects use this waypoint (istio/istio
+ * pilot/pkg/serviceregistry/ambient/waypoints.go `fetchWaypointForService` /
+ * `fetchWaypointForWorkload`) and whether a workload is reached over HBONE.
  */
 import type { TunnelProtocol, WaypointIdentity, WaypointRef } from './types.ts';
 
@@ -17,7 +17,7 @@ export const LABEL_WAYPOINT_FOR = 'istio.io/waypoint-for';
 export const LABEL_DATAPLANE_MODE = 'istio.io/dataplane-mode';
 
 /**
- * The waypoint an object asks for, as istiod reads it (IS:pilot/pkg/serviceregistry/ambient/
+ * The waypoint an object asks for, as istiod reads it (istio/istio pilot/pkg/serviceregistry/ambient/
  * waypoints.go `fetchWaypointForTarget` / `GetUseWaypoint`): the object's `istio.io/use-waypoint`
  * label when it has one, else its namespace's. The waypoint namespace is the same label holder's
  * `istio.io/use-waypoint-namespace`, else the object's namespace. `none` (on the object: it opts

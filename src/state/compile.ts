@@ -5,8 +5,7 @@
  * parts (parts.ts) given in `parts`. Written as a generator ({@link compileMeshStepwise}) so the
  * store can compile a huge file in slices without stalling the traffic it serves.
  */
-import { log } from '../util/log.ts';
-import { runNow, type Stepwise } from '../util/slices.ts';
+import { log, runNow, type Stepwise } from '../util/index.ts';
 import { DEFAULT_MESH_CONFIG, parseMeshConfig } from './mesh-config.ts';
 import { PartCompileError } from './parts.ts';
 import { ConfigMapSchema, GatewayClassSchema, NamespaceSchema, ServiceEntrySchema } from './schemas.ts';

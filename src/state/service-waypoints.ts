@@ -4,20 +4,21 @@
  * request to that waypoint instead of straight to the backend's pods, and the backend's own
  * policies and routes still apply.
  *
- * The binding follows istiod (IS:pilot/pkg/serviceregistry/ambient/waypoints.go): the service's
+ * The binding follows istiod (istio/istio pilot/pkg/serviceregistry/ambient/waypoints.go): the service's
  * `istio.io/use-waypoint` (else its namespace's) names a Gateway of class `istio-waypoint`, which
  * must handle service traffic (`istio.io/waypoint-for` service or all, from the Gateway or its
  * GatewayClass). The waypoint is reached where istiod says (`getGatewayAddress`): the Gateway's
  * `status.addresses` (a `Hostname`: the Service of that host in the Gateway's namespace; an
  * `IPAddress`: a Service VIP or a workload), else the Service named after the Gateway, which is
  * what Istio's gateway controller creates and publishes there. Its instances are that Service's
- * healthy endpoints on port 15008 (ZT:src/state.rs `fetch_waypoint`, hboneMtlsPort 15008).
+ * healthy endpoints on port 15008 (istio/ztunnel src/state.rs `fetch_waypoint`, hboneMtlsPort 15008).
  *
- * Each chained service port then gets one endpoint per instance, as Istio builds the endpoints of
- * a service whose traffic goes to its waypoint (IS:pilot/pkg/xds/endpoints/endpoint_builder.go
- * `findServiceWaypoint` / `buildEnvoyLbEndpoint` with `toServiceWaypoint`) and as ztunnel sends
- * to a service waypoint (ZT:src/proxy/outbound.rs `build_request`): HBONE to `instanceIP:15008`,
- * CONNECT `:authority` the service's `VIP:port`, the instance's workload identity verified.
+ * Each chained service port then gets one endpoint per instance, as Istio builds the endpoints of a
+ * service whose traffic goes to its waypoint (istio/istio
+ * pilot/pkg/xds/endpoints/endpoint_builder.go `findServiceWaypoint` / `buildEnvoyLbEndpoint` with
+ * `toServiceWaypoint`) and as ztunnel sends to a service waypoint (istio/ztunnel
+ * src/proxy/outbound.rs `build_request`): HBONE to `instanceIP:15008`, CONNECT `:authority` the
+ * service's `VIP:port`, the instance's workload identity verified.
  *
  * Not chained, reached directly: a service this waypoint serves; `use-waypoint: none` or no label;
  * a Gateway the mesh does not have (istiod reports the waypoint not ready, ztunnel goes direct);
@@ -25,7 +26,7 @@
  * waypoint Gateway that exists but cannot be reached (no address, no Service, no instance) fails
  * the requests (503 `UH`) rather than bypass the service's policies; a warning says why.
  */
-import { log } from '../util/log.ts';
+import { log } from '../util/index.ts';
 import { servesServices } from './attachment.ts';
 import { formatHostPort, ipFamily, normalizeIp } from './ip.ts';
 import { GatewaySchema } from './schemas.ts';

@@ -1,7 +1,8 @@
 /**
  * Build {@link Service}s — Kubernetes Services and Istio ServiceEntries — with their healthy
- * endpoints per port, following istiod's ambient service builder
- * (IS:pilot/pkg/serviceregistry/ambient/services.go) and endpoint port semantics (ZT:src/state.rs).
+ * endpoints per port, following istiod's ambient service builder (istio/istio
+ * pilot/pkg/serviceregistry/ambient/services.go) and endpoint port semantics (istio/ztunnel
+ * src/state.rs).
  */
 import { servesServices, useWaypointRef } from './attachment.ts';
 import { formatHostPort, ipFamily, normalizeIp, normalizeIpOrCidr } from './ip.ts';

@@ -1,9 +1,9 @@
 /**
  * Pick the Gateway this process runs as: a Gateway API `Gateway` of class `istio-waypoint`
- * (IS:istioctl/pkg/waypoint/waypoint.go), and derive the waypoint's identity from it. Istio's
+ * (istio/istio istioctl/pkg/waypoint/waypoint.go), and derive the waypoint's identity from it. Istio's
  * generated waypoint Deployment runs as a service account named after the Gateway.
  */
-import { ConfigError } from '../errors.ts';
+import { ConfigError } from '../util/index.ts';
 import { LABEL_WAYPOINT_FOR } from './attachment.ts';
 import { GatewaySchema } from './schemas.ts';
 import type { SourceObject } from './source.ts';
@@ -81,7 +81,7 @@ export const NO_WAYPOINT: WaypointIdentity = Object.freeze({ namespace: '', name
 
 /**
  * `istio.io/waypoint-for` of a waypoint Gateway: its own label, else its GatewayClass's
- * (`classLabels`), else `service` (IS:pilot/pkg/serviceregistry/ambient/waypoints.go
+ * (`classLabels`), else `service` (istio/istio pilot/pkg/serviceregistry/ambient/waypoints.go
  * `gatewayToWaypointTransform`).
  * @throws ConfigError when the value is not service, workload, all or none.
  */

@@ -1,29 +1,26 @@
 /**
  * Upstream connections toward service endpoints (Envoy's cluster manager, reduced to what a
- * waypoint needs). For HTTP it keeps one undici Pool per endpoint whose "sockets" are HBONE
- * CONNECT streams to `podIP:15008` with `:authority podIP:targetPort` (IS:cluster_waypoint.go
- * `connect_originate`) — or, to an instance of another waypoint in front of the service (chained
- * waypoints), to `waypointIP:15008` with `:authority VIP:port` (`Endpoint.connectAuthority`) —
- * or plain TCP to `podIP:targetPort` for endpoints outside the mesh
- * (`istio.io/dataplane-mode: none`), or mutual TLS with Istio's ALPN to `podIP:targetPort` for
- * workloads that run an Istio sidecar (`sidecar-transport.ts`). For TCP it opens one tunnel per
- * downstream connection.
+ * waypoint needs). For HTTP it keeps one undici Pool per endpoint whose "sockets" are HBONE CONNECT
+ * streams to `podIP:15008` with `:authority podIP:targetPort` (istio/istio
+ * pilot/pkg/networking/core/cluster_waypoint.go `connect_originate`) — or, to an instance of
+ * another waypoint in front of the service (chained waypoints), to `waypointIP:15008` with
+ * `:authority VIP:port` (`Endpoint.connectAuthority`) — or plain TCP to `podIP:targetPort` for
+ * endpoints outside the mesh (`istio.io/dataplane-mode: none`), or mutual TLS with Istio's ALPN to
+ * `podIP:targetPort` for workloads that run an Istio sidecar (`sidecar-transport.ts`). For TCP it
+ * opens one tunnel per downstream connection.
  */
 import type { IncomingHttpHeaders } from 'node:http2';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
-import type { Endpoint, MeshSnapshot, Target } from '../state/types.ts';
-import { HboneConnectError, type HboneSessionPool } from '../hbone/pool.ts';
-import type { Http2Params } from '../hbone/settings.ts';
-import { asHttp1Socket } from '../hbone/stream-end.ts';
-import { joinWritev } from '../hbone/writev-fix.ts';
-import { log } from '../util/log.ts';
+import type { Endpoint, MeshSnapshot, Target } from '../state/index.ts';
+import { HboneConnectError, type HboneSessionPool, type Http2Params, asHttp1Socket, joinWritev } from '../hbone/index.ts';
+import { log } from '../util/index.ts';
 import { TrackedAttempt, type ClusterState } from './cluster-state.ts';
 import { ClusterTable, type ClusterRuntimeDump } from './cluster-table.ts';
 import { H2Upstream, type UpstreamHandler, type UpstreamRequest } from './h2-upstream.ts';
 import { LoadBalancer, type LoadBalancerPolicy } from './load-balancer.ts';
-import type { PeerInfo } from '../peer/peer-info.ts';
+import type { PeerInfo } from '../peer/index.ts';
 import type { SidecarProtocol, SidecarTransport } from './sidecar-transport.ts';
 
 /**
@@ -278,7 +275,7 @@ export class ClusterManager {
     const servedWorkloads = new Set<string>();
     for (const w of snapshot.workloads) if (w.servedByThisWaypoint) for (const a of w.addresses) servedWorkloads.add(workloadKey(w.tunnelProtocol, a, w.identity));
     // HBONE connections to hosts that left the mesh are drained now, not at the idle timeout: a
-    // reused pod IP must not inherit them (pitfall F1).
+    // reused pod IP must not inherit them (istio/ztunnel#1637).
     this.opts.sessions.drainWhere((dst) => {
       const host = workloadKey('HBONE', dst.ip, dst.identity ?? '');
       return !liveHosts.has(host) && !servedWorkloads.has(host);
@@ -416,7 +413,8 @@ function workloadKey(tunnel: string, ip: string, identity: string): string {
 /** Plain TCP connect with a timeout (ms); rejects with the socket error. */
 export function connectTcp(host: string, port: number, timeoutMs: number): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
-    // Half-open: a peer that FINs after its last bytes may still be sent to (pitfall B1, TCP relay).
+    // Half-open: a peer that FINs after its last bytes may still be sent to (TCP half-close,
+    // istio/ztunnel#1065).
     const socket = net.connect({ host, port, noDelay: true, allowHalfOpen: true });
     const timer = setTimeout(() => {
       socket.destroy();

@@ -11,15 +11,11 @@
  * gone closed). The data path only looks a target's cluster up ({@link ClusterTable.clusterFor}).
  */
 import type { Registry } from 'prom-client';
-import { definePart } from '../state/parts.ts';
-import { isHttpProtocol } from '../state/protocol.ts';
-import { upstreamEndpoints } from '../state/service-waypoints.ts';
-import type { Endpoint, MeshPart, MeshSnapshot, ServicePort, Target } from '../state/types.ts';
-import { serviceClusterName } from './cluster-name.ts';
+import { definePart, isHttpProtocol, upstreamEndpoints, type Endpoint, type MeshPart, type MeshSnapshot, type ServicePort, type Target, serviceClusterName } from '../state/index.ts';
 import { ClusterState, hashTableOf, sameHash, type HashTable } from './cluster-state.ts';
 import { ClusterStats } from './cluster-stats.ts';
 import type { Ejection } from './outlier-detector.ts';
-import type { ClusterTrafficPolicy } from './traffic-policy.ts';
+import type { ClusterTrafficPolicy } from '../routing/index.ts';
 
 /** One DestinationRule-shaped cluster of a snapshot, as planned. */
 export interface PlannedCluster {

@@ -14,11 +14,8 @@
  */
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders } from 'node:http2';
 import type { Duplex, Readable } from 'node:stream';
-import { WaypointError } from '../errors.ts';
-import { http2Settings, type Http2Params } from '../hbone/settings.ts';
-import { endStreamReceived, resetOf, resetStream, watchEndStream, type StreamReset } from '../hbone/stream-end.ts';
-import { joinWritev } from '../hbone/writev-fix.ts';
-import { log } from '../util/log.ts';
+import { WaypointError, log } from '../util/index.ts';
+import { http2Settings, type Http2Params, endStreamReceived, resetOf, resetStream, watchEndStream, type StreamReset, joinWritev } from '../hbone/index.ts';
 
 /** One request to send: flat header list without pseudo-headers or connection-specific ones. */
 export interface UpstreamRequest {

@@ -9,7 +9,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { startTopology, type Topology, type TopologyOptions } from '../../src/demo/topology.ts';
-import { TunnelRole } from '../../src/roles/tunnel.ts';
+import { TunnelRole } from '../../src/ztunnel/tunnel.ts';
 import { spiffe, TestCa } from './identity.ts';
 import { meshText, service, type Doc, type ServicePortSpec } from './mesh.ts';
 

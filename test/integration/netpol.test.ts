@@ -18,7 +18,7 @@ import type { ClientHttp2Stream } from 'node:http2';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Waypoint } from '../../src/app.ts';
 import { defaultBootstrap, overrideBootstrap } from '../../src/config/bootstrap.ts';
-import { ConfigError } from '../../src/errors.ts';
+import { ConfigError } from '../../src/util/errors.ts';
 import { spiffe } from '../helpers/identity.ts';
 import { namespace, networkPolicy, pod, service, type Doc } from '../helpers/mesh.ts';
 import { samplesOf } from '../helpers/prometheus.ts';

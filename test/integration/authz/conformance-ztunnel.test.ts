@@ -67,7 +67,7 @@ function ztunnelPart(c: Case, check: Check): ZtunnelCheck | string {
     return { principal, src: remap(ip), dst, decision: e.decision, status: e.status };
   }
   if (e.destination_ztunnel_decision !== undefined) {
-    // The waypoint forwards to the destination pod over HBONE, as itself (authz.md §1.1).
+    // The waypoint forwards to the destination pod over HBONE, as itself.
     const { s } = serviceOf(r.dst, r.authority);
     return { principal: WAYPOINT.principal, src: remap(WAYPOINT.podIP), dst: { ip: remap(s.podIP), port: s.ports[0].targetPort }, decision: e.destination_ztunnel_decision, status: undefined };
   }

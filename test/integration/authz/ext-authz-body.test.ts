@@ -10,7 +10,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { HeaderAppendAction, type CheckRequest } from '../../../src/authz/ext-authz/proto.ts';
+import { HeaderAppendAction, type CheckRequest } from '../../../src/ext-authz/proto.ts';
 import { log } from '../../../src/util/log.ts';
 import { parseHttpResponse, readAll } from '../../helpers/hbone-client.ts';
 import { spiffe } from '../../helpers/identity.ts';

@@ -1,6 +1,6 @@
 /**
  * `istio.authz` with the waypoint's own ext_authz client and RequestAuthentication (app.ts wiring),
- * in Istio's order CUSTOM → JWT → AUDIT/DENY/ALLOW (authz.md §2.1, §2.3): a CUSTOM policy checked
+ * in Istio's order CUSTOM → JWT → AUDIT/DENY/ALLOW (istio/istio listener_waypoint.go `buildWaypointHTTPFilters`): a CUSTOM policy checked
  * by a real grpc-js `Authorization/Check` server reached through the mesh (a Service in the mesh
  * file, MeshConfig `extensionProviders`): an allow reaches the backend with the server's header, a
  * denial answers the server's status, headers and body with flag UAEX. A RequestAuthentication
@@ -10,7 +10,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { describe, expect, test } from 'vitest';
-import type { CheckRequest } from '../../../src/authz/ext-authz/proto.ts';
+import type { CheckRequest } from '../../../src/ext-authz/proto.ts';
 import { log } from '../../../src/util/log.ts';
 import { spiffe } from '../../helpers/identity.ts';
 import type { Backend } from '../../helpers/recorder.ts';

@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import type { CheckRequest } from '../../../src/authz/ext-authz/proto.ts';
+import type { CheckRequest } from '../../../src/ext-authz/proto.ts';
 import { log } from '../../../src/util/log.ts';
 import { spiffe } from '../../helpers/identity.ts';
 import { startBackend, type Backend } from '../../helpers/recorder.ts';

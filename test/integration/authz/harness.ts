@@ -16,7 +16,7 @@ import { parse } from 'yaml';
 import type { Waypoint } from '../../../src/app.ts';
 import type { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
 import type { FilterFactory } from '../../../src/pipeline/index.ts';
-import { INBOUND_PARTS, InboundRole } from '../../../src/roles/inbound.ts';
+import { INBOUND_PARTS, InboundRole } from '../../../src/ztunnel/inbound.ts';
 import { MeshStore } from '../../../src/state/store.ts';
 import { remapWith, type Remap } from '../../helpers/authz-cases.ts';
 import { connect, hboneSession, parseHttpResponse, readAll } from '../../helpers/hbone-client.ts';

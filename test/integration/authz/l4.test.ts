@@ -9,7 +9,7 @@
 import type { ClientHttp2Stream } from 'node:http2';
 import { describe, expect, test } from 'vitest';
 import { parse } from 'yaml';
-import { ConfigError } from '../../../src/errors.ts';
+import { ConfigError } from '../../../src/util/errors.ts';
 import { exchange } from '../../helpers/hbone-client.ts';
 import { spiffe } from '../../helpers/identity.ts';
 import { authorizationPolicy, toGateway, type Doc } from '../../helpers/mesh.ts';

@@ -117,7 +117,7 @@ describe('what a decision leaves for the access log and stats', () => {
   });
 });
 
-test('remote.ip is the right-most X-Forwarded-For address (authz.md §4.4)', async () => {
+test('remote.ip is the right-most X-Forwarded-For address', async () => {
   const xff = async (path: string, values: string[]) => (await wp.http(X, T, { path, headers: values.map((v): [string, string] => ['x-forwarded-for', v]) })).status;
   expect(await xff('/xff?1', ['9.9.9.9, 1.2.3.4'])).toBe(403);
   expect(await xff('/xff?2', ['1.2.3.4, 9.9.9.9'])).toBe(200);

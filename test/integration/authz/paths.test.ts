@@ -1,5 +1,5 @@
 /**
- * Path normalization before authorization, end to end (pitfall I4; authz.md §5.4): DENY `/admin`
+ * Path normalization before authorization, end to end (istio/istio#27409, CVE-2019-9901): DENY `/admin`
  * and `/admin/*`, everything else allowed. Each variant is sent raw over HTTP/1.1 through the
  * waypoint; the test asserts the status and the exact target the backend received, which is the
  * normalized path the policy matched (query kept), under each MeshConfig `pathNormalization` mode.

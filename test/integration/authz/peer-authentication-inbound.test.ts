@@ -1,6 +1,6 @@
 /**
  * PeerAuthentication on the `waypoint inbound` role's plaintext listeners, over real sockets
- * (authz.md §7.2): STRICT closes a plaintext client before the app is dialed, PERMISSIVE relays it,
+ * (istio/istio architecture/ambient/peer-authentication.md): STRICT closes a plaintext client before the app is dialed, PERMISSIVE relays it,
  * a port-level exception is honoured, a policy change applies to the next connection, and HBONE
  * CONNECTs are never refused by PeerAuthentication. Addresses: 127.0.187.x only.
  */
@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 
 import { LocalCa } from '../../../src/identity/ca.ts';
 import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
-import { INBOUND_PARTS, InboundRole } from '../../../src/roles/inbound.ts';
+import { INBOUND_PARTS, InboundRole } from '../../../src/ztunnel/inbound.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { connect, hboneSession, readAll } from '../../helpers/hbone-client.ts';

@@ -6,8 +6,8 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { log } from '../../../src/util/log.ts';
-import { ExtAuthzClient } from '../../../src/authz/ext-authz/index.ts';
-import type { CheckInput } from '../../../src/authz/ext-authz/types.ts';
+import { ExtAuthzClient } from '../../../src/ext-authz/index.ts';
+import type { CheckInput } from '../../../src/ext-authz/types.ts';
 import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { meshOf, plainDial, serviceWithPod, startHttpAuthz, type HttpReply, type SeenHttp } from './helpers.ts';
 

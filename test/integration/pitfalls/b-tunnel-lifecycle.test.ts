@@ -1,6 +1,6 @@
 /**
  * Pitfalls B (tunnel lifecycle: half-close, FIN, early close), HTTP/1.1 inside the tunnel and a
- * TCP port. See ../shared/reference/pitfalls.md §B.
+ * TCP port (istio/ztunnel#1065).
  * Addresses: 127.0.60.x (HTTP service), 127.0.61.x (TCP service).
  */
 import net from 'node:net';

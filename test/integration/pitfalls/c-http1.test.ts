@@ -1,6 +1,6 @@
 /**
  * Pitfalls C (HTTP/1.x semantics inside the tunnel): HTTP/1.0 upstreams and clients, header case,
- * header size limits. See ../shared/reference/pitfalls.md §C.
+ * header size limits.
  * Addresses: 127.0.62.x (default limits), 127.0.63.x (http.maxRequestHeadersBytes raised).
  */
 import type http from 'node:http';

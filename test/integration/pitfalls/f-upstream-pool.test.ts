@@ -1,7 +1,7 @@
 /**
  * Pitfalls F (the waypoint's pooled upstream HBONE connections): stale connections to a
  * destination that went silent or answers RST, endpoints leaving the mesh, and GOAWAY from the
- * destination. See ../shared/reference/pitfalls.md §F.
+ * destination (istio/ztunnel#1637, nodejs/undici#3140).
  * Addresses: 127.0.64.x–127.0.67.x, 127.0.69.x. A TCP middlebox on podIP:15009 (the waypoint's configured
  * upstream HBONE port) sits in front of each destination ztunnel (podIP:15008) in F1; F2 runs its
  * own HBONE server on podIP:15010.

@@ -3,7 +3,6 @@
  * full-size runs belong in bench/): bulk transfers through one tunnel with a slow receiver keep
  * memory bounded and never stall; concurrent tunnels share one HBONE session's connection window;
  * hundreds of HBONE connections torn down abruptly or gracefully leave no bookkeeping behind.
- * See ../shared/reference/pitfalls.md §K.
  * Addresses: 127.0.68.x (bulk), 127.0.70.x (K3).
  */
 import { createHash, randomBytes } from 'node:crypto';

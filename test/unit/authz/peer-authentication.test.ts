@@ -1,12 +1,12 @@
 /**
- * PeerAuthentication as ztunnel applies it (authz.md §7.1, §7.2): scopes and precedence, oldest
+ * PeerAuthentication as ztunnel applies it (istio/api peer_authentication.proto; istio/istio architecture/ambient/peer-authentication.md): scopes and precedence, oldest
  * wins within a scope, UNSET inherits, portLevelMtls, DISABLE as PERMISSIVE, root-namespace
  * selector policies ignored; invalid ones refused with file, line and field.
  */
 import { describe, expect, test } from 'vitest';
 
-import { compilePeerAuthentication, PEER_AUTHENTICATION, peerAuthenticationFor } from '../../../src/authz/peer-authentication.ts';
-import { ConfigError } from '../../../src/errors.ts';
+import { compilePeerAuthentication, PEER_AUTHENTICATION, peerAuthenticationFor } from '../../../src/ztunnel/peer-authentication.ts';
+import { ConfigError } from '../../../src/util/errors.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { MeshSnapshot, Workload } from '../../../src/state/types.ts';
 import { meshText, namespace, pod, waypointGateway } from '../../helpers/mesh.ts';

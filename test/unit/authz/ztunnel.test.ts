@@ -1,15 +1,15 @@
 /**
  * The ztunnel flavour of rule compilation (istiod `convertAuthorizationPolicy`/`handleRule` +
- * ztunnel `Authorization::matches`, authz.md §6.2) and selector attachment (GLOBAL / NAMESPACE /
- * WORKLOAD_SELECTOR scopes, authz.md §1.1, §1.3), through `compileZtunnelAuthz` over a compiled
+ * ztunnel `Authorization::matches`) and selector attachment (GLOBAL / NAMESPACE /
+ * WORKLOAD_SELECTOR scopes), through `compileZtunnelAuthz` over a compiled
  * mesh. The waypoint's engine is checked to still ignore every policy here.
  */
 import { describe, expect, test } from 'vitest';
 
 import { compileAuthz } from '../../../src/authz/compile.ts';
-import { compileZtunnelAuthz, rejectionReason, ZTUNNEL_AUTHZ, ztunnelAuthzFor } from '../../../src/authz/selector.ts';
+import { compileZtunnelAuthz, rejectionReason, ZTUNNEL_AUTHZ, ztunnelAuthzFor } from '../../../src/ztunnel/authz.ts';
 import type { AuthzResult, RequestAttributes } from '../../../src/authz/types.ts';
-import { ConfigError } from '../../../src/errors.ts';
+import { ConfigError } from '../../../src/util/errors.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { MeshPart, MeshSnapshot } from '../../../src/state/types.ts';
 import { authorizationPolicy, meshConfig as meshConfigDoc, meshText, namespace, pod, usesWaypoint, waypointGateway } from '../../helpers/mesh.ts';

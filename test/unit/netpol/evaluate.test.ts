@@ -1,5 +1,5 @@
 /**
- * NetworkPolicy semantics on the original client (shared/reference/authz.md §8.1): isolation and
+ * NetworkPolicy semantics on the original client (kubernetes/api networking/v1/types.go): isolation and
  * default deny, union of policies, policyTypes defaults, every peer form (podSelector alone = the
  * policy's namespace, namespaceSelector alone, both in one peer = AND, separate peers = OR),
  * matchExpressions operators, namespaces by `kubernetes.io/metadata.name` (declared or not), ipBlock

@@ -17,7 +17,7 @@ import { compileMesh } from '../../../src/state/compile.ts';
 import { upstreamEndpoints } from '../../../src/state/service-waypoints.ts';
 import type { Service } from '../../../src/state/types.ts';
 import { ClusterManager } from '../../../src/upstream/cluster-manager.ts';
-import { serviceClusterName } from '../../../src/upstream/cluster-name.ts';
+import { serviceClusterName } from '../../../src/state/cluster-name.ts';
 import { pickEndpoint } from '../../../src/upstream/pick-endpoint.ts';
 import type { SidecarTransport } from '../../../src/upstream/sidecar-transport.ts';
 

@@ -1,10 +1,12 @@
 /**
  * The compiled traffic policy of one cluster (a served service port, Envoy's `inbound-vip|…`
  * cluster): load balancing, connection-pool limits (circuit breakers) and outlier detection, as
- * Istio's waypoint derives them from a DestinationRule (IS:cluster_traffic_policy.go
- * `applyConnectionPool`, `applyOutlierDetection`, `applyLoadBalancer`, `ApplyRingHashLoadBalancer`;
- * IS:cluster_waypoint.go `buildWaypointInboundVIPCluster`). Built once per mesh snapshot by
- * `routing/destination-rule.ts`; frozen; the cluster states (cluster-table.ts) apply it.
+ * Istio's waypoint derives them from a DestinationRule (istio/istio
+ * pilot/pkg/networking/core/cluster_traffic_policy.go `applyConnectionPool`,
+ * `applyOutlierDetection`, `applyLoadBalancer`, `ApplyRingHashLoadBalancer`; istio/istio
+ * pilot/pkg/networking/core/cluster_waypoint.go `buildWaypointInboundVIPCluster`). Built once per
+ * mesh snapshot by `destination-rule.ts`; frozen; the upstream's cluster states
+ * (src/upstream/cluster-table.ts) apply it.
  *
  * Limits are `Infinity` when unset: Istio sets every circuit breaker threshold to 2^32-1
  * (`getDefaultCircuitBreakerThresholds`), i.e. no limit.
@@ -27,6 +29,11 @@ export type HashKey =
   | { readonly kind: 'queryParameter'; readonly name: string }
   /** `consistentHash` without a key: Envoy computes no hash and picks a random host. */
   | { readonly kind: 'none' };
+
+/** Envoy's default Maglev `table_size` (a prime). */
+export const DEFAULT_MAGLEV_TABLE_SIZE = 65537;
+/** Envoy's default ring hash `maximum_ring_size` (8M entries). */
+export const MAX_RING_SIZE = 8 * 1024 * 1024;
 
 /** `loadBalancer.consistentHash` (Envoy RING_HASH, or MAGLEV when `maglev` is set). */
 export interface ConsistentHashPolicy {

@@ -6,12 +6,12 @@
  */
 import type net from 'node:net';
 import { Pool } from 'undici';
-import { joinWritev } from '../../hbone/writev-fix.ts';
-import type { H2Upstream } from '../../upstream/h2-upstream.ts';
+import { joinWritev } from '../hbone/index.ts';
+import type { H2Upstream } from '../upstream/index.ts';
 import type { HttpCheckAnswer } from './check-response.ts';
 import type { HttpCheckRequest } from './http-request.ts';
 import type { Dial } from './types.ts';
-import type { Endpoint } from '../../state/types.ts';
+import type { Endpoint } from '../state/index.ts';
 
 /** Largest authorization-server response body read (bytes); more is an error. */
 export const MAX_ANSWER_BYTES = 1024 * 1024;

@@ -2,10 +2,13 @@
  * Public shapes of the ext_authz client: what the authz filter passes for one check
  * ({@link CheckInput}) and what it gets back ({@link CheckOutcome}). Semantics follow Envoy's
  * `envoy.filters.http.ext_authz` / `envoy.filters.network.ext_authz` as Istio configures them
- * (shared/reference/hbone-waypoint.md §6).
+ * (istio/istio pilot/pkg/security/authz/builder/extauthz.go).
  */
 import type { Duplex } from 'node:stream';
-import type { Endpoint } from '../../state/types.ts';
+import type { HeaderMutation } from '../authz/index.ts';
+import type { Endpoint } from '../state/index.ts';
+
+export type { HeaderMutation };
 
 /**
  * Opens a byte stream to an endpoint of the provider's service: pass
@@ -74,21 +77,6 @@ export interface CheckInput {
   readonly destination: CheckPeer;
   /** Omit for a TCP connection check. */
   readonly http?: CheckHttpRequest;
-}
-
-/**
- * One header change asked by the authorization server, in order:
- * - `set`: replace every value of `name` (or add it);
- * - `append`: append `value` to the existing value with `,` (add when absent);
- * - `add`: add another `name: value` line, keeping existing ones;
- * - `add-if-absent`: add only when `name` is absent;
- * - `overwrite-if-exists`: replace only when `name` is present.
- * Names are lower-case.
- */
-export interface HeaderMutation {
-  readonly name: string;
-  readonly value: string;
-  readonly action: 'set' | 'append' | 'add' | 'add-if-absent' | 'overwrite-if-exists';
 }
 
 /** The request may go on. */

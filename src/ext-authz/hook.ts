@@ -22,11 +22,9 @@
  * `failOpen`) unless `allowPartialMessage`, in which case the check carries the first
  * `maxRequestBytes` and `x-envoy-auth-partial-body: true`.
  */
-import type { ExtAuthzDecision, ExtAuthzHook } from '../ext-authz-hook.ts';
-import { bufferRequestBody, requestHasBody, type ConnectionContext, type StreamContext } from '../../pipeline/index.ts';
-import type { MeshSnapshot } from '../../state/types.ts';
-import { headersFromRaw } from '../headers.ts';
-import type { CustomCheck, HeaderLookup, RequestAttributes } from '../types.ts';
+import { type ExtAuthzDecision, type ExtAuthzHook, headersFromRaw, type CustomCheck, type HeaderLookup, type RequestAttributes } from '../authz/index.ts';
+import { bufferRequestBody, requestHasBody, type ConnectionContext, type StreamContext } from '../pipeline/index.ts';
+import type { MeshSnapshot } from '../state/index.ts';
 import type { ExtAuthzClient } from './client.ts';
 import type { BodySettings } from './config.ts';
 import type { CheckBody, CheckInput, CheckOutcome, HeaderMutation } from './types.ts';

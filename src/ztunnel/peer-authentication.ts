@@ -1,5 +1,8 @@
 /**
- * PeerAuthentication as ztunnel enforces it in ambient mode (shared/reference/authz.md §7.1, §7.2).
+ * PeerAuthentication as ztunnel enforces it in ambient mode (istio/api
+ * security/v1beta1/peer_authentication.proto; istio/istio architecture/ambient/peer-authentication.md
+ * "PeerAuthentication and ztunnel", pilot/pkg/serviceregistry/ambient/authorization.go
+ * `convertPeerAuthentication`).
  *
  * ztunnel never sees PeerAuthentication: istiod turns each workload's *effective* mode into DENY
  * policies ("no principal" ⇒ deny, optionally limited to / excepting ports). The observable result,
@@ -25,13 +28,9 @@
  * compiled once per mesh snapshot.
  */
 import { z } from 'zod';
-import { ConfigError } from '../errors.ts';
-import { definePart } from '../state/parts.ts';
-import { locateField } from '../state/resource-location.ts';
-import type { KeptResource, MeshSnapshot, Workload } from '../state/types.ts';
-import type { FieldPath } from '../state/yaml-locate.ts';
-import { log } from '../util/log.ts';
-import { mapping, show } from './policy-schema.ts';
+import { ConfigError, log } from '../util/index.ts';
+import { definePart, locateField, type KeptResource, type MeshSnapshot, type Workload, type FieldPath } from '../state/index.ts';
+import { mapping, show } from '../authz/index.ts';
 
 /** Effective mode as ztunnel applies it: only STRICT refuses plaintext. */
 export type EffectiveMtlsMode = 'STRICT' | 'PERMISSIVE';
@@ -71,7 +70,10 @@ const MutualTlsSchema = mapping({
     .enum(MODES, { error: (iss) => `Unsupported value: ${show(iss.input)}: supported values: ${MODES.map((m) => `"${m}"`).join(', ')}` })
     .nullish(),
 }).nullish();
-/** The fields of a PeerAuthentication the schema knows (API: security/v1beta1/peer_authentication.proto). */
+/**
+ * The fields of a PeerAuthentication the schema knows (istio/api
+ * security/v1beta1/peer_authentication.proto).
+ */
 const PeerAuthenticationSpecSchema = mapping({
   selector: mapping({ matchLabels: z.record(z.string(), z.string({ error: 'label values must be strings' })).nullish() }).nullish(),
   mtls: MutualTlsSchema,

@@ -3,20 +3,16 @@
  * Accepts plain TCP on `--listen` and carries each connection in its own HBONE CONNECT to
  * `--to` (a waypoint) with `:authority` = `--authority`, sending ztunnel's `forwarded`,
  * `traceparent` and (when the source workload is known from `--mesh`) `baggage` headers
- * (ZT:src/proxy/outbound.rs `create_hbone_request`). A refused CONNECT closes the client's
+ * (istio/ztunnel src/proxy/outbound.rs `create_hbone_request`). A refused CONNECT closes the client's
  * connection, as ztunnel does (the app just sees its connection reset: istio/ztunnel#691).
  */
 import { randomBytes } from 'node:crypto';
 import net, { type AddressInfo } from 'node:net';
-import { HboneSessionPool } from '../hbone/pool.ts';
-import { relay } from '../hbone/relay.ts';
-import { DEFAULT_HTTP2, type Http2Params } from '../hbone/settings.ts';
-import type { WorkloadCertificate } from '../identity/workload-certificate.ts';
-import { formatBaggage } from '../peer/baggage.ts';
-import { formatHostPort, normalizeIp, parseHostPort } from '../state/ip.ts';
-import type { MeshSnapshot } from '../state/types.ts';
-import { listenOn } from '../util/listen.ts';
-import { log } from '../util/log.ts';
+import { HboneSessionPool, relay, DEFAULT_HTTP2, type Http2Params } from '../hbone/index.ts';
+import type { WorkloadCertificate } from '../identity/index.ts';
+import { formatBaggage } from '../peer/index.ts';
+import { formatHostPort, normalizeIp, parseHostPort, type MeshSnapshot } from '../state/index.ts';
+import { listenOn, log } from '../util/index.ts';
 
 /** Settings of the tunnel role. */
 export interface TunnelOptions {

@@ -1,15 +1,15 @@
 /**
  * The AuthorizationPolicies ztunnel enforces for a workload, compiled once per mesh snapshot into
- * per-workload evaluators with ztunnel's L4 semantics (authz.md §1.1, §1.3, §2.1, §6.2). Used by the
- * `waypoint inbound` role, which plays the destination ztunnel; the waypoint never uses this module
- * (it ignores selector policies: `compile.ts`).
+ * per-workload evaluators with ztunnel's L4 semantics (istio/ztunnel src/rbac.rs, src/state.rs
+ * `assert_rbac`). Used by the `waypoint inbound` role, which plays the destination ztunnel; the
+ * waypoint never uses this module (it ignores selector policies: src/authz/compile.ts).
  *
  * Which policies reach ztunnel (istiod `convertAuthorizationPolicy`,
  * pilot/pkg/serviceregistry/ambient/authorization.go):
  * - policies with targetRefs never (they are a waypoint's);
  * - AUDIT and CUSTOM never ("ztunnel does not support the <action> action"), nor dry-run policies
  *   (ambient dry-run needs istiod's `EnableWdsDryRunAuthzPol`, off by default);
- * - ALLOW and DENY, each rule converted by `ztunnelRule` (rule.ts).
+ * - ALLOW and DENY, each rule converted by `ztunnelRule` (src/authz/rule.ts).
  *
  * Which apply to a workload (istiod scope selection; ztunnel src/state/policy.rs `PolicyStore`,
  * src/state.rs `assert_rbac`; istiod workloads.go `buildWorkloadPolicies`):
@@ -22,16 +22,9 @@
  * else a matching ALLOW policy allows; else deny. An ALLOW policy without rules (or whose rules
  * were all dropped for HTTP attributes) matches nothing but still exists: deny-all.
  */
-import { ConfigError } from '../errors.ts';
-import type { KeptResource, MeshSnapshot, Workload } from '../state/types.ts';
-import { formatFieldPath } from '../state/yaml-locate.ts';
-import { log } from '../util/log.ts';
-import { ruleId } from './compile.ts';
-import { Evaluator, type CompiledRule } from './evaluator.ts';
-import { parsePolicy, type AuthorizationPolicy } from './policy.ts';
-import { MATCH_NEVER, ztunnelRule } from './rule.ts';
-import type { AuthzResult } from './types.ts';
-import { definePart } from '../state/parts.ts';
+import { ConfigError, log } from '../util/index.ts';
+import { type KeptResource, type MeshSnapshot, type Workload, formatFieldPath, definePart } from '../state/index.ts';
+import { ruleId, Evaluator, type CompiledRule, parsePolicy, type AuthorizationPolicy, MATCH_NEVER, ztunnelRule, type AuthzResult } from '../authz/index.ts';
 
 /** ztunnel's `RbacScope`. */
 export type ZtunnelScope = 'GLOBAL' | 'NAMESPACE' | 'WORKLOAD_SELECTOR';

@@ -36,7 +36,8 @@ export const ResponseFlag = {
   UpstreamRetryLimitExceeded: 'URX',
   /**
    * Denied by policy: ztunnel's `ResponseFlags::AuthorizationPolicyDenied`, printed `DENY`
-   * (ZT:src/proxy/metrics.rs). Used for NetworkPolicy denials (src/netpol), which have no Envoy flag.
+   * (istio/ztunnel src/proxy/metrics.rs). Used for NetworkPolicy denials (src/netpol), which have
+   * no Envoy flag.
    */
   AuthorizationPolicyDenied: 'DENY',
 } as const;

@@ -1,21 +1,19 @@
 /**
  * RequestMirror: fire-and-forget copies of requests to another backend, as Envoy's shadowing
- * (ENV:source/common/router/shadow_writer_impl.cc; Istio maps Gateway API RequestMirror to
- * `request_mirror_policies`): the copy carries the primary's upstream headers with the host
- * suffixed `-shadow`, its response is read and discarded, and it never delays or fails the
- * primary request. Copies in flight are bounded per mirror target cluster, as Envoy bounds
- * requests per cluster (`circuit_breakers` `max_requests`, ENV:source/common/upstream/resource_manager_impl.h):
- * one slow mirror target only loses its own copies. Beyond the bound a copy is dropped; the first
- * drop of a target is logged at warn, then at most one warning per target a minute (with the
- * count dropped since). Each copy is aborted after a timeout.
+ * (envoyproxy/envoy source/common/router/shadow_writer_impl.cc; Istio maps Gateway API
+ * RequestMirror to `request_mirror_policies`): the copy carries the primary's upstream headers with
+ * the host suffixed `-shadow`, its response is read and discarded, and it never delays or fails the
+ * primary request. Copies in flight are bounded per mirror target cluster, as Envoy bounds requests
+ * per cluster (`circuit_breakers` `max_requests`, envoyproxy/envoy
+ * source/common/upstream/resource_manager_impl.h): one slow mirror target only loses its own
+ * copies. Beyond the bound a copy is dropped; the first drop of a target is logged at warn, then at
+ * most one warning per target a minute (with the count dropped since). Each copy is aborted after a
+ * timeout.
  */
 import type { Dispatcher } from 'undici';
-import { log } from '../util/log.ts';
-import type { ClusterManager } from '../upstream/cluster-manager.ts';
-import type { UpstreamHandler } from '../upstream/h2-upstream.ts';
-import { pickEndpoint } from '../upstream/pick-endpoint.ts';
-import { shadowAuthority } from './filters.ts';
-import type { Mirror } from './types.ts';
+import { log } from '../util/index.ts';
+import { type ClusterManager, type UpstreamHandler, pickEndpoint } from '../upstream/index.ts';
+import { shadowAuthority, type Mirror } from '../routing/index.ts';
 
 /** Bounds of mirrored requests. */
 export interface MirrorOptions {

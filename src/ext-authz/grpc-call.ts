@@ -9,7 +9,7 @@
  * @grpc/grpc-js cannot run a client channel over a stream we supply, hence this small client; the
  * tests' ext_authz server is a real grpc-js server.
  */
-import type { H2Upstream, UpstreamHandler } from '../../upstream/h2-upstream.ts';
+import type { H2Upstream, UpstreamHandler } from '../upstream/index.ts';
 
 /** gRPC status codes used here. */
 export const GRPC = Object.freeze({ OK: 0, CANCELLED: 1, UNKNOWN: 2, DEADLINE_EXCEEDED: 4, UNIMPLEMENTED: 12, INTERNAL: 13, UNAVAILABLE: 14, UNAUTHENTICATED: 16, PERMISSION_DENIED: 7 });

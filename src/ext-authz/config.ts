@@ -1,6 +1,6 @@
 /**
  * MeshConfig `extensionProviders[]` entries of kind `envoyExtAuthzGrpc` / `envoyExtAuthzHttp`
- * (API:mesh/v1alpha1/config.proto `EnvoyExternalAuthorizationGrpcProvider`,
+ * (istio/api mesh/v1alpha1/config.proto `EnvoyExternalAuthorizationGrpcProvider`,
  * `EnvoyExternalAuthorizationHttpProvider`, `EnvoyExternalAuthorizationRequestBody`), read into the
  * settings Envoy's ext_authz filter gets from istiod (istio/istio
  * `pilot/pkg/security/authz/builder/extauthz.go` `buildExtAuthzHTTP`, `buildExtAuthzGRPC`,
@@ -14,7 +14,7 @@
  *   lone `*` is rejected. `includeHeadersInCheck` (deprecated) is used only when
  *   `includeRequestHeadersInCheck` is empty.
  */
-import { WaypointError } from '../../errors.ts';
+import { WaypointError } from '../util/index.ts';
 
 /** Default `timeout` of both provider kinds (ms): Istio's `timeoutOrDefault`. */
 export const DEFAULT_TIMEOUT_MS = 600_000;

@@ -1,6 +1,7 @@
 /**
  * The ext_authz client: asks the provider a CUSTOM policy names whether a request (or a TCP
- * connection) may go on, as Envoy's ext_authz filters do under Istio (hbone-waypoint.md §6):
+ * connection) may go on, as Envoy's ext_authz filters do under Istio (istio/istio
+ * pilot/pkg/security/authz/builder/extauthz.go):
  *
  *   const extAuthz = new ExtAuthzClient({ dial: (ep, use) => clusterManager.openTcp(ep, use) });
  *   const outcome = await extAuthz.check(snapshot, result.custom.provider, input);
@@ -26,11 +27,10 @@
  */
 import { fromBinary, toBinary } from '@bufbuild/protobuf';
 import type { Pool } from 'undici';
-import { DEFAULT_HTTP2, type Http2Params } from '../../hbone/settings.ts';
-import { definePart } from '../../state/parts.ts';
-import type { Endpoint, MeshSnapshot } from '../../state/types.ts';
-import { H2Upstream } from '../../upstream/h2-upstream.ts';
-import { log } from '../../util/log.ts';
+import { DEFAULT_HTTP2, type Http2Params } from '../hbone/index.ts';
+import { definePart, type Endpoint, type MeshSnapshot } from '../state/index.ts';
+import { H2Upstream } from '../upstream/index.ts';
+import { log } from '../util/index.ts';
 import { buildCheckRequest } from './check-request.ts';
 import { outcomeFromCheckResponse, outcomeFromHttpAnswer } from './check-response.ts';
 import { ExtAuthzConfigError, parseProviderSettings, type BodySettings, type ProviderSettings } from './config.ts';

@@ -1,5 +1,9 @@
 /**
- * ext_authz for CUSTOM AuthorizationPolicies (issue 5 "CUSTOM action"; hbone-waypoint.md §6).
+ * The ext_authz client for CUSTOM AuthorizationPolicies: Envoy's gRPC and HTTP ext_authz as Istio
+ * configures them for `envoyExtAuthzGrpc` / `envoyExtAuthzHttp` providers (istio/istio
+ * pilot/pkg/security/authz/builder/extauthz.go; envoyproxy/envoy
+ * api/envoy/service/auth/v3/external_auth.proto). It dials through the upstream layer, so it sits
+ * above it; the authz engine and filter only see the {@link ExtAuthzHook} it implements.
  *
  *   const extAuthz = new ExtAuthzClient({ dial: (ep, use) => clusterManager.openTcp(ep, use) });
  *   const result = authz.forTarget(target).http.evaluate(attrs);

@@ -1,12 +1,12 @@
 /**
  * Where an ext_authz provider's `service` lives: a Kubernetes Service or a ServiceEntry of the mesh
- * state, named `[<namespace>/]<hostname>` (API:mesh/v1alpha1/config.proto; istio/istio
+ * state, named `[<namespace>/]<hostname>` (istio/api mesh/v1alpha1/config.proto; istio/istio
  * `extensionproviders.LookupCluster`: with a namespace, the service of that hostname in that
  * namespace; without, the hostname must exist in exactly one namespace). The provider's `port` is
  * a service port; its healthy endpoints are used round-robin.
  */
-import type { Endpoint, MeshSnapshot, Service } from '../../state/types.ts';
-import { lookupProviderService } from '../providers.ts';
+import type { Endpoint, MeshSnapshot, Service } from '../state/index.ts';
+import { lookupProviderService } from '../authz/index.ts';
 
 /**
  * The service `ref` names, or undefined when there is none or, without a namespace, when the

@@ -1,7 +1,7 @@
 /**
  * Turning an authorization server's answer into a {@link CheckOutcome}, as Envoy does:
  *
- * gRPC (ENV: source/extensions/filters/common/ext_authz/ext_authz_grpc_impl.cc `onSuccess`,
+ * gRPC (envoyproxy/envoy source/extensions/filters/common/ext_authz/ext_authz_grpc_impl.cc `onSuccess`,
  * `toHeaderMutationAction`):
  * - `CheckResponse.status.code == 0` (also when `status` is unset) → allowed, with the
  *   `ok_response` header mutations (`headers` → upstream request, `headers_to_remove`,

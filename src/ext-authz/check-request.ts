@@ -1,5 +1,5 @@
 /**
- * The `CheckRequest` Envoy's ext_authz filter builds for a request (ENV:
+ * The `CheckRequest` Envoy's ext_authz filter builds for a request (envoyproxy/envoy
  * source/extensions/filters/common/ext_authz/check_request_utils.cc `createHttpCheck`,
  * `setAttrContextPeer`, `setHttpRequest`, `setRequestTime`; `createTcpCheck` for TCP):
  *

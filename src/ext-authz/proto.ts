@@ -1,7 +1,7 @@
 /**
  * The protobuf messages of Envoy's external authorization gRPC API, `envoy.service.auth.v3`
  * (`Authorization/Check`), described for @bufbuild/protobuf at run time: no code generation, only
- * the fields this client reads or writes, with Envoy's field numbers and types (ENV:
+ * the fields this client reads or writes, with Envoy's field numbers and types (envoyproxy/envoy
  * api/envoy/service/auth/v3/external_auth.proto, attribute_context.proto;
  * api/envoy/config/core/v3/base.proto, address.proto; api/envoy/type/v3/http_status.proto;
  * googleapis google/rpc/status.proto). Fields left out are skipped on decode (unknown fields) and

@@ -1,11 +1,12 @@
 /**
- * Envoy cluster names as Istio's waypoint builds them (IS:cluster_waypoint.go,
- * listener_waypoint.go `getWaypointDestinationCluster`): a service port this waypoint serves is
+ * Envoy cluster names as Istio's waypoint builds them (istio/istio
+ * pilot/pkg/networking/core/cluster_waypoint.go, listener_waypoint.go
+ * `getWaypointDestinationCluster`): a service port this waypoint serves is
  * `inbound-vip|<port>|<http|tcp>|<hostname>`, any other service port (a route's backend) is
  * `outbound|<port>||<hostname>`; workload-addressed traffic goes through the `encap` cluster.
  * Access logs (`%UPSTREAM_CLUSTER%`) and metrics show these strings.
  */
-import type { Target } from '../state/types.ts';
+import type { Target } from './types.ts';
 
 /** The cluster name for a tunnel's `target` (a service port this waypoint serves, or a workload), whose traffic is handled as `kind`. */
 export function clusterName(target: Target, kind: 'http' | 'tcp'): string {

@@ -1,5 +1,5 @@
 /**
- * The request Envoy's HTTP ext_authz client sends (ENV:
+ * The request Envoy's HTTP ext_authz client sends (envoyproxy/envoy
  * source/extensions/filters/common/ext_authz/ext_authz_http_impl.cc `RawHttpClientImpl::check`,
  * `ClientConfig::toRequestMatchers`), from the same header map a gRPC check carries:
  *

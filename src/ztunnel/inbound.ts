@@ -1,47 +1,46 @@
 /**
  * `waypoint inbound`: the destination ztunnel's inbound role, for the demo, tests and local use.
  * Terminates HBONE on `--listen IP:PORT`, requires the `:authority` IP to be its own listen IP
- * (400 otherwise, as ztunnel: ZT:src/proxy/inbound.rs), refuses ztunnel's illegal target ports
+ * (400 otherwise, as ztunnel: istio/ztunnel src/proxy/inbound.rs), refuses ztunnel's illegal target ports
  * (15001, 15006, 15008 ⇒ 503), dials `<forward host>:<authority port>`, answers 200 only once that
  * connect succeeded (503 otherwise) and relays bytes with half-close. With mesh state (`--mesh`) its
  * 200 carries the destination workload's `baggage` (the workload owning the listen IP), as
- * ztunnel's inbound answers (ZT:src/proxy/inbound.rs, src/baggage.rs).
+ * ztunnel's inbound answers (istio/ztunnel src/proxy/inbound.rs, src/baggage.rs).
  *
  * `plaintext` listeners stand in for ztunnel's inbound passthrough (the pod's app port reached by a
  * non-mesh client, without HBONE): a connection accepted on `IP:PORT` is relayed to
  * `<forward host>:PORT` (the listener's port is the application's port, as for HBONE the
  * `:authority` port is) unless PeerAuthentication makes that port STRICT for the workload owning
- * the HBONE listen IP (src/authz/peer-authentication.ts, authz.md §7.2): then the connection is
+ * the HBONE listen IP (peer-authentication.ts): then the connection is
  * closed before anything is dialed, and no byte is relayed. HBONE traffic is always mTLS, so
  * PeerAuthentication never refuses it.
  *
  * AuthorizationPolicy: with mesh state, the selector / namespace-wide / mesh-wide policies of the
- * workload owning the listen IP are enforced as ztunnel enforces them (L4 only: src/authz/selector.ts,
- * authz.md §6.2) on every connection, with source principal = the HBONE client certificate's SPIFFE
- * id (none for plaintext), source IP = the connection's peer address, destination = the CONNECT
- * `:authority` (plaintext: the listen IP and the listener's port). A denied CONNECT is answered 401
- * (ZT:src/proxy/inbound.rs maps the RBAC error to UNAUTHORIZED) and a denied plaintext connection
- * is closed; either way the application is never dialed, and the denial is logged with ztunnel's
- * wording (`connection closed due to policy rejection: explicitly denied by: ns/name`). Decisions
- * use the snapshot current at accept time; when the mesh holder can be subscribed to (a MeshStore),
- * open connections are re-checked on every new snapshot and the ones now denied are closed
- * (`connection closed due to policy change`), as ztunnel's connection manager drains them
- * (ZT:src/state.rs `assert_rbac`, src/proxy/connection_manager.rs). PeerAuthentication counts as
- * policy there too (istiod turns it into DENY policies ztunnel evaluates with the others).
+ * workload owning the listen IP are enforced as ztunnel enforces them (L4 only: authz.ts) on every
+ * connection, with source principal = the HBONE client certificate's SPIFFE id (none for
+ * plaintext), source IP = the connection's peer address, destination = the CONNECT `:authority`
+ * (plaintext: the listen IP and the listener's port). A denied CONNECT is answered 401
+ * (istio/ztunnel src/proxy/inbound.rs maps the RBAC error to UNAUTHORIZED) and a denied plaintext
+ * connection is closed; either way the application is never dialed, and the denial is logged with
+ * ztunnel's wording (`connection closed due to policy rejection: explicitly denied by: ns/name`).
+ * Decisions use the snapshot current at accept time; when the mesh holder can be subscribed to (a
+ * MeshStore), open connections are re-checked on every new snapshot and the ones now denied are
+ * closed (`connection closed due to policy change`), as ztunnel's connection manager drains them
+ * (istio/ztunnel src/state.rs `assert_rbac`, src/proxy/connection_manager.rs). PeerAuthentication
+ * counts as policy there too (istiod turns it into DENY policies ztunnel evaluates with the
+ * others).
  */
 import net, { type AddressInfo } from 'node:net';
-import { HboneServer, respondAndClose } from '../hbone/server.ts';
-import { relay, teardown } from '../hbone/relay.ts';
-import { DEFAULT_HTTP2, type Http2Params } from '../hbone/settings.ts';
-import { trustDomainAllowed } from '../identity/spiffe.ts';
-import { formatBaggage } from '../peer/baggage.ts';
-import type { WorkloadCertificate } from '../identity/workload-certificate.ts';
-import { normalizeIp, parseHostPort } from '../state/ip.ts';
-import { PEER_AUTHENTICATION, peerAuthenticationFor, rejectionReason, ZTUNNEL_AUTHZ, ztunnelAuthzFor, type RequestAttributes } from '../authz/index.ts';
+import { HboneServer, respondAndClose, relay, teardown, DEFAULT_HTTP2, type Http2Params } from '../hbone/index.ts';
+import { trustDomainAllowed, type WorkloadCertificate } from '../identity/index.ts';
+import { formatBaggage } from '../peer/index.ts';
+import { normalizeIp, parseHostPort, type MeshPart, type MeshSnapshot } from '../state/index.ts';
+import type { RequestAttributes } from '../authz/index.ts';
+import { rejectionReason, ZTUNNEL_AUTHZ, ztunnelAuthzFor } from './authz.ts';
+import { PEER_AUTHENTICATION, peerAuthenticationFor } from './peer-authentication.ts';
 import { NETWORK_POLICIES } from '../netpol/index.ts';
-import type { MeshPart, MeshSnapshot } from '../state/types.ts';
-import { connectTcp } from '../upstream/cluster-manager.ts';
-import { log } from '../util/log.ts';
+import { connectTcp } from '../upstream/index.ts';
+import { log } from '../util/index.ts';
 
 /**
  * The compiled parts the inbound role reads from its mesh snapshots (give them to its MeshStore):
