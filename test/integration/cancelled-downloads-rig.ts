@@ -12,8 +12,10 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import { FilterStatus, type FilterFactory, type StreamContext } from '../../src/pipeline/index.ts';
 import { connect, hboneSession, type ClientIdentity } from '../helpers/hbone-client.ts';
+import { identityFrom } from '../helpers/identity.ts';
+import { recorder } from '../helpers/recorder.ts';
+import { sleep } from '../helpers/servers.ts';
 import { startTestTopology, type TestTopology } from '../helpers/topology.ts';
-import { clientIdentity, recorder, sleep } from './l7/l7-helpers.ts';
 
 v8.setFlagsFromString('--expose-gc');
 const gc = vm.runInNewContext('gc') as () => void;
@@ -114,7 +116,7 @@ export async function startRig(net4: number): Promise<Rig> {
     await topo.close();
     throw err;
   }
-  const id: ClientIdentity = await clientIdentity(topo);
+  const id: ClientIdentity = await identityFrom(topo.caDir);
 
   const viaHbone = async (path: string, then: (stream: http2.ClientHttp2Stream) => void) => {
     const session = await hboneSession(`127.0.${net4}.1`, topo.waypoint!.addresses.hbone.port, id, { localAddress: `127.0.${net4}.50` });

@@ -13,7 +13,7 @@
  */
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { alive, startRig, type Rig } from './cancelled-downloads-rig.ts';
-import { sleep } from './l7/l7-helpers.ts';
+import { sleep } from '../helpers/servers.ts';
 
 const COUNT = 16;
 let rig: Rig;

@@ -10,11 +10,11 @@
  * Addresses: 127.0.216.x (gateway Pod at .60).
  */
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { LocalCa } from '../../src/identity/ca.ts';
 import { connect, exchange, hboneSession, type ClientIdentity } from '../helpers/hbone-client.ts';
 import { samplesOf, scrape } from '../helpers/prometheus.ts';
-import { startTestTopology, type TestTopology } from '../helpers/topology.ts';
-import { addToMesh } from './l7/l7-helpers.ts';
+import { TestCa } from '../helpers/identity.ts';
+import { pod } from '../helpers/mesh.ts';
+import { addToMesh, startTestTopology, type TestTopology } from '../helpers/topology.ts';
 
 const NET = 216;
 const CLIENT_IP = `127.0.${NET}.50`;
@@ -33,19 +33,11 @@ beforeAll(async () => {
   });
   await addToMesh(
     topo,
-    `apiVersion: v1
-kind: Pod
-metadata: { name: eastwest-gw, namespace: istio-system, labels: { app: istio-eastwestgateway } }
-spec: { serviceAccountName: istio-eastwestgateway }
-status: { podIP: "${GATEWAY_IP}" }
-`,
+    pod({ name: 'eastwest-gw', namespace: 'istio-system', labels: { app: 'istio-eastwestgateway' }, sa: 'istio-eastwestgateway', ip: GATEWAY_IP }),
   );
   expect(topo.waypoint!.mesh.current.workloadByIp(GATEWAY_IP)?.identity).toBe(GATEWAY_ID);
-  const ca = await LocalCa.load(topo.caDir);
-  for (const uri of [CLIENT_ID, GATEWAY_ID]) {
-    const leaf = await ca.issue(uri, 3600_000);
-    ids.set(uri, { certPem: leaf.certPem, keyPem: leaf.keyPem, caPem: ca.rootCertPem });
-  }
+  const ca = await TestCa.load(topo.caDir);
+  for (const uri of [CLIENT_ID, GATEWAY_ID]) ids.set(uri, await ca.identity(uri));
 });
 
 afterAll(async () => {

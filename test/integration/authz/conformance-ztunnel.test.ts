@@ -23,7 +23,10 @@ import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
 
 import { log } from '../../../src/util/log.ts';
 import { caseMeshText, cases, checkSource, fixtures, serviceOf, type Case, type Check, type FixtureOptions } from '../../helpers/authz-cases.ts';
-import { AuthzInbound, eventually, remapByNets, spiffe, startTcpBackend, type TcpBackend } from './harness.ts';
+import { spiffe } from '../../helpers/identity.ts';
+import { startTcpBackend, type TcpBackend } from '../../helpers/recorder.ts';
+import { eventually } from '../../helpers/servers.ts';
+import { AuthzInbound, remapByNets } from './harness.ts';
 
 const NETS: Readonly<Record<string, string>> = {
   '10.96.0.': '127.0.114.',

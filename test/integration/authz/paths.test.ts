@@ -11,7 +11,9 @@
  * Addresses: 127.0.152.x.
  */
 import { describe, expect, test } from 'vitest';
-import { HTTP_PORT, meshYaml, servicePolicy, spiffe, startAll, type AuthzWaypoint, type HttpBackend } from './harness.ts';
+import { spiffe } from '../../helpers/identity.ts';
+import type { Backend } from '../../helpers/recorder.ts';
+import { HTTP_PORT, meshYaml, servicePolicy, startAll, type AuthzWaypoint } from './harness.ts';
 
 const NET = '127.0.152';
 const CLIENT = spiffe('foo', 'client');
@@ -25,7 +27,7 @@ const mesh = (normalization?: string) =>
   });
 
 let wp: AuthzWaypoint;
-let backend: HttpBackend;
+let backend: Backend;
 
 startAll(async (start) => {
   backend = await start.http(`${NET}.11`, 8080);

@@ -17,7 +17,8 @@ import { INBOUND_PARTS, InboundRole } from '../../../src/ztunnel/inbound.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { connect, hboneSession, readAll } from '../../helpers/hbone-client.ts';
-import { clientIdentity, closeServer, listen } from '../../helpers/pitfalls.ts';
+import { identityFrom, spiffe } from '../../helpers/identity.ts';
+import { closeServer, listen } from '../../helpers/servers.ts';
 
 const POD = '127.0.187.1'; // the pod IP: HBONE listener and plaintext listeners
 const APP = '127.0.187.2'; // where the app listens (--forward)
@@ -123,7 +124,7 @@ describe('waypoint inbound --plaintext with PeerAuthentication', () => {
 
   test('HBONE is always mTLS: a STRICT workload still accepts CONNECTs', async () => {
     state.current = mesh(pa('istio-system', 'default', { mtls: { mode: 'STRICT' } }));
-    const session = await hboneSession(POD, 15008, await clientIdentity(dir, 'sleep'));
+    const session = await hboneSession(POD, 15008, await identityFrom(dir, spiffe('demo', 'sleep')));
     try {
       const { status, stream } = await connect(session, `${POD}:8080`);
       expect(status).toBe(200);

@@ -6,7 +6,9 @@
 import type http from 'node:http';
 import type net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { HttpReader, KiB, dispatchBackend, readHead, recorder, within, type RawResponse } from '../../helpers/pitfalls.ts';
+import { dispatchBackend, HttpReader, KiB, readHead, type RawResponse } from '../../helpers/pitfalls.ts';
+import { recorder } from '../../helpers/recorder.ts';
+import { within } from '../../helpers/servers.ts';
 import { openEntry, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 type Backend = Awaited<ReturnType<typeof dispatchBackend>>;

@@ -3,7 +3,6 @@
  * their order, IPv4-mapped source addresses, the certificate identity fallback, propagation of the
  * waypoint's own metadata, header stripping, malformed headers and baggage (pitfall H5), and config.
  */
-import type { IncomingMessage } from 'node:http';
 import os from 'node:os';
 import type { IncomingHttpHeaders } from 'node:http2';
 import fc from 'fast-check';
@@ -16,7 +15,7 @@ import { parseBaggage } from '../../../src/peer/baggage-parse.ts';
 import { DOWNSTREAM_PEER, EMPTY_PEER, REQUEST_DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, downstreamPeerOf, sourceWorkloadAt, type PeerInfo } from '../../../src/peer/peer-info.ts';
 import { decodePeerMetadata, encodePeerMetadata, PEER_METADATA_HEADER, PEER_METADATA_ID_HEADER } from '../../../src/peer/peer-metadata-header.ts';
 import { FilterChain } from '../../../src/pipeline/chain.ts';
-import { ConnectionContext, StreamContext, type ConnectInfo } from '../../../src/pipeline/context.ts';
+import type { ConnectInfo, ConnectionContext, StreamContext } from '../../../src/pipeline/context.ts';
 import type { Filter, FilterEnv } from '../../../src/pipeline/filter.ts';
 import { HeaderList } from '../../../src/pipeline/headers.ts';
 import { FilterRegistry } from '../../../src/pipeline/registry.ts';
@@ -25,7 +24,8 @@ import type { Endpoint, MeshSnapshot } from '../../../src/state/types.ts';
 import { log } from '../../../src/util/log.ts';
 import { caught } from '../../helpers/config-error.ts';
 import { ISTIO_124_HEADER, ISTIO_124_PEER } from '../peer/fixtures.ts';
-import { INFO, headOf, terminal } from '../pipeline/fakes.ts';
+import { FilterHarness } from '../../helpers/filter-harness.ts';
+import { INFO, terminal } from '../pipeline/fakes.ts';
 
 const MESH = `apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -114,12 +114,11 @@ function make(config?: unknown, mesh: MeshSnapshot = snap): { filter: Filter; ch
 }
 
 function connection(info: Partial<ConnectInfo> = {}, mesh: MeshSnapshot = snap): ConnectionContext {
-  return new ConnectionContext({ ...INFO, ...info }, mesh, { kind: 'service' } as never, 'HTTP');
+  return new FilterHarness([], mesh).connection({ info, mesh });
 }
 
 function stream(chain: FilterChain, conn: ConnectionContext, headers: Record<string, string> = {}): StreamContext {
-  const req = { headers: { ...headers }, rawHeaders: Object.entries(headers).flat(), httpVersion: '1.1', method: 'GET', url: '/' } as unknown as IncomingMessage;
-  return new StreamContext(conn, chain, req, {} as never, headOf(req));
+  return new FilterHarness(chain, conn.mesh).stream(conn, { headers });
 }
 
 /** One request through every phase the chain has: connection, request headers, upstream request, response headers. */
