@@ -27,4 +27,4 @@ process.removeAllListeners('warning');
 process.on('warning', (w) => {
   if (w.name !== 'ExperimentalWarning') process.stderr.write(`${w.name}: ${w.message}\n`);
 });
-await import('../src/cli/main.ts');
+await import('../src/cli/index.ts');

@@ -8,38 +8,25 @@ import path from 'node:path';
 import v8 from 'node:v8';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
-import { routingConfigDump } from './admin/config-dump.ts';
-import { AdminServer } from './admin/server.ts';
-import type { BootstrapConfig } from './config/bootstrap.ts';
+import { routingConfigDump, AdminServer } from './admin/index.ts';
+import type { BootstrapConfig } from './config/index.ts';
 import { RequestAuthn } from './authn/index.ts';
-import { AUTHZ, PEER_AUTHENTICATION } from './authz/index.ts';
-import { EXT_AUTHZ_PROVIDERS, ExtAuthzClient, createExtAuthzHook } from './authz/ext-authz/index.ts';
-import { ConfigError } from './errors.ts';
-import { HboneSessionPool } from './hbone/pool.ts';
-import { HboneServer } from './hbone/server.ts';
-import { LocalCa, defaultCaDir, parseTtl } from './identity/ca.ts';
-import { WorkloadCertificate } from './identity/workload-certificate.ts';
-import { InnerHttpServer } from './inner-http/server.ts';
-import { refuseDownstreamPeer } from './listener/peer-policy.ts';
-import { waypointConnectHandler } from './listener/waypoint-listener.ts';
-import type { FilterChain } from './pipeline/chain.ts';
-import type { Filter, FilterEnv, FilterFactory } from './pipeline/filter.ts';
-import { OverloadManager } from './pipeline/index.ts';
-import { FilterRegistry } from './pipeline/registry.ts';
+import { AUTHZ } from './authz/index.ts';
+import { PEER_AUTHENTICATION } from './ztunnel/index.ts';
+import { EXT_AUTHZ_PROVIDERS, ExtAuthzClient, createExtAuthzHook } from './ext-authz/index.ts';
+import { ConfigError, log } from './util/index.ts';
+import { HboneSessionPool, HboneServer } from './hbone/index.ts';
+import { LocalCa, defaultCaDir, parseTtl, WorkloadCertificate } from './identity/index.ts';
+import { InnerHttpServer } from './inner-http/index.ts';
+import { refuseDownstreamPeer, waypointConnectHandler } from './listener/index.ts';
+import { type FilterChain, type Filter, type FilterEnv, type FilterFactory, FilterRegistry, OverloadManager } from './pipeline/index.ts';
 import { NETWORK_POLICIES } from './netpol/index.ts';
 import { routerFactory, TcpProxy } from './router/index.ts';
-import { compileDestinationRules, DESTINATION_RULES, destinationRulesFor, ROUTES } from './routing/index.ts';
-import { MeshStore } from './state/store.ts';
-import type { MeshPart } from './state/types.ts';
-import { AccessLogFilter, AccessLogSinks } from './telemetry/access-log.ts';
-import { createMetricsRegistry } from './telemetry/metrics.ts';
-import { registerOverloadMetrics } from './telemetry/overload-metrics.ts';
-import { ClusterManager } from './upstream/cluster-manager.ts';
-import { ClusterTable } from './upstream/cluster-table.ts';
-import type { LbAlgorithm } from './upstream/traffic-policy.ts';
-import { SidecarTransport } from './upstream/sidecar-transport.ts';
-import { waypointSelf } from './peer/self-peer.ts';
-import { log } from './util/log.ts';
+import { compileDestinationRules, DESTINATION_RULES, destinationRulesFor, ROUTES, type LbAlgorithm } from './routing/index.ts';
+import { MeshStore, type MeshPart } from './state/index.ts';
+import { AccessLogFilter, AccessLogSinks, createMetricsRegistry, registerOverloadMetrics } from './telemetry/index.ts';
+import { ClusterManager, ClusterTable, SidecarTransport } from './upstream/index.ts';
+import { waypointSelf } from './peer/index.ts';
 import { registerBuiltinFilters } from '../filters/index.ts';
 import { AUTHZ_FILTER_NAME } from '../filters/authz/index.ts';
 
@@ -186,6 +173,7 @@ export class Waypoint {
         http2: cfg.http2,
         trustDomain: () => mesh.current.meshConfig.trustDomain,
         connectTimeoutMs: cfg.upstream.connectTimeoutMs,
+        connectResponseTimeoutMs: cfg.upstream.connectResponseTimeoutMs,
         idleTimeoutMs: cfg.upstream.idleTimeoutMs,
         maxStreamsPerConnection: cfg.upstream.maxStreamsPerConnection,
       });
@@ -245,6 +233,9 @@ export class Waypoint {
         name: 'waypoint',
         material: certificate.current,
         http2: cfg.http2,
+        tlsHandshakeTimeoutMs: cfg.limits.tlsHandshakeTimeoutMs,
+        peerLimits: cfg.limits,
+        metrics,
         verifyPeer: (peer) => refuseDownstreamPeer(peer, mesh.current.meshConfig),
         onConnect: waypointConnectHandler({
           mesh,

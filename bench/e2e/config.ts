@@ -274,7 +274,7 @@ export function loadSettings(argv: readonly string[] = process.argv.slice(2)): B
   };
 }
 
-/** The aims the report compares against (docs: ../shared/reference/performance.md). */
+/** The aims the report compares against. */
 export const AIMS = {
   /** Waypoint CPU per request ÷ L4 relay CPU per request. */
   cpuRatioVsL4: 2,

@@ -14,7 +14,7 @@ import path from 'node:path';
 import { startTopology } from '../../src/demo/topology.ts';
 import { LocalCa } from '../../src/identity/ca.ts';
 import { WorkloadCertificate } from '../../src/identity/workload-certificate.ts';
-import { TunnelRole } from '../../src/roles/tunnel.ts';
+import { TunnelRole } from '../../src/ztunnel/tunnel.ts';
 import { formatHostPort } from '../../src/state/ip.ts';
 import { MeshStore } from '../../src/state/store.ts';
 import { BACKEND_KINDS, BACKEND_PORTS, TOPOLOGIES, type TopologySpec } from './config.ts';

@@ -49,7 +49,7 @@ import {
   type PhaseResult,
   type StreamContext,
 } from '../../src/pipeline/index.ts';
-import type { MeshSnapshot, Target } from '../../src/state/types.ts';
+import type { MeshSnapshot, Target } from '../../src/state/index.ts';
 import {
   RBAC_DENIED_BODY,
   applyResponseMutations,

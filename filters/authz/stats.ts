@@ -1,7 +1,8 @@
 /**
  * Authorization counters of `istio.authz` in `/stats/prometheus`, named as Envoy's Prometheus
  * exporter prints the stats of the filters Istio's waypoint runs (tag extraction per
- * ENV:source/common/config/well_known_names.cc; stats per the RBAC and ext_authz filter docs):
+ * envoyproxy/envoy source/common/config/well_known_names.cc; stats per the RBAC and ext_authz
+ * filter docs):
  *
  * HTTP chain (`http.<hcm prefix>.rbac.*`, `http.<hcm prefix>.ext_authz.*`; label
  * `envoy_http_conn_manager_prefix` = the inbound chain's cluster name, e.g.
@@ -17,13 +18,14 @@
  *
  * TCP chain (network RBAC with Istio's `stat_prefix: tcp.` → `tcp.rbac.*`, tag `envoy_rbac_prefix`
  * from the `$.rbac.**` extractor): `envoy_rbac_allowed{envoy_rbac_prefix="tcp"}`,
- * `envoy_rbac_denied{...}`, the dry-run counters `envoy_rbac_istio_dry_run_*_shadow_*{...}`.
- * The network ext_authz has the same `stat_prefix: tcp.` (IS:pilot/pkg/security/authz/builder/
- * extauthz.go) and names its stats `ext_authz.<stat_prefix>.<stat>` (ENV:source/extensions/filters/
- * network/ext_authz/ext_authz.cc `generateStats`), so `ext_authz.tcp..ok`: no tag extractor matches
- * it (EXT_AUTHZ_PREFIX is for `http.*.ext_authz.*` and `cluster.*.ext_authz.*` only, RBAC_PREFIX for
- * `*.rbac.*`), and the Prometheus exporter turns each `.` into `_`: `envoy_ext_authz_tcp__ok`,
- * `__denied`, `__error`, `__failure_mode_allowed`, without labels.
+ * `envoy_rbac_denied{...}`, the dry-run counters `envoy_rbac_istio_dry_run_*_shadow_*{...}`. The
+ * network ext_authz has the same `stat_prefix: tcp.` (istio/istio pilot/pkg/security/authz/builder/
+ * extauthz.go) and names its stats `ext_authz.<stat_prefix>.<stat>` (envoyproxy/envoy
+ * source/extensions/filters/network/ext_authz/ext_authz.cc `generateStats`), so
+ * `ext_authz.tcp..ok`: no tag extractor matches it (EXT_AUTHZ_PREFIX is for `http.*.ext_authz.*`
+ * and `cluster.*.ext_authz.*` only, RBAC_PREFIX for `*.rbac.*`), and the Prometheus exporter turns
+ * each `.` into `_`: `envoy_ext_authz_tcp__ok`, `__denied`, `__error`, `__failure_mode_allowed`,
+ * without labels.
  *
  * The matching policy is not a label: Envoy names a policy in stats only with `rules_stat_prefix`
  * per-policy stats, which Istio does not configure; it is in the access log

@@ -1,8 +1,9 @@
 /**
  * Configuration of `istio.peer_metadata`, parsed and frozen once. The shape follows Istio's
- * `io.istio.http.peer_metadata.Config` (PX:source/extensions/filters/http/peer_metadata/config.proto)
- * in camelCase; each method may be written as its name (`workload_discovery`) or as Istio's
- * one-key object (`{ workload_discovery: {} }`), so an Envoy config can be pasted.
+ * `io.istio.http.peer_metadata.Config` (istio/proxy
+ * source/extensions/filters/http/peer_metadata/config.proto) in camelCase; each method may be
+ * written as its name (`workload_discovery`) or as Istio's one-key object (`{ workload_discovery:
+ * {} }`), so an Envoy config can be pasted.
  *
  * ```yaml
  * - name: istio.peer_metadata
@@ -11,7 +12,7 @@
  *     upstreamDiscovery: [workload_discovery]     # default; also istio_headers, baggage
  *     downstreamPropagation: []                   # istio_headers, baggage
  *     upstreamPropagation: []                     # istio_headers, baggage
- *     stripIncomingPeerMetadata: false
+ *     stripIncomingPeerMetadata: true             # false: unread x-envoy-peer-metadata* pass (debugging)
  * ```
  */
 import { z } from 'zod';
@@ -32,17 +33,21 @@ export interface PeerMetadataConfig {
   /** Headers describing the waypoint added to responses (downstream) / upstream requests. */
   readonly downstreamPropagation: readonly PropagationMethod[];
   readonly upstreamPropagation: readonly PropagationMethod[];
-  /** Remove `x-envoy-peer-metadata` / `-id` from requests and responses passing through. */
+  /**
+   * Remove `x-envoy-peer-metadata` / `-id` from requests and responses passing through (default);
+   * false lets them pass unless `istio_headers` discovery read them (debugging only: a client
+   * could then forge its metadata toward the app, and an app leak its own to the client).
+   */
   readonly stripIncomingPeerMetadata: boolean;
 }
 
-/** Istio's waypoint: workload discovery both ways, no propagation, headers pass through. */
+/** Istio's waypoint: workload discovery both ways, no propagation; peer-metadata headers stripped (Istio's pass). */
 export const DEFAULT_CONFIG: PeerMetadataConfig = Object.freeze({
   downstreamDiscovery: Object.freeze(['workload_discovery'] as const),
   upstreamDiscovery: Object.freeze(['workload_discovery'] as const),
   downstreamPropagation: Object.freeze([] as const),
   upstreamPropagation: Object.freeze([] as const),
-  stripIncomingPeerMetadata: false,
+  stripIncomingPeerMetadata: true,
 });
 
 /** `{ name: {} }` (Istio's proto JSON form of a oneof) → `name`; anything else unchanged. */
@@ -101,6 +106,6 @@ export function parsePeerMetadataConfig(raw: unknown): PeerMetadataConfig {
     upstreamDiscovery: Object.freeze([...(c.upstreamDiscovery ?? DEFAULT_CONFIG.upstreamDiscovery)]) as readonly DiscoveryMethod[],
     downstreamPropagation: Object.freeze([...(c.downstreamPropagation ?? [])]) as readonly PropagationMethod[],
     upstreamPropagation: Object.freeze([...(c.upstreamPropagation ?? [])]) as readonly PropagationMethod[],
-    stripIncomingPeerMetadata: c.stripIncomingPeerMetadata ?? false,
+    stripIncomingPeerMetadata: c.stripIncomingPeerMetadata ?? true,
   });
 }

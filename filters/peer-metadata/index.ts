@@ -1,8 +1,9 @@
 /**
  * `istio.peer_metadata`: who is on each side of a request, as Istio's `peer_metadata` HTTP filter
- * (PX:source/extensions/filters/http/peer_metadata/filter.cc) configured the way Istio configures
- * its waypoint (`waypoint_downstream_peer_metadata` + `waypoint_upstream_peer_metadata`). Writes
- * the slots of src/peer/peer-info.ts for the stats, authz and access-log filters:
+ * (istio/proxy source/extensions/filters/http/peer_metadata/filter.cc) configured the way Istio
+ * configures its waypoint (`waypoint_downstream_peer_metadata` +
+ * `waypoint_upstream_peer_metadata`). Writes the slots of src/peer/peer-info.ts for the stats,
+ * authz and access-log filters:
  *
  * - DOWNSTREAM_PEER (per tunnel, `onConnection`): the first configured method that finds the
  *   peer: `workload_discovery` (the tunnel's source IP looked up in the current mesh snapshot,
@@ -23,8 +24,10 @@
  * itself (see self.ts): toward the upstream on every request, toward the downstream on every
  * response for `baggage` and, for `istio_headers`, only when the request carried them (Envoy's
  * rule). Incoming `x-envoy-peer-metadata*` headers are read only when `istio_headers` discovery is
- * configured for that direction, and then removed (Envoy removes what its discovery methods
- * read); otherwise they pass through untouched unless `stripIncomingPeerMetadata` is set.
+ * configured for that direction; whether read or not, they are removed from requests (in
+ * `onRequestHeaders`, so no later filter, route or upstream sees a client's) and from responses:
+ * the waypoint is the trust boundary between client and app. `stripIncomingPeerMetadata: false`
+ * lets unread ones pass (debugging; Istio's waypoint passes them, filters/README.md).
  *
  * Unknown fields stay '' (no invented defaults), so the stats filter prints `unknown` where
  * Istio does; Istio's WDS defaults (namespace `default`, service account `default`) are already
@@ -44,11 +47,12 @@ import {
   decodePeerMetadata,
   parseBaggage,
   peerFromWorkload,
+  sourceWorkloadAt,
   upstreamExchangePeerOf,
   workloadAt,
   type PeerInfo,
 } from '../../src/peer/index.ts';
-import type { Endpoint, MeshSnapshot, Workload } from '../../src/state/types.ts';
+import type { Endpoint, MeshSnapshot, Workload } from '../../src/state/index.ts';
 import { parsePeerMetadataConfig, type DiscoveryMethod, type PeerMetadataConfig } from './config.ts';
 import { selfMetadata, type SelfMetadata } from './self.ts';
 
@@ -96,8 +100,8 @@ export function createPeerMetadataFilter(config: PeerMetadataConfig, env: Filter
     onUpstreamConnected?: Filter['onUpstreamConnected'];
   } = { name: PEER_METADATA_FILTER_NAME };
   if (config.downstreamDiscovery.length > 0) f.onConnection = (c) => impl.onConnection(c);
-  if (impl.downHeaders) f.onRequestHeaders = (s) => impl.onRequestHeaders(s);
-  if (impl.downHeaders || impl.strip || impl.upMx || impl.upBaggage) f.onUpstreamRequest = (s, h) => impl.onUpstreamRequest(s, h);
+  if (impl.downHeaders || impl.strip) f.onRequestHeaders = (s) => impl.onRequestHeaders(s);
+  if (impl.upMx || impl.upBaggage) f.onUpstreamRequest = (s, h) => impl.onUpstreamRequest(s, h);
   if (config.upstreamDiscovery.length > 0 || impl.strip || impl.downMx || impl.downBaggage) f.onResponseHeaders = (s, h) => impl.onResponseHeaders(s, h);
   if (config.upstreamDiscovery.length > 0) f.onUpstreamConnected = (c) => impl.onUpstreamConnected(c);
   return Object.freeze(f);
@@ -122,6 +126,8 @@ class PeerMetadata {
   private readonly unverifiedPeers = new WeakMap<PeerInfo, PeerInfo>();
   /** Upstream CONNECT response headers → the peer their `baggage` names (null: none). */
   private readonly connectPeers = new WeakMap<IncomingHttpHeaders, PeerInfo | null>();
+  /** Decoded header peer → that peer with the identity of the client that sent it (the last one seen). */
+  private readonly clientPeers = new WeakMap<PeerInfo, PeerInfo>();
   /** `x-envoy-peer-metadata` value → decoded peer (null: undecodable), bounded. */
   private readonly decoded = new Map<string, PeerInfo | null>();
   private selfOf: MeshSnapshot | undefined;
@@ -165,29 +171,31 @@ class PeerMetadata {
     return FilterStatus.Continue;
   }
 
-  /** Only when `istio_headers` is a downstream method. */
+  /** When `istio_headers` is a downstream method (read, then remove) or when stripping (remove). */
   onRequestHeaders(stream: StreamContext): FilterStatus {
     const h = stream.requestHeaders;
-    const metadata = h.get(PEER_METADATA_HEADER);
-    const seen = (h.get(PEER_METADATA_ID_HEADER) !== undefined ? SAW_ID : 0) | (metadata !== undefined ? SAW_METADATA : 0);
-    if (seen !== 0) stream.set(REQUEST_MX, seen);
-    if (metadata !== undefined && stream.conn.get(CONSULT_HEADERS) === true) {
-      const peer = this.headerPeer(firstValue(metadata));
-      if (peer !== undefined) stream.set(REQUEST_DOWNSTREAM_PEER, withIdentity(peer, stream.conn.info.peer.uri));
+    if (!hasMx(h)) return FilterStatus.Continue;
+    if (this.downHeaders) {
+      const metadata = h.get(PEER_METADATA_HEADER);
+      const seen = (h.get(PEER_METADATA_ID_HEADER) !== undefined ? SAW_ID : 0) | (metadata !== undefined ? SAW_METADATA : 0);
+      if (seen !== 0) stream.set(REQUEST_MX, seen);
+      if (metadata !== undefined && stream.conn.get(CONSULT_HEADERS) === true) {
+        const peer = this.headerPeer(firstValue(metadata));
+        if (peer !== undefined) stream.set(REQUEST_DOWNSTREAM_PEER, this.asClient(peer, stream.conn.info.peer.uri));
+      }
     }
+    removeMx(h);
     return FilterStatus.Continue;
   }
 
+  /** Only with upstream propagation: the waypoint's own metadata. */
   onUpstreamRequest(_stream: StreamContext, headers: HeaderList): void {
-    if (this.downHeaders || this.strip) removeMx(headers);
-    if (this.upMx || this.upBaggage) {
-      const self = this.selfMetadata();
-      if (this.upMx) {
-        headers.set(PEER_METADATA_HEADER, self.metadata);
-        if (self.id !== '') headers.set(PEER_METADATA_ID_HEADER, self.id);
-      }
-      if (this.upBaggage) headers.set('baggage', self.baggage);
+    const self = this.selfMetadata();
+    if (this.upMx) {
+      headers.set(PEER_METADATA_HEADER, self.metadata);
+      if (self.id !== '') headers.set(PEER_METADATA_ID_HEADER, self.id);
     }
+    if (this.upBaggage) headers.set('baggage', self.baggage);
   }
 
   // ---- upstream ---------------------------------------------------------------------------
@@ -208,7 +216,7 @@ class PeerMetadata {
       }
       if (peer !== undefined) stream.set(UPSTREAM_PEER, peer);
     }
-    if (this.upHeaders || this.strip) removeMx(headers);
+    if ((this.upHeaders || this.strip) && hasMx(headers)) removeMx(headers);
     if (this.downBaggage || this.downMx) {
       const self = this.selfMetadata();
       if (this.downMx) {
@@ -237,9 +245,13 @@ class PeerMetadata {
 
   // ---- methods ----------------------------------------------------------------------------
 
-  /** The workload owning the tunnel's source address in the current snapshot. */
+  /**
+   * The workload owning the tunnel's source address in the current snapshot, when its identity is
+   * the client certificate's: an east-west gateway forwarding another workload's tunnel, or a
+   * client at a borrowed address, is not that workload (the next method decides).
+   */
   private downstreamWorkload(conn: ConnectionContext): PeerInfo | undefined {
-    const w = workloadAt(this.env.mesh.current, conn.info.downstreamAddress);
+    const w = sourceWorkloadAt(this.env.mesh.current, conn.info.downstreamAddress, conn.info.peer.uri);
     return w && this.workloadPeer(w);
   }
 
@@ -256,8 +268,9 @@ class PeerMetadata {
    * The upstream peer of `ep` from mesh state. An endpoint reached over plain TCP (tunnel protocol
    * `NONE`, `istio.io/dataplane-mode: none`) presented no certificate, so it has no principal:
    * Istio reports `destination_principal="unknown"` for it (the stats filter reads the upstream
-   * peer's principal only from the verified TLS connection, PX:extensions/common/metadata_object.cc
-   * / Envoy `upstreamSslConnection()->uriSanPeerCertificate()`), never the workload's service account.
+   * peer's principal only from the verified TLS connection, istio/proxy
+   * extensions/common/metadata_object.cc / Envoy
+   * `upstreamSslConnection()->uriSanPeerCertificate()`), never the workload's service account.
    */
   private upstreamWorkloadPeer(ep: Endpoint): PeerInfo {
     const p = this.workloadPeer(ep.workload);
@@ -304,6 +317,19 @@ class PeerMetadata {
       this.decoded.set(value, peer);
     }
     return peer ?? undefined;
+  }
+
+  /**
+   * A request's header peer as the client it describes: the client proved its identity with its
+   * certificate, so the metadata never claims another (as for upstream peers). Cached per decoded
+   * peer, so a repeated header value costs no allocation.
+   */
+  private asClient(peer: PeerInfo, uri: string): PeerInfo {
+    const hit = this.clientPeers.get(peer);
+    if (hit !== undefined && hit.identity === uri) return hit;
+    const p = withVerifiedIdentity(peer, uri || null);
+    this.clientPeers.set(peer, p);
+    return p;
   }
 
   private selfMetadata(): SelfMetadata {
@@ -366,6 +392,16 @@ function describesNothing(p: PeerInfo): boolean {
 function firstValue(s: string): string {
   const comma = s.indexOf(',');
   return comma === -1 ? s : s.slice(0, comma);
+}
+
+/** Whether `headers` has an `x-envoy-peer-metadata` or `-id` field (one pass over the names, by length first). */
+function hasMx(headers: HeaderList): boolean {
+  const raw = headers.raw;
+  for (let i = 0; i < raw.length; i += 2) {
+    const n = raw[i];
+    if ((n.length === 21 || n.length === 24) && n.toLowerCase().startsWith(PEER_METADATA_HEADER)) return true;
+  }
+  return false;
 }
 
 function removeMx(headers: HeaderList): void {

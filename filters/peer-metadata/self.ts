@@ -13,7 +13,7 @@
  */
 import os from 'node:os';
 import { encodePeerMetadata, waypointSelf, type PeerInfo } from '../../src/peer/index.ts';
-import type { MeshSnapshot } from '../../src/state/types.ts';
+import type { MeshSnapshot } from '../../src/state/index.ts';
 
 /** The label Istio puts on a waypoint's pods naming their Gateway. */
 export const GATEWAY_NAME_LABEL = 'gateway.networking.k8s.io/gateway-name';
@@ -55,7 +55,7 @@ export function selfMetadata(mesh: MeshSnapshot, hostname: string = os.hostname(
 }
 
 /**
- * The `baggage` value Envoy writes for a peer (PX:extensions/common/metadata_object.cc
+ * The `baggage` value Envoy writes for a peer (istio/proxy extensions/common/metadata_object.cc
  * `WorkloadMetadataObject::baggage`): `k8s.<type>.name` (type `pod` when unknown),
  * `service.name` (else app), `app.name` when it differs, `service.version` (else version),
  * `app.version` when it differs, then `k8s.namespace.name`, `k8s.cluster.name`,

@@ -1,6 +1,6 @@
 /**
  * `istio.stats`: Istio's standard metrics as Envoy's waypoint reports them (the `istio_stats` HTTP
- * and network filter, PX:source/extensions/filters/http/istio_stats/istio_stats.cc, reporter
+ * and network filter, istio/proxy source/extensions/filters/http/istio_stats/istio_stats.cc, reporter
  * `SERVER_GATEWAY`), served at `/stats/prometheus` on the admin port:
  *
  * - per inner HTTP/gRPC request, at its end: `istio_requests_total`,
@@ -33,7 +33,7 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import { FilterStatus, defineSlot, type ConnectionContext, type Filter, type FilterFactory, type StreamContext } from '../../src/pipeline/index.ts';
 import { TCP_UPSTREAM_PEER, UPSTREAM_PEER, DOWNSTREAM_PEER, downstreamPeerOf, type PeerInfo } from '../../src/peer/index.ts';
-import type { Target } from '../../src/state/types.ts';
+import type { Target } from '../../src/state/index.ts';
 import { IstioCounter, IstioHistogram, labelSet, register } from './instruments.ts';
 import { BoundedMap, CACHE_ENTRIES, ConnStats, GrpcLive, Pair, TcpLive, Tuple, type HttpSeries, type MessageSeries, type TcpSeries } from './series.ts';
 import {
@@ -188,7 +188,11 @@ export class StatsFilter implements Filter {
   onStreamComplete(stream: StreamContext): void {
     const conn = stream.conn;
     const pair = this.pair(this.sourceOf(conn, downstreamPeerOf(stream)), this.destinationOf(stream.get(UPSTREAM_PEER), stream.routeTarget ?? conn.target));
-    const grpc = isGrpcContentType(contentType(stream));
+    // gRPC-Web counts as gRPC, as Istio reports it (Envoy's grpc_web filter, on `grpc-web` ports,
+    // makes it gRPC before the stats see it); its status comes from the body's trailer frame,
+    // which the router reads (istio/istio#58430: Envoy loses it and reports 2).
+    const web = stream.isGrpcWeb;
+    const grpc = web || isGrpcContentType(contentType(stream));
     const code = stream.responseCode;
     const flags = stream.responseFlags;
     const status = grpc ? grpcStatusCode(stream.grpcStatus, code) : NO_GRPC_STATUS;
@@ -213,7 +217,7 @@ export class StatsFilter implements Filter {
     s.duration.observe(Math.floor(performance.now() - stream.startMonotonic));
     s.requestBytes.observe(stream.bytesReceived);
     s.responseBytes.observe(stream.bytesSent);
-    if (grpc) {
+    if (grpc && !web) {
       const live = stream.get(GRPC_LIVE);
       if (live !== undefined) {
         this.live.delete(live);

@@ -17,7 +17,10 @@
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 
-/** Envoy's default histogram buckets (ENV:source/common/stats/histogram_impl.cc), also for byte histograms. */
+/**
+ * Envoy's default histogram buckets (envoyproxy/envoy source/common/stats/histogram_impl.cc), also
+ * for byte histograms.
+ */
 export const ENVOY_DEFAULT_BUCKETS: readonly number[] = Object.freeze([
   0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000, 1800000, 3600000,
 ]);

@@ -1,8 +1,9 @@
 /**
  * The labels of Istio's standard metrics as Envoy's waypoint fills them: the `istio_stats` filter
- * with reporter `SERVER_GATEWAY` and `disable_host_header_fallback: true`
- * (PX:source/extensions/filters/http/istio_stats/istio_stats.cc `populatePeerInfo`). Pure functions over peers and the tunnel's target; nothing here reads a
- * path, a header value or any other unbounded input.
+ * with reporter `SERVER_GATEWAY` and `disable_host_header_fallback: true` (istio/proxy
+ * source/extensions/filters/http/istio_stats/istio_stats.cc `populatePeerInfo`). Pure functions
+ * over peers and the tunnel's target; nothing here reads a path, a header value or any other
+ * unbounded input.
  *
  * Label order is Istio's. A tuple is split in three so each part is built once and shared:
  * source (reporter + 8 labels, per tunnel), destination (11 labels, per upstream peer and
@@ -10,7 +11,7 @@
  */
 import { httpToGrpcStatus } from '../../src/pipeline/index.ts';
 import type { PeerInfo } from '../../src/peer/index.ts';
-import type { Target } from '../../src/state/types.ts';
+import type { Target } from '../../src/state/index.ts';
 
 export const UNKNOWN = 'unknown';
 /** Istio's value for a missing source canonical revision. */

@@ -11,10 +11,8 @@
  *   retries, connections, ejected hosts with the time they return), from the cluster manager.
  */
 import { dumpDestinationRules, routesFor, type RouteTable } from '../routing/index.ts';
-import { isHttpProtocol } from '../state/protocol.ts';
-import type { MeshSnapshot, Target } from '../state/types.ts';
-import type { ClusterManager } from '../upstream/cluster-manager.ts';
-import { clusterName } from '../upstream/cluster-name.ts';
+import { isHttpProtocol, type MeshSnapshot, type Target, clusterName } from '../state/index.ts';
+import type { ClusterManager } from '../upstream/index.ts';
 
 interface TableDump {
   readonly routes: readonly string[];

@@ -7,7 +7,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
-import { listenOn } from '../util/listen.ts';
+import { listenOn } from '../util/index.ts';
 
 /** What the admin server serves; fields left out are not served (the readiness server has only `ready`). */
 export interface AdminHandlers {

@@ -22,7 +22,7 @@
  * - CORS preflights (OPTIONS with Origin and Access-Control-Request-Method) pass untouched
  *   (istiod sets `bypass_cors_preflight`).
  */
-import type { HeaderLookup, JwtInfo } from '../authz/types.ts';
+import type { HeaderLookup, JwtInfo } from '../authz/index.ts';
 import { extractTokens, removeQueryParam, type FoundToken } from './extract.ts';
 import type { JwksCache, KeySource } from './jwks.ts';
 import { verifySignature } from './jwks.ts';

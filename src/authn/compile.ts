@@ -2,16 +2,16 @@
  * RequestAuthentication for this waypoint: which resources attach, and one
  * {@link RequestAuthenticator} per target, compiled once per mesh snapshot.
  *
- * Attachment is the AuthorizationPolicy one (authz.md §1.2, §5.5; istio/istio
+ * Attachment is the AuthorizationPolicy one (istio/istio
  * `pilot/pkg/model/policyattachment.go`): `targetRefs` to this waypoint's Gateway (from its
  * namespace) or to the `istio-waypoint` GatewayClass (from the root namespace) cover all its
  * traffic; a `Service` / `ServiceEntry` reference (from the service's namespace) covers traffic
  * addressed to that service. Selector and namespace-wide resources are ztunnel's / sidecars' and are
  * ignored (debug line). A target's rules are those of every attached resource, sorted by issuer.
  */
-import { serviceKey, WAYPOINT_GATEWAY_CLASS } from '../authz/attachment.ts';
-import type { KeptResource, MeshSnapshot, Service, Target } from '../state/types.ts';
-import { log } from '../util/log.ts';
+import { serviceKey, WAYPOINT_GATEWAY_CLASS } from '../authz/index.ts';
+import type { KeptResource, MeshSnapshot, Service, Target } from '../state/index.ts';
+import { log } from '../util/index.ts';
 import { RequestAuthenticator } from './authenticator.ts';
 import type { JwksCache } from './jwks.ts';
 import { parseRequestAuthentication, type JwtRule, type RequestAuthentication } from './request-authentication.ts';

@@ -4,7 +4,7 @@
  * of `:path` (URL-decoded, first occurrence), or a cookie. With no location configured a rule uses
  * Envoy's defaults: `Authorization: Bearer <token>` and the `access_token` parameter.
  */
-import type { HeaderLookup } from '../authz/types.ts';
+import type { HeaderLookup } from '../authz/index.ts';
 import type { JwtRule } from './request-authentication.ts';
 
 /** A token found in the request, and where. */

@@ -1,6 +1,7 @@
 /**
- * RequestAuthentication (issue 5): JWT validation for `requestPrincipals` and `request.auth.*`,
- * run after CUSTOM (ext_authz) and before AUDIT/DENY/ALLOW (authz.md §2.3).
+ * RequestAuthentication: JWT validation for `requestPrincipals` and `request.auth.*`, run after
+ * CUSTOM (ext_authz) and before AUDIT/DENY/ALLOW, as Istio orders the waypoint's HTTP filters
+ * (istio/istio pilot/pkg/networking/core/listener_waypoint.go `buildWaypointHTTPFilters`).
  *
  *   const authn = new RequestAuthn();                          // long-lived: owns the JWKS cache
  *   MeshStore.open({ ..., parts: [..., authn.part] });          // compiled into every snapshot
@@ -14,8 +15,7 @@
  * An invalid RequestAuthentication refuses the whole mesh update (the {@link AUTHN} part);
  * `RequestAuthn.validate(snapshot)` checks one without compiling.
  */
-import { definePart } from '../state/parts.ts';
-import type { MeshPart, MeshSnapshot, Target } from '../state/types.ts';
+import { definePart, type MeshPart, type MeshSnapshot, type Target } from '../state/index.ts';
 import type { RequestAuthenticator } from './authenticator.ts';
 import { compileAuthn, parseRequestAuthentications, type CompiledAuthn } from './compile.ts';
 import { JwksCache, type JwksOptions } from './jwks.ts';

@@ -12,7 +12,7 @@
  * JWKS outage never blocks them.
  */
 import { compactVerify, createLocalJWKSet, errors, type JSONWebKeySet, type JWSHeaderParameters } from 'jose';
-import { log } from '../util/log.ts';
+import { log } from '../util/index.ts';
 import { JwtStatus, type JwtStatusText, type ParsedJwt } from './jwt-token.ts';
 
 type LocalSet = ReturnType<typeof createLocalJWKSet>;

@@ -8,11 +8,9 @@
  * outputPayloadToHeader, forwardOriginalToken, outputClaimToHeaders (header, claim), timeout (JWKS
  * fetch), spaceDelimitedClaims.
  */
-import { ConfigError } from '../errors.ts';
-import { canonicalGroup, type TargetRef } from '../authz/policy.ts';
-import type { KeptResource } from '../state/types.ts';
-import { locateField } from '../state/resource-location.ts';
-import type { FieldPath } from '../state/yaml-locate.ts';
+import { ConfigError } from '../util/index.ts';
+import { canonicalGroup, type TargetRef } from '../authz/index.ts';
+import { type KeptResource, locateField, type FieldPath } from '../state/index.ts';
 
 /** One header a token may be read from (`JWTHeader`). */
 export interface JwtHeaderLocation {

@@ -1,5 +1,5 @@
 /**
- * Which AuthorizationPolicies a waypoint enforces, and for which traffic (authz.md §1.2, istio/istio
+ * Which AuthorizationPolicies a waypoint enforces, and for which traffic (istio/istio
  * `pilot/pkg/model/policyattachment.go` `ShouldAttachPolicy` for a waypoint):
  * - no targetRefs (selector or namespace-wide policies) → never the waypoint's (ztunnel's);
  * - `gateway.networking.k8s.io/Gateway <this waypoint>` from the waypoint's namespace, or
@@ -8,7 +8,7 @@
  *   → only traffic addressed to that service (its VIP), never workload-addressed traffic.
  * Any one matching targetRef attaches the policy.
  */
-import type { Service, WaypointIdentity } from '../state/types.ts';
+import type { Service, WaypointIdentity } from '../state/index.ts';
 import type { AuthorizationPolicy } from './policy.ts';
 
 const GATEWAY_API = 'gateway.networking.k8s.io';

@@ -1,7 +1,6 @@
 /**
- * Compile every AuthorizationPolicy of a mesh snapshot once into immutable per-target evaluators
- * (issue 5: "policies are compiled when the state changes into per-target evaluators; the data
- * path never walks policies that do not apply").
+ * Compile every AuthorizationPolicy of a mesh snapshot once into immutable per-target evaluators,
+ * so that the data path never walks policies that do not apply.
  *
  * - Each policy is parsed and validated (`policy.ts`); policies without targetRefs are not the
  *   waypoint's (ztunnel enforces them) and are skipped with a debug line.
@@ -11,17 +10,14 @@
  *   their own. Each served service with Service/ServiceEntry-attached policies gets its own pair.
  * - `forTarget` is one Map lookup.
  */
-import { ConfigError } from '../errors.ts';
-import type { KeptResource, MeshSnapshot, Service, Target } from '../state/types.ts';
-import { locateField } from '../state/resource-location.ts';
-import { log } from '../util/log.ts';
+import { ConfigError, log } from '../util/index.ts';
+import { type KeptResource, type MeshSnapshot, type Service, type Target, locateField, definePart } from '../state/index.ts';
 import { attachmentOf, serviceKey } from './attachment.ts';
 import { Evaluator, type CompiledCustomRule, type CompiledRule } from './evaluator.ts';
 import { normalizeRequestPath, PATH_NORMALIZATIONS, type NormalizedPath, type PathNormalization } from './path-normalize.ts';
 import { parsePolicy, warnHttpOnlyDeny, type AuthorizationPolicy } from './policy.ts';
 import { extAuthzProviders, type ExtAuthzProvider } from './providers.ts';
 import { compileRule, MATCH_NEVER, type Flavour } from './rule.ts';
-import { definePart } from '../state/parts.ts';
 
 /** The evaluators of one target: one per filter chain. */
 export interface TargetAuthz {
@@ -50,7 +46,10 @@ export interface CompiledAuthz {
   normalizePath(requestTarget: string): NormalizedPath | undefined;
 }
 
-/** Envoy policy id of rule `index` of a policy (BUILDER `policyName`). */
+/**
+ * Envoy policy id of rule `index` of a policy (istio/istio
+ * pilot/pkg/security/authz/builder/builder.go `policyName`).
+ */
 export function ruleId(policy: Pick<AuthorizationPolicy, 'namespace' | 'name'>, index: number): string {
   return `ns[${policy.namespace}]-policy[${policy.name}]-rule[${index}]`;
 }
@@ -94,7 +93,7 @@ function readPathNormalization(snapshot: MeshSnapshot): PathNormalization {
 }
 
 /**
- * Why the CUSTOM rules of a target cannot be honoured (BUILDER `buildHTTP`/`buildTCP`,
+ * Why the CUSTOM rules of a target cannot be honoured (builder.go `buildHTTP`/`buildTCP`,
  * `getExtAuthz`): one provider per target, declared and usable. Undefined when they can.
  */
 function customProblem(policies: readonly CompiledPolicy[], providers: ReadonlyMap<string, ExtAuthzProvider>): string | undefined {

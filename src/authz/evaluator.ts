@@ -1,7 +1,7 @@
 /**
  * The decision for one target and one filter chain (HTTP or TCP): precompiled rule arrays walked in
- * Istio's waypoint order (authz.md §2.1, §2.3; istio/istio `builder.go` filter order and
- * `listener_waypoint.go` `buildWaypointHTTPFilters`):
+ * Istio's waypoint order (istio/istio pilot/pkg/security/authz/builder/builder.go filter order
+ * and pilot/pkg/networking/core/listener_waypoint.go `buildWaypointHTTPFilters`):
  *
  *   CUSTOM → AUDIT → DENY → ALLOW
  *

@@ -1,5 +1,6 @@
 /**
- * The interface the authorization filter calls for CUSTOM policies (authz.md §2.3): an ext_authz
+ * The interface the authorization filter calls for CUSTOM policies (istio/api authorization_policy.proto
+ * `CUSTOM` action; istio/istio pilot/pkg/security/authz/builder/extauthz.go): an ext_authz
  * client (`envoyExtAuthzGrpc` / `envoyExtAuthzHttp` providers of MeshConfig) implements it and is
  * handed to the filter's factory (`authzFilterFactory({ extAuthz })`, filters/authz).
  *
@@ -11,8 +12,22 @@
  * `statusOnError` itself and should resolve instead).
  */
 import type { ConnectionContext, StreamContext } from '../pipeline/index.ts';
-import type { HeaderMutation } from './ext-authz/types.ts';
 import type { CustomCheck, RequestAttributes } from './types.ts';
+
+/**
+ * One header change asked by the authorization server, in order:
+ * - `set`: replace every value of `name` (or add it);
+ * - `append`: append `value` to the existing value with `,` (add when absent);
+ * - `add`: add another `name: value` line, keeping existing ones;
+ * - `add-if-absent`: add only when `name` is absent;
+ * - `overwrite-if-exists`: replace only when `name` is present.
+ * Names are lower-case.
+ */
+export interface HeaderMutation {
+  readonly name: string;
+  readonly value: string;
+  readonly action: 'set' | 'append' | 'add' | 'add-if-absent' | 'overwrite-if-exists';
+}
 
 /** The provider's answer. */
 export interface ExtAuthzDecision {

@@ -1,8 +1,9 @@
 /**
- * One matcher generator per attribute (authz.md §4), as istio/istio
+ * One matcher generator per attribute, as istio/istio
  * `pilot/pkg/security/authz/model/generator.go` builds Envoy RBAC matchers for them. Each turns
  * one policy value into a {@link Predicate}; `httpOnly` attributes cannot be evaluated on a TCP
- * connection (authz.md §6.1, GEN's `"... is HTTP only"` errors).
+ * connection (generator.go's `"... is HTTP only"` errors; istio/istio
+ * pilot/pkg/security/authz/model/model.go `checkError`).
  */
 import { PSEUDO_HEADERS, type Predicate } from './context.ts';
 import { cidrMatcher } from './ip-match.ts';
@@ -26,7 +27,7 @@ export interface GeneratorScope {
 
 const SPIFFE = 'spiffe://';
 
-/** `principals`, `source.principal`: `spiffe://` is prepended (GEN `srcPrincipalGenerator`). */
+/** `principals`, `source.principal`: `spiffe://` is prepended (generator.go `srcPrincipalGenerator`). */
 const principal: Generator = {
   httpOnly: false,
   value(v) {
@@ -37,7 +38,7 @@ const principal: Generator = {
 
 /**
  * `namespaces`, `source.namespace`: the regex `.*` + `/ns/<v>/` + `.*` over the peer URI, each `*`
- * of the value becoming `.*` (GEN `srcNamespaceGenerator`): `foo` does not match `foobar`.
+ * of the value becoming `.*` (generator.go `srcNamespaceGenerator`): `foo` does not match `foobar`.
  */
 const namespace: Generator = {
   httpOnly: false,
@@ -47,7 +48,10 @@ const namespace: Generator = {
   },
 };
 
-/** `serviceAccounts`, `source.serviceAccount`: `<ns>/<sa>` or `<sa>` in the policy's namespace (GEN `serviceAccountRegex`). */
+/**
+ * `serviceAccounts`, `source.serviceAccount`: `<ns>/<sa>` or `<sa>` in the policy's namespace
+ * (generator.go `serviceAccountRegex`).
+ */
 function serviceAccount(scope: GeneratorScope): Generator {
   return {
     httpOnly: false,
@@ -62,7 +66,7 @@ function serviceAccount(scope: GeneratorScope): Generator {
 }
 
 /**
- * `trustDomains`, `source.trustDomain` (authz.md §4.1): `*` → any `spiffe://` URI; `td` → URI
+ * `trustDomains`, `source.trustDomain`: `*` → any `spiffe://` URI; `td` → URI
  * starts with `spiffe://td/`; `pre*` / `*suf` → the wildcard stays inside the trust-domain segment.
  */
 const trustDomain: Generator = {
@@ -77,7 +81,7 @@ const trustDomain: Generator = {
   },
 };
 
-/** `requestPrincipals`, `request.auth.principal` (GEN `requestPrincipalGenerator`). */
+/** `requestPrincipals`, `request.auth.principal` (generator.go `requestPrincipalGenerator`). */
 const requestPrincipal: Generator = {
   httpOnly: true,
   value(v) {
@@ -95,7 +99,7 @@ const sourceIp: Generator = {
   },
 };
 
-/** `remoteIpBlocks`, `remote.ip` (Envoy `remote_ip`; also on TCP, authz.md §6.1). */
+/** `remoteIpBlocks`, `remote.ip` (Envoy `remote_ip`; also on TCP). */
 const remoteIp: Generator = {
   httpOnly: false,
   value(v) {
@@ -113,7 +117,7 @@ const destinationIp: Generator = {
   },
 };
 
-/** `ports`, `destination.port`: decimal, exact (GEN `destPortGenerator`). */
+/** `ports`, `destination.port`: decimal, exact (generator.go `destPortGenerator`). */
 const destinationPort: Generator = {
   httpOnly: false,
   value(v) {
@@ -122,7 +126,7 @@ const destinationPort: Generator = {
   },
 };
 
-/** `hosts`: `:authority`, case-insensitive, `*` = present (GEN `hostGenerator`). */
+/** `hosts`: `:authority`, case-insensitive, `*` = present (generator.go `hostGenerator`). */
 const host: Generator = {
   httpOnly: true,
   value(v) {
@@ -131,7 +135,7 @@ const host: Generator = {
   },
 };
 
-/** `methods`: `:method`, case-sensitive (GEN `methodGenerator`). */
+/** `methods`: `:method`, case-sensitive (generator.go `methodGenerator`). */
 const method: Generator = {
   httpOnly: true,
   value(v) {
@@ -140,7 +144,7 @@ const method: Generator = {
   },
 };
 
-/** `paths`: the normalized path without query; `{*}`/`{**}` templates (GEN `pathGenerator`). */
+/** `paths`: the normalized path without query; `{*}`/`{**}` templates (generator.go `pathGenerator`). */
 const path: Generator = {
   httpOnly: true,
   value(v) {
@@ -153,7 +157,7 @@ const path: Generator = {
   },
 };
 
-/** `connection.sni` (GEN `connSNIGenerator`). */
+/** `connection.sni` (generator.go `connSNIGenerator`). */
 const sni: Generator = {
   httpOnly: false,
   value(v) {
@@ -163,8 +167,9 @@ const sni: Generator = {
 };
 
 /**
- * `request.headers[<name>]` (GEN `requestHeaderGenerator`): every field of the header is tested on
- * its own ({@link anyHeaderValue}); `:authority`, `:method` and `:path` are one value each.
+ * `request.headers[<name>]` (generator.go `requestHeaderGenerator`): every field of the header is
+ * tested on its own ({@link anyHeaderValue}); `:authority`, `:method` and `:path` are one value
+ * each.
  */
 function requestHeader(name: string): Generator {
   const lower = name.toLowerCase();
@@ -191,7 +196,7 @@ function claim(path: readonly string[]): Generator {
 }
 
 /**
- * `experimental.envoy.filters.<filter>[<key>]` (GEN `envoyFilterGenerator`): dynamic metadata of
+ * `experimental.envoy.filters.<filter>[<key>]` (generator.go `envoyFilterGenerator`): dynamic metadata of
  * `<filter>` under `<key>`; a value `[v]` matches a list holding `v`, otherwise a string value.
  */
 function experimental(key: string): Generator {

@@ -1,11 +1,12 @@
 /**
  * IP and CIDR values of `ipBlocks`, `remoteIpBlocks`, `source.ip`, `remote.ip` and
- * `destination.ip` (authz.md §5.6): a single address means /32 (IPv4) or /128 (IPv6), a CIDR is
- * matched by prefix containment (Istio GEN `AddrStrToCidrRange`, Envoy `CidrRange`). No wildcards.
+ * `destination.ip`: a single address means /32 (IPv4) or /128 (IPv6), a CIDR is
+ * matched by prefix containment (istio/istio pilot/pkg/security/authz/model/generator.go
+ * `AddrStrToCidrRange`, Envoy `CidrRange`). No wildcards.
  */
 import ipaddr from 'ipaddr.js';
 
-import { normalizeIpOrCidr } from '../state/ip.ts';
+import { normalizeIpOrCidr } from '../state/index.ts';
 
 /** A parsed request address (IPv4-mapped IPv6 unwrapped), or undefined when absent or not an IP. */
 export type ParsedIp = ipaddr.IPv4 | ipaddr.IPv6;

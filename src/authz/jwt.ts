@@ -1,8 +1,9 @@
 /**
- * Matching on the validated JWT (authz.md §4.1 `requestPrincipals`, §4.3 `request.auth.*`,
- * §5.5): what Envoy's RBAC reads from the `envoy.filters.http.jwt_authn` payload metadata.
+ * Matching on the validated JWT (`requestPrincipals`, `request.auth.*` conditions: istio/istio
+ * pilot/pkg/security/authz/model/generator.go): what Envoy's RBAC reads from the
+ * `envoy.filters.http.jwt_authn` payload metadata.
  *
- * - Request principals (istio/istio GEN `requestPrincipalGenerator`): the value is split at its
+ * - Request principals (generator.go `requestPrincipalGenerator`): the value is split at its
  *   **last** `/` into issuer and subject and matched as two string matchers on the `iss` and `sub`
  *   claims (`*` alone: both present and non-empty; `*x` with a `/`: issuer suffix + exact subject;
  *   `*x` without: any issuer + subject suffix; `x*` with a `/`: exact issuer + subject prefix
@@ -17,7 +18,10 @@
 import { stringMatcher, type ValuePredicate } from './string-match.ts';
 import type { JwtInfo } from './types.ts';
 
-/** Claims Istio always treats as space-delimited (AUTHN `buildSpaceDelimitedClaims`). */
+/**
+ * Claims Istio always treats as space-delimited (istio/istio
+ * pilot/pkg/security/authn/policy_applier.go `buildSpaceDelimitedClaims`).
+ */
 const ALWAYS_SPACE_DELIMITED: readonly string[] = ['scope', 'permission'];
 
 /** Tests the request's JWT; undefined = no (valid) token. */

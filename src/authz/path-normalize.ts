@@ -1,5 +1,6 @@
 /**
- * Request path normalization before authorization (authz.md §5.4, pitfalls.md I4), as Istio
+ * Request path normalization before authorization (istio.io docs reference/config/security/normalization;
+ * istio/istio#27409, CVE-2019-9901), as Istio
  * configures Envoy through `meshConfig.pathNormalization.normalization`:
  * - `NONE`: nothing changes;
  * - `BASE` (Istio's default): Envoy's `normalize_path`, i.e. Chromium's URL path canonicalizer
@@ -17,7 +18,7 @@
  * kept for forwarding and dropped for matching (Envoy's RBAC `url_path`).
  */
 
-/** MeshConfig `pathNormalization.normalization` values (API:mesh/v1alpha1/config.proto). */
+/** MeshConfig `pathNormalization.normalization` values (istio/api mesh/v1alpha1/config.proto). */
 export type PathNormalization = 'NONE' | 'BASE' | 'MERGE_SLASHES' | 'DECODE_AND_MERGE_SLASHES';
 
 export const PATH_NORMALIZATIONS: readonly PathNormalization[] = ['NONE', 'BASE', 'MERGE_SLASHES', 'DECODE_AND_MERGE_SLASHES'];

@@ -1,14 +1,16 @@
 /**
- * Path templates in `paths`/`notPaths` (authz.md §5.4 "Templates"): `{*}` is exactly one
- * non-empty path segment, `{**}` zero or more segments and must be the last operator.
+ * Path templates in `paths`/`notPaths` (istio/api authorization_policy.proto `Operation.paths`):
+ * `{*}` is exactly one non-empty path segment, `{**}` zero or more segments and must be the last
+ * operator.
  *
- * Istio turns `{*}`/`{**}` into Envoy's `uri_template` operators `*`/`**` (GEN `pathGenerator`,
- * `matcher.PathTemplateMatcher`) after validating the value (`security.CheckValidPathTemplate`:
- * no named variables, no bare `*`/`**` segments). Envoy then compiles the template to an RE2 regex
- * (envoyproxy/envoy `source/extensions/path/uri_template_lib/uri_template_internal.cc`):
- * literal segments may hold only pchar characters (`a-zA-Z0-9-._~%!$&'()+,;:@`), `*` becomes
- * `[pchar]+`, `**` becomes `[pchar/]*`, segments are joined with `/`, and a trailing text after an
- * operator in the last segment is a suffix. The regex is matched against the whole normalized path.
+ * Istio turns `{*}`/`{**}` into Envoy's `uri_template` operators `*`/`**` (istio/istio
+ * pilot/pkg/security/authz/model/generator.go `pathGenerator`, `matcher.PathTemplateMatcher`) after
+ * validating the value (`security.CheckValidPathTemplate`: no named variables, no bare `*`/`**`
+ * segments). Envoy then compiles the template to an RE2 regex (envoyproxy/envoy
+ * `source/extensions/path/uri_template_lib/uri_template_internal.cc`): literal segments may hold
+ * only pchar characters (`a-zA-Z0-9-._~%!$&'()+,;:@`), `*` becomes `[pchar]+`, `**` becomes
+ * `[pchar/]*`, segments are joined with `/`, and a trailing text after an operator in the last
+ * segment is a suffix. The regex is matched against the whole normalized path.
  */
 import { escapeRegex } from './string-match.ts';
 

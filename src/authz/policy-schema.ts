@@ -1,5 +1,5 @@
 /**
- * The shape of a `security.istio.io` AuthorizationPolicy (API-AP
+ * The shape of a `security.istio.io` AuthorizationPolicy (istio/api
  * `security/v1beta1/authorization_policy.proto`), as zod schemas. Unknown fields are rejected
  * (a misspelt `notPrincipal` in a security policy must not be silently dropped); `null` is
  * accepted wherever a field is optional (YAML `rules:` with nothing after it). Values are strings,

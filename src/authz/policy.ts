@@ -1,7 +1,6 @@
 /**
  * Read one AuthorizationPolicy object into a validated {@link AuthorizationPolicy}, rejecting what
- * Istio's admission validation rejects (authz.md §1.2 step 4, §2.1, §2.3, §2.4, §3 "Things
- * validation rejects"; istio/istio `pkg/config/validation/validation.go`
+ * Istio's admission validation rejects (istio/istio `pkg/config/validation/validation.go`
  * `ValidateAuthorizationPolicy`, `validatePolicyTargetReference`, `validateOneOfSelectorType`,
  * `checkDryRunAnnotation`; `pkg/config/security/security.go` `ValidateAttribute`, `ValidateIPs`,
  * `ValidatePorts`, `CheckEmptyValues`, `CheckValidPathTemplate`).
@@ -9,11 +8,8 @@
  * In this standalone waypoint the mesh file plays the API server: a policy that Istio would refuse
  * at admission makes the whole mesh file invalid (the last good state stays).
  */
-import { ConfigError } from '../errors.ts';
-import type { KeptResource } from '../state/types.ts';
-import { locateField } from '../state/resource-location.ts';
-import type { FieldPath } from '../state/yaml-locate.ts';
-import { log } from '../util/log.ts';
+import { ConfigError, log } from '../util/index.ts';
+import { type KeptResource, locateField, type FieldPath } from '../state/index.ts';
 import { parseClaimPath } from './jwt.ts';
 import { cidrMatcher } from './ip-match.ts';
 import { compilePathTemplate, isPathTemplate } from './path-template.ts';
@@ -57,7 +53,10 @@ export interface AuthorizationPolicy {
   readonly provider?: string;
   /** True when `spec.selector` is set (a ztunnel/sidecar policy). */
   readonly hasSelector: boolean;
-  /** `targetRefs`, or the deprecated `targetRef` as a one-element list (ATTACH `GetTargetRefs`). */
+  /**
+   * `targetRefs`, or the deprecated `targetRef` as a one-element list (istio/istio
+   * pilot/pkg/model/policyattachment.go `GetTargetRefs`).
+   */
   readonly targetRefs: readonly TargetRef[];
   readonly rules: readonly Rule[];
 }
@@ -82,7 +81,10 @@ export const SOURCE_FIELDS = [
 
 export const OPERATION_FIELDS = ['hosts', 'notHosts', 'ports', 'notPorts', 'methods', 'notMethods', 'paths', 'notPaths'] as const satisfies readonly (keyof OperationDoc)[];
 
-/** `when` keys accepted by Istio's validation (authz.md §4.3); prefixes end with `[` or `.`. */
+/**
+ * `when` keys accepted by Istio's validation (pkg/config/security/security.go `ValidateAttribute`);
+ * prefixes end with `[` or `.`.
+ */
 const EXACT_KEYS = new Set([
   'source.ip',
   'remote.ip',
@@ -103,7 +105,7 @@ export const EXPERIMENTAL_KEY = 'experimental.envoy.filters.';
 
 const GATEWAY_API = 'gateway.networking.k8s.io';
 const NETWORKING_ISTIO = 'networking.istio.io';
-/** Kinds a targetRef may name (VALID `allowedTargetRefs`), by canonical group. */
+/** Kinds a targetRef may name (validation.go `allowedTargetRefs`), by canonical group. */
 const ALLOWED_TARGETS: readonly { group: string; kind: string }[] = [
   { group: 'core', kind: 'Service' },
   { group: NETWORKING_ISTIO, kind: 'ServiceEntry' },
@@ -148,7 +150,7 @@ export function parsePolicy(resource: KeptResource): AuthorizationPolicy {
   const spec = maybeSpec ?? {};
   const action: AuthzAction = spec.action ?? 'ALLOW';
 
-  // Dry-run annotation (VALID `checkDryRunAnnotation`).
+  // Dry-run annotation (validation.go `checkDryRunAnnotation`).
   let dryRun = false;
   const dryRunText = metadata.annotations?.[DRY_RUN_ANNOTATION];
   if (dryRunText !== undefined) {
@@ -215,7 +217,7 @@ export function parsePolicy(resource: KeptResource): AuthorizationPolicy {
 
 type Fail = (path: FieldPath, message: string) => never;
 
-/** VALID: CUSTOM rules may not use source identity or `request.auth.*`. */
+/** validation.go: CUSTOM rules may not use source identity or `request.auth.*`. */
 function checkCustomRules(rules: readonly RuleDoc[], fail: Fail): void {
   const identity = ['namespaces', 'notNamespaces', 'serviceAccounts', 'notServiceAccounts', 'principals', 'notPrincipals', 'requestPrincipals', 'notRequestPrincipals'] as const;
   rules.forEach((rule, i) => {
@@ -336,7 +338,7 @@ function checkOperation(op: OperationDoc, at: FieldPath, fail: Fail): void {
   }
 }
 
-/** `a[b]` with a non-empty `b` (VALID `validateMapKey`). */
+/** `a[b]` with a non-empty `b` (validation.go `validateMapKey`). */
 function checkMapKey(key: string, at: FieldPath, fail: Fail): void {
   const open = key.indexOf('[');
   if (!(key.endsWith(']') && open > 0 && open < key.length - 2)) fail(at, `bad key (${key}): should have format a[b]`);
@@ -383,9 +385,9 @@ function checkCondition(c: ConditionDoc, at: FieldPath, fail: Fail): void {
 }
 
 /**
- * VALID's warning: a DENY rule made only of HTTP attributes denies every connection to a TCP port
- * in its scope (authz.md §6.1). Logged at warn, not rejected; called for the policies a waypoint
- * enforces.
+ * Istio's validation warning: a DENY rule made only of HTTP attributes denies every connection to a
+ * TCP port in its scope (istio/istio pkg/config/validation/validation.go). Logged at warn, not
+ * rejected; called for the policies a waypoint enforces.
  */
 export function warnHttpOnlyDeny(policy: AuthorizationPolicy): void {
   if (policy.action !== 'DENY') return;

@@ -1,15 +1,15 @@
 /**
  * ext_authz providers for CUSTOM policies: MeshConfig `extensionProviders` entries with
- * `envoyExtAuthzGrpc` or `envoyExtAuthzHttp` (API:mesh/v1alpha1/config.proto). The engine only
+ * `envoyExtAuthzGrpc` or `envoyExtAuthzHttp` (istio/api mesh/v1alpha1/config.proto). The engine only
  * needs to know whether a provider is usable and of which kind; calling it is the filter's job.
  *
  * A provider is unusable, so the requests its CUSTOM rules match are denied, when it is not
  * declared, not an ext_authz provider, or badly configured: port outside 1–65535, empty service,
  * service not found in the mesh ({@link lookupProviderService}), bad `statusOnError`, `pathPrefix` not starting with `/` (istio/istio
- * `pilot/pkg/security/authz/builder/extauthz.go` `processExtensionProvider`, `getExtAuthz`;
- * authz.md §2.3). Each provider is judged on its own.
+ * `pilot/pkg/security/authz/builder/extauthz.go` `processExtensionProvider`, `getExtAuthz`).
+ * Each provider is judged on its own.
  */
-import type { MeshSnapshot, Service } from '../state/types.ts';
+import type { MeshSnapshot, Service } from '../state/index.ts';
 
 /** A declared extension provider, as far as authorization is concerned. */
 export interface ExtAuthzProvider {
@@ -25,7 +25,7 @@ export interface ExtAuthzProvider {
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /**
- * Resolve an ext_authz provider's `service` (`[<Namespace>/]<Hostname>`, API:mesh/v1alpha1
+ * Resolve an ext_authz provider's `service` (`[<Namespace>/]<Hostname>`, istio/api mesh/v1alpha1
  * `EnvoyExternalAuthorizationGrpcProvider.service`) among the mesh's Services and ServiceEntries,
  * as istiod's `extensionproviders.LookupCluster` does: the name is always a full hostname
  * (`ext-authz.foo.svc.cluster.local`, a ServiceEntry host), never a Service's short name; with a

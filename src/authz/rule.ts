@@ -1,5 +1,5 @@
 /**
- * Compile one policy rule into a predicate (authz.md §3), for the HTTP or the TCP filter chain,
+ * Compile one policy rule into a predicate, for the HTTP or the TCP filter chain,
  * the way istio/istio `pilot/pkg/security/authz/model/model.go` (`New`, `Generate`, `checkError`)
  * and `builder.go` (`build`) do:
  *
@@ -9,17 +9,17 @@
  *   given) AND (no notValue matches, when notValues are given);
  * - `principals`/`source.principal` values get trust-domain aliases (`MigrateTrustDomain`),
  *   `trustDomains`/`source.trustDomain` values are expanded to the bundle;
- * - TCP (authz.md §6.1): an ALLOW rule that uses any HTTP-only attribute is dropped entirely (fail
- *   closed); for DENY, AUDIT and CUSTOM only the HTTP-only values are dropped, and a field, source
- *   or operation left with nothing matches anything (the rule gets wider).
- * - ztunnel (authz.md §6.2): the rule as istiod converts it for ztunnel and ztunnel matches it;
+ * - TCP (model.go `checkError`): an ALLOW rule that uses any HTTP-only attribute is dropped
+ *   entirely (fail closed); for DENY, AUDIT and CUSTOM only the HTTP-only values are dropped, and a
+ *   field, source or operation left with nothing matches anything (the rule gets wider).
+ * - ztunnel: the rule as istiod converts it for ztunnel and ztunnel matches it;
  *   see {@link compileZtunnelRule}.
  */
-import type { FieldPath } from '../state/yaml-locate.ts';
+import type { FieldPath } from '../state/index.ts';
 import type { Predicate } from './context.ts';
 import { OPERATION_GENERATORS, PRINCIPAL_KEYS, TRUST_DOMAIN_KEYS, conditionGenerator, sourceGenerators, type Generator, type GeneratorScope } from './fields.ts';
 import type { Rule } from './policy.ts';
-import { parseSpiffeId, type SpiffeId } from '../identity/spiffe.ts';
+import { parseSpiffeId, type SpiffeId } from '../identity/index.ts';
 import { stringMatcher } from './string-match.ts';
 import { expandTrustDomainAliases, replaceTrustDomainAliases } from './trust-domain.ts';
 import type { AuthzAction } from './types.ts';
@@ -89,7 +89,7 @@ function compileField(
   if (gen.httpOnly && scope.flavour === 'tcp') return scope.action === 'ALLOW' ? DROP : null;
   const build = (list: readonly string[], which: 'values' | 'notValues'): Predicate[] =>
     list.flatMap((v, k) => {
-      // ztunnel gets principals as written: istiod's conversion rewrites no alias (authz.md §5.3).
+      // ztunnel gets principals as written: istiod's conversion rewrites no alias.
       const expanded = scope.flavour === 'ztunnel'
         ? [v]
         : PRINCIPAL_KEYS.has(key)
@@ -294,7 +294,7 @@ export interface ZtunnelRule {
 /**
  * Convert `rule` as istiod's `handleRule` (pilot/pkg/serviceregistry/ambient/authorization.go,
  * `convertAuthorizationPolicy`) does for ztunnel, and match it as ztunnel's `Authorization::matches`
- * (ztunnel src/rbac.rs) does (authz.md §6.2):
+ * (ztunnel src/rbac.rs) does:
  *
  * - each `to` operation and each `from` source becomes one Match holding only its L4 fields
  *   (`ports`; `principals`, `namespaces`, `serviceAccounts`, `ipBlocks` and their `not*`), ANDed;

@@ -1,5 +1,6 @@
 /**
- * Istio's string matching for policy values (authz.md §5.1), compiled once into predicates.
+ * Istio's string matching for policy values (istio/api security/v1beta1/authorization_policy.proto
+ * `Rule` comment: exact, `prefix*`, `*suffix`, `*`), compiled once into predicates.
  *
  * Follows istio/istio `pilot/pkg/security/authz/matcher/{string,header}.go`:
  * - `StringMatcherWithPrefix(v, prefix)`: `*` → regex `.+` (any non-empty value, the prefix is

@@ -1,5 +1,5 @@
 /**
- * Trust-domain aliases in policy values (authz.md §5.3), as istio/istio
+ * Trust-domain aliases in policy values, as istio/istio
  * `pilot/pkg/security/trustdomain/{bundle,util}.go` rewrites them before generating matchers.
  * The bundle is `[meshConfig.trustDomain, ...meshConfig.trustDomainAliases]`.
  */

@@ -5,10 +5,12 @@
  * The engine is pure: it never does I/O. The authz filter fills the attributes from the tunnel and
  * request contexts, calls the per-target evaluator, and turns the result into a local reply
  * (403 `RBAC: access denied`), an ext_authz call (CUSTOM), access-log fields and stats.
- * Semantics: shared/reference/authz.md §2–§6.
+ * Semantics: Istio's waypoint (istio/istio pilot/pkg/security/authz/builder/builder.go,
+ * model/model.go, model/generator.go) and the AuthorizationPolicy reference
+ * (istio/api security/v1beta1/authorization_policy.proto).
  */
 
-/** `spec.action` of an AuthorizationPolicy (API-AP; default ALLOW). */
+/** `spec.action` of an AuthorizationPolicy (istio/api authorization_policy.proto; default ALLOW). */
 export type AuthzAction = 'ALLOW' | 'DENY' | 'AUDIT' | 'CUSTOM';
 
 /** Outcome of a check. */
@@ -34,15 +36,14 @@ export interface JwtInfo {
   readonly payload: Readonly<Record<string, unknown>>;
   /**
    * Top-level claims whose string value is split on spaces into a list before matching, besides
-   * `scope` and `permission` which always are (RequestAuthentication `spaceDelimitedClaims`;
-   * authz.md §5.5).
+   * `scope` and `permission` which always are (RequestAuthentication `spaceDelimitedClaims`).
    */
   readonly spaceDelimitedClaims?: readonly string[];
 }
 
 /**
  * Everything a decision may look at. Every field is optional: an absent attribute makes positive
- * matchers false and `not*` matchers true (authz.md §3 "Missing attribute").
+ * matchers false and `not*` matchers true, as Envoy's RBAC matchers do for a missing attribute.
  *
  * Connection-level fields (TCP and HTTP):
  * - `principal`: the peer's SPIFFE URI (`spiffe://td/ns/foo/sa/bar`) from the HBONE client
@@ -50,9 +51,10 @@ export interface JwtInfo {
  *   does (regexes over the URI). Undefined = no peer identity.
  * - `sourceIp`: the direct peer address of the HBONE connection (`source.ip`, `ipBlocks`).
  * - `remoteIp`: the "trusted client address" (`remote.ip`, `remoteIpBlocks`): at a waypoint the
- *   right-most `X-Forwarded-For` entry when present (authz.md §4.4); defaults to `sourceIp`.
+ *   right-most `X-Forwarded-For` entry when present (Envoy's `remote_ip` with
+ *   `xff_num_trusted_hops`); defaults to `sourceIp`.
  * - `destinationIp` / `destinationPort`: the CONNECT target (service VIP and service port, or pod
- *   IP and port for workload-addressed traffic; authz.md §4.4).
+ *   IP and port for workload-addressed traffic).
  * - `sni`: TLS SNI of the downstream connection (`connection.sni`); none inside a plain tunnel.
  * - `metadata`: Envoy-style dynamic metadata for `experimental.envoy.filters.<f>[<key>]`
  *   conditions: filter name → key → value.
@@ -87,7 +89,7 @@ export interface CustomCheck {
 }
 
 /**
- * What dry-run (`istio.io/dry-run: "true"`) policies would have decided (authz.md §2.4). Never
+ * What dry-run (`istio.io/dry-run: "true"`) policies would have decided (builder.go `shadowRules`). Never
  * enforced; for logs and stats only. `DENY` when a dry-run DENY rule matches (its id in `policy`),
  * or when dry-run ALLOW policies exist and none matches (`policy` undefined); `ALLOW` otherwise
  * (with the matching dry-run ALLOW rule's id, if any). After an enforced DENY only the dry-run DENY
@@ -107,7 +109,8 @@ export interface ShadowResult {
  *   no policy decided (no ALLOW policy → allow; no ALLOW rule matched → deny, Envoy's `[none]`).
  * - `audit`: id of the first matching AUDIT rule (the request must be marked audited).
  * - `custom`: a CUSTOM rule matched with a usable provider: call ext_authz first; if it denies,
- *   the request is denied whatever `decision` says (authz.md §2.3).
+ *   the request is denied whatever `decision` says (CUSTOM runs first, istio/api
+ *   authorization_policy.proto `CUSTOM`).
  * - `shadow`: present when dry-run policies apply to the target.
  */
 export interface AuthzResult {

@@ -6,7 +6,7 @@ import { Command } from 'commander';
 import { X509Certificate } from 'node:crypto';
 import { mkdir, writeFile, chmod } from 'node:fs/promises';
 import path from 'node:path';
-import { LocalCa, ROOT_CERT_FILE, ROOT_KEY_FILE, defaultCaDir, parseTtl } from '../identity/ca.ts';
+import { LocalCa, ROOT_CERT_FILE, ROOT_KEY_FILE, defaultCaDir, parseTtl } from '../identity/index.ts';
 
 /** Run `fn`; on error print `waypoint ca: <message>` to stderr and set `process.exitCode = 1`. */
 async function report(fn: () => Promise<void>): Promise<void> {

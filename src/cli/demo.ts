@@ -5,8 +5,8 @@
 import path from 'node:path';
 import { Command } from 'commander';
 import { addr } from '../app.ts';
-import { defaultStateDir } from '../identity/ca.ts';
-import { startTopology, type TopologyOptions } from '../demo/topology.ts';
+import { defaultStateDir } from '../identity/index.ts';
+import { startTopology, type TopologyOptions } from '../demo/index.ts';
 import { checkListenFlag, namingListenFlags, writePidFile } from './flags.ts';
 import { onTerminate } from './signals.ts';
 
@@ -43,16 +43,17 @@ export function demoCommand(): Command {
         throw err;
       });
       const wp = topo.waypoint!;
+      const tunnel = topo.tunnel!;
       process.stdout.write(
         `\nnode-waypoint demo is running (Ctrl-C to stop)\n\n` +
-          `  client  -> tunnel ${addr(topo.tunnel.address)} (source ztunnel role, client pod 127.0.10.50)\n` +
+          `  client  -> tunnel ${addr(tunnel.address)} (source ztunnel role, client pod 127.0.10.50)\n` +
           `          -> waypoint ${addr(wp.addresses.hbone)} (${wp.mesh.current.waypoint.identity})\n` +
           `          -> echo.demo.svc.cluster.local (VIP 127.0.10.100:80) -> inbound 127.0.10.11:15008 | 127.0.10.12:15008 -> echo pods :8080\n\n` +
           `  mesh:   ${topo.meshFile} (edit it: changes apply live)\n` +
           `  CA:     ${topo.caDir}\n` +
           `  admin:  http://${addr(wp.addresses.admin)}/ (lists /config_dump, /stats/prometheus, /healthz/ready)\n` +
           `  access log: ${o.accessLog || 'off'} (MeshConfig accessLogFile in the mesh file)\n\n` +
-          `Try:\n\n  curl -s http://${addr(topo.tunnel.address)}/hello\n\n`,
+          `Try:\n\n  curl -s http://${addr(tunnel.address)}/hello\n\n`,
       );
       onTerminate(() => topo.close());
       if (o.pidFile) writePidFile(o.pidFile);

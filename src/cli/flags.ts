@@ -3,7 +3,7 @@
  * named in bind errors (`--hbone 10.1.2.3:15008: address not available`), and `--pid-file`.
  */
 import fs from 'node:fs';
-import { parseListenAddress } from '../util/listen.ts';
+import { parseListenAddress } from '../util/index.ts';
 
 /** Help text suffix of a mandatory option (commander's help does not mark them). */
 export const REQUIRED = ' (required)';

@@ -4,8 +4,7 @@
  * Configuration errors print one line `waypoint: <file>:<line>: ...` and exit 1.
  */
 import { Command } from 'commander';
-import { ConfigError } from '../errors.ts';
-import { setLogLevel } from '../util/log.ts';
+import { ConfigError, setLogLevel } from '../util/index.ts';
 import { caCommand } from './ca.ts';
 import { demoCommand } from './demo.ts';
 import { inboundCommand, tunnelCommand } from './roles.ts';

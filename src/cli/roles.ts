@@ -2,11 +2,9 @@
  * `waypoint tunnel` and `waypoint inbound`: the source and destination ztunnel roles.
  */
 import { Command } from 'commander';
-import { readTrustRoot } from '../identity/ca.ts';
-import { WorkloadCertificate } from '../identity/workload-certificate.ts';
-import { INBOUND_PARTS, InboundRole } from '../roles/inbound.ts';
-import { TunnelRole } from '../roles/tunnel.ts';
-import { MeshStore } from '../state/store.ts';
+import { readTrustRoot, WorkloadCertificate } from '../identity/index.ts';
+import { INBOUND_PARTS, InboundRole, TunnelRole } from '../ztunnel/index.ts';
+import { MeshStore } from '../state/index.ts';
 import { addr } from '../app.ts';
 import { REQUIRED, checkListenFlag, namingListenFlags, writePidFile } from './flags.ts';
 import { onTerminate } from './signals.ts';

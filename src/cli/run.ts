@@ -3,7 +3,7 @@
  */
 import { Command } from 'commander';
 import { Waypoint, addr } from '../app.ts';
-import { loadBootstrap, overrideBootstrap } from '../config/bootstrap.ts';
+import { loadBootstrap, overrideBootstrap } from '../config/index.ts';
 import { REQUIRED, checkListenFlag, namingListenFlags, writePidFile, type ListenFlag } from './flags.ts';
 import { onTerminate } from './signals.ts';
 

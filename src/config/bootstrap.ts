@@ -5,15 +5,15 @@
  *
  * Defaults follow ztunnel and Istio's Envoy waypoint where they have one (HBONE on 15008, admin
  * 15020, readiness 15021, HTTP/2 connection window 16 MiB, PING every 10 s with a 20 s timeout,
- * pool idle release after 5 min; the stream window is smaller than ztunnel's on purpose: see
- * `http2.initialStreamWindowSize`): see ../shared/reference/hbone-waypoint.md §1.5.
+ * pool idle release after 5 min: istio/ztunnel src/config.rs, src/proxy/h2/*.rs; istio/istio
+ * pilot/pkg/networking/core/listener_waypoint.go `h2KeepaliveInterval`), and Envoy's for request
+ * limits. The stream window is smaller than ztunnel's on purpose (`http2.initialStreamWindowSize`).
  */
 import fs from 'node:fs';
 import { z } from 'zod';
 import { LineCounter, parseDocument } from 'yaml';
-import { ConfigError } from '../errors.ts';
-import { parseTtl } from '../identity/ca.ts';
-import { deepFreeze } from '../util/freeze.ts';
+import { ConfigError, deepFreeze } from '../util/index.ts';
+import { parseTtl } from '../identity/index.ts';
 
 const hostPort = z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/, 'expected ADDR:PORT or [IPv6]:PORT');
 /** A duration in ms; bounded by what Node timers accept (2^31-1 ms, about 24.8 days). */
@@ -49,7 +49,15 @@ const schema = z.strictObject({
       /** Istio's default for a waypoint is LEAST_REQUEST. */
       loadBalancer: z.enum(['LEAST_REQUEST', 'ROUND_ROBIN']).default('LEAST_REQUEST'),
       /** TCP + TLS + HTTP/2 handshake budget toward an endpoint (ztunnel: 10 s). */
-      connectTimeoutMs: ms.default(10_000),
+      connectTimeoutMs: ms.min(1).default(10_000),
+      /**
+       * Wait for the answer to a CONNECT on an established HBONE connection. The destination's
+       * ztunnel answers once its own connect to the application is done (ztunnel gives that 10 s).
+       * On expiry the attempt is a connect failure (`UF`, retried), and the connection must answer
+       * a PING within a second or be closed, so a destination that stopped answering holds no
+       * further requests.
+       */
+      connectResponseTimeoutMs: ms.min(1).default(10_000),
       /** Most CONNECT streams per pooled HBONE connection (ztunnel POOL_MAX_STREAMS_PER_CONNECTION). */
       maxStreamsPerConnection: z.number().int().min(1).default(100),
       /** Release an HBONE connection after this long without streams (ztunnel: 5 min). */
@@ -76,6 +84,29 @@ const schema = z.strictObject({
       maxSessionMemoryMb: z.number().int().min(1).default(64),
       keepaliveIntervalMs: ms.default(10_000),
       keepaliveTimeoutMs: ms.default(20_000),
+      /**
+       * Most header fields in one request header block, pseudo-headers included (Envoy's
+       * `max_headers_count`: 100); beyond it the stream is reset (ENHANCE_YOUR_CALM).
+       */
+      maxHeaderCount: z.number().int().min(4).max(65_535).default(100),
+      /**
+       * RST_STREAM budget of one downstream HTTP/2 session: `streamResetBurst` tokens refilled at
+       * `streamResetRate` per second; when empty the session gets GOAWAY (nghttp2's rapid-reset
+       * defence, CVE-2023-44487; its own default, 1000 and 33/s, closes busy HBONE sessions whose
+       * clients end tunnels with RST_STREAM).
+       */
+      streamResetBurst: z.number().int().min(1).default(10_000),
+      streamResetRate: z.number().int().min(1).default(1_000),
+      /** Invalid frames one session may receive in its lifetime before it is closed (Node's default). */
+      maxSessionInvalidFrames: z.number().int().min(0).default(1_000),
+      /** Streams in a row one session may have refused before it is closed (Node's default). */
+      maxSessionRejectedStreams: z.number().int().min(0).default(100),
+      /** Our PINGs awaiting acknowledgement, at most (Node's default). */
+      maxOutstandingPings: z.number().int().min(1).default(10),
+      /** Our SETTINGS awaiting acknowledgement, at most (Node's default). */
+      maxOutstandingSettings: z.number().int().min(1).default(10),
+      /** Parameters accepted in one SETTINGS frame (Node's default). */
+      maxSettings: z.number().int().min(1).default(32),
     })
     .prefault({}),
   http: z
@@ -104,7 +135,10 @@ const schema = z.strictObject({
        * IP) to `x-forwarded-for`. Off by default: Istio's waypoint leaves XFF as the client sent it.
        */
       appendForwardedFor: z.boolean().default(false),
-      /** Istio's default waypoint retry policy (IS:pilot/pkg/networking/core/route/retry/retry.go). */
+      /**
+       * Istio's default waypoint retry policy (istio/istio
+       * pilot/pkg/networking/core/route/retry/retry.go).
+       */
       retry: z
         .strictObject({
           /** Retries after the first attempt (Envoy `num_retries`). */
@@ -117,6 +151,32 @@ const schema = z.strictObject({
           retriableStatusCodes: z.array(z.number().int().min(100).max(599)).default([503]),
         })
         .prefault({}),
+    })
+    .prefault({}),
+  /** Limits on what one downstream client may cost (README "Limits"). */
+  limits: z
+    .strictObject({
+      /**
+       * A client must finish its TLS handshake within this time (Envoy's
+       * `transport_socket_connect_timeout`; counted as `downstream_cx_transport_socket_connect_timeout`).
+       * Node's own default is 120 s; ztunnel gives a whole connection 10 s.
+       */
+      tlsHandshakeTimeoutMs: ms.min(1).default(10_000),
+      /**
+       * Per client IP (the source pod's in ambient mode); 0 turns a limit off. Concurrent HBONE
+       * connections (ztunnel opens one per 100 concurrent streams per destination).
+       */
+      maxConnectionsPerPeer: z.number().int().min(0).default(1_000),
+      /** New connections (TLS handshakes) per second, with a burst. */
+      peerConnectionRate: z.number().int().min(0).default(100),
+      peerConnectionBurst: z.number().int().min(1).default(1_000),
+      /**
+       * New CONNECT streams per second across the client's connections, with a burst. Beyond it a
+       * stream is refused (REFUSED_STREAM), the session closed (GOAWAY ENHANCE_YOUR_CALM) and new
+       * connections refused until the budget is half full again.
+       */
+      peerStreamRate: z.number().int().min(0).default(2_000),
+      peerStreamBurst: z.number().int().min(1).default(4_000),
     })
     .prefault({}),
   /**
@@ -165,8 +225,9 @@ const schema = z.strictObject({
     .prefault({}),
   /**
    * Kubernetes NetworkPolicy on the original client (beyond Istio). Traffic that passed a waypoint
-   * reaches its destination from the waypoint's address, so ingress NetworkPolicies that select
-   * the original client stop meaning what their authors wrote (shared/reference/authz.md §8.2).
+   * reaches its destination from the waypoint's address, so ingress NetworkPolicies that select the
+   * original client stop meaning what their authors wrote (istio.io docs
+   * ambient/usage/networkpolicy).
    */
   networkPolicy: z
     .strictObject({

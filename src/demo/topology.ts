@@ -8,15 +8,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type http from 'node:http';
 import { Waypoint } from '../app.ts';
-import { defaultBootstrap, overrideBootstrap, type BootstrapConfig } from '../config/bootstrap.ts';
-import { LocalCa } from '../identity/ca.ts';
-import { WorkloadCertificate } from '../identity/workload-certificate.ts';
-import type { Http2Params } from '../hbone/settings.ts';
-import type { FilterFactory } from '../pipeline/filter.ts';
-import { INBOUND_PARTS, InboundRole } from '../roles/inbound.ts';
-import { formatHostPort } from '../state/ip.ts';
-import { MeshStore } from '../state/store.ts';
-import { TunnelRole } from '../roles/tunnel.ts';
+import { defaultBootstrap, overrideBootstrap, type BootstrapConfig } from '../config/index.ts';
+import { LocalCa, WorkloadCertificate } from '../identity/index.ts';
+import type { Http2Params } from '../hbone/index.ts';
+import type { FilterFactory } from '../pipeline/index.ts';
+import { INBOUND_PARTS, InboundRole, TunnelRole } from '../ztunnel/index.ts';
+import { formatHostPort, MeshStore } from '../state/index.ts';
 
 /** Addresses and knobs of one loopback topology. Ports default to 15008 (HBONE), 80 (service) and 8080 (pods). */
 export interface TopologyOptions {
@@ -54,6 +51,12 @@ export interface TopologyOptions {
   readonly roleHttp2?: Http2Params;
   /** MeshConfig `accessLogFile` of the generated mesh (default: none, the access log is off, as in Istio). */
   readonly accessLogFile?: string;
+  /** The whole mesh file, instead of the generated one (for workloads of the caller's own). */
+  readonly meshText?: string;
+  /** Start the tunnel role (default true). */
+  readonly tunnel?: boolean;
+  /** Watch the mesh file (default true); without it, edits apply on `waypoint.mesh.reload()` (and `roleMesh.reload()`) only. */
+  readonly watch?: boolean;
 }
 
 /** Handles of a started topology; `close()` stops everything it started, in reverse order. */
@@ -62,7 +65,8 @@ export interface Topology {
   readonly waypoint: Waypoint | undefined;
   readonly inbounds: InboundRole[];
   readonly backends: http.Server[];
-  readonly tunnel: TunnelRole;
+  /** Undefined when `tunnel` was false. */
+  readonly tunnel: TunnelRole | undefined;
   /** The mesh store the inbound roles and the tunnel read (compiled with the inbound role's parts). */
   readonly roleMesh: MeshStore;
   readonly meshFile: string;
@@ -166,46 +170,52 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
         closers.push(() => new Promise((r) => { b.closeAllConnections(); b.close(r); }));
       }
     }
-    const echoCert = await WorkloadCertificate.start(ca, `spiffe://${td}/ns/demo/sa/echo`, 24 * 3600_000);
-    closers.push(() => echoCert.close());
     const inbounds: InboundRole[] = [];
     // The inbound roles answer with the pod's `baggage` from the mesh state, known once the
     // waypoint (or our own store) has read the mesh file below.
     let mesh: MeshStore | undefined;
     const meshView = { get current() { return mesh?.current; } };
-    for (const ip of o.podIps) {
-      const r = await InboundRole.start({ listen: formatHostPort(ip, hbonePort), certificate: echoCert, http2: o.roleHttp2, mesh: meshView });
-      inbounds.push(r);
-      closers.push(() => r.close(100));
+    if (o.podIps.length > 0) {
+      const echoCert = await WorkloadCertificate.start(ca, `spiffe://${td}/ns/demo/sa/echo`, 24 * 3600_000);
+      closers.push(() => echoCert.close());
+      for (const ip of o.podIps) {
+        const r = await InboundRole.start({ listen: formatHostPort(ip, hbonePort), certificate: echoCert, http2: o.roleHttp2, mesh: meshView });
+        inbounds.push(r);
+        closers.push(() => r.close(100));
+      }
     }
     // Written only once every address above is bound, so a second demo that fails on a busy
     // address leaves a running demo's (possibly edited) mesh.yaml alone.
-    fs.writeFileSync(meshFile, topologyMesh(o));
+    fs.writeFileSync(meshFile, o.meshText ?? topologyMesh(o));
     let waypoint: Waypoint | undefined;
     if (o.startWaypoint ?? true) {
-      const wp = await Waypoint.start({ bootstrap: topologyBootstrap(o), meshFile, caDir, extraFilters: o.extraFilters });
+      const wp = await Waypoint.start({ bootstrap: topologyBootstrap(o), meshFile, caDir, watch: o.watch, extraFilters: o.extraFilters });
       closers.push(() => wp.shutdown());
       waypoint = wp;
     }
     // The inbound roles read their own store (compiled with their parts: PeerAuthentication and
     // ztunnel's AuthorizationPolicies), watched like the waypoint's; the tunnel describes the client
     // workload in `baggage` from it.
-    const own = await MeshStore.open({ meshFile, watch: waypoint !== undefined, parts: INBOUND_PARTS });
+    const own = await MeshStore.open({ meshFile, watch: waypoint !== undefined && (o.watch ?? true), parts: INBOUND_PARTS });
     closers.push(() => own.close());
     mesh = own;
-    const clientCert = await WorkloadCertificate.start(ca, `spiffe://${td}/ns/demo/sa/client`, 24 * 3600_000);
-    closers.push(() => clientCert.close());
-    const tunnel = await TunnelRole.start({
-      listen: o.tunnelListen,
-      to: formatHostPort(o.waypointIp, waypoint?.addresses.hbone.port ?? o.waypointPort ?? hbonePort),
-      authority: formatHostPort(o.vip, o.servicePort ?? 80),
-      certificate: clientCert,
-      expectSan: `spiffe://${td}/ns/demo/sa/waypoint`,
-      bind: o.clientIp,
-      mesh,
-      http2: o.roleHttp2,
-    });
-    closers.push(() => tunnel.close());
+    let tunnel: TunnelRole | undefined;
+    if (o.tunnel ?? true) {
+      const clientCert = await WorkloadCertificate.start(ca, `spiffe://${td}/ns/demo/sa/client`, 24 * 3600_000);
+      closers.push(() => clientCert.close());
+      const t = await TunnelRole.start({
+        listen: o.tunnelListen,
+        to: formatHostPort(o.waypointIp, waypoint?.addresses.hbone.port ?? o.waypointPort ?? hbonePort),
+        authority: formatHostPort(o.vip, o.servicePort ?? 80),
+        certificate: clientCert,
+        expectSan: `spiffe://${td}/ns/demo/sa/waypoint`,
+        bind: o.clientIp,
+        mesh,
+        http2: o.roleHttp2,
+      });
+      closers.push(() => t.close());
+      tunnel = t;
+    }
     return { waypoint, inbounds, backends, tunnel, roleMesh: own, meshFile, caDir, close };
   } catch (err) {
     await close();

@@ -2,7 +2,7 @@
  * The HBONE client: a pool of mTLS HTTP/2 connections toward HBONE servers (a destination's
  * ztunnel on `podIP:15008`, or a waypoint), each carrying many CONNECT streams.
  *
- * Follows ztunnel's pool (ZT:src/proxy/pool.rs, src/proxy/h2/client.rs): connections are keyed by
+ * Follows ztunnel's pool (istio/ztunnel src/proxy/pool.rs, src/proxy/h2/client.rs): connections are keyed by
  * destination address and the identity the server must present; a new connection is opened when
  * every pooled one is at its stream limit (min of ours and the peer's SETTINGS); connections that
  * received GOAWAY or died are never used again; idle ones are released after `idleTimeoutMs`.
@@ -12,12 +12,13 @@
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders } from 'node:http2';
 import net from 'node:net';
 import tls, { type TLSSocket } from 'node:tls';
-import { WaypointError } from '../errors.ts';
-import { spiffeUrisOf } from '../identity/spiffe.ts';
-import { formatHostPort } from '../state/ip.ts';
-import { log } from '../util/log.ts';
+import { WaypointError, log } from '../util/index.ts';
+import { svidIdentity } from '../identity/index.ts';
+import { formatHostPort } from '../state/index.ts';
 import { startKeepalive } from './keepalive.ts';
-import { hboneTlsOptions, http2Settings, type Http2Params, type TlsMaterial } from './settings.ts';
+import { destroySocketWithSession } from './session-socket.ts';
+import { releaseTimerOnClose } from './stream-timer-fix.ts';
+import { hboneTlsOptions, http2SessionOptions, type Http2Params, type TlsMaterial } from './settings.ts';
 
 /** Where to open a CONNECT and whom to expect there. */
 export interface HboneDestination {
@@ -52,7 +53,13 @@ export interface HboneSessionPoolOptions {
   readonly http2: Http2Params;
   /** Trust domain accepted when a destination names no identity. */
   trustDomain(): string;
+  /** TCP connect + TLS + HTTP/2 handshake of a new connection. */
   readonly connectTimeoutMs: number;
+  /**
+   * Wait for the answer to a CONNECT on an established connection (default `connectTimeoutMs`).
+   * When it passes, the connection is probed with a PING; unanswered, it is closed.
+   */
+  readonly connectResponseTimeoutMs?: number;
   readonly idleTimeoutMs: number;
   readonly maxStreamsPerConnection: number;
   /** Source address to bind (the `tunnel` role's `--bind`). */
@@ -68,8 +75,13 @@ interface PooledSession {
   established: boolean;
   active: number;
   usable: boolean;
+  /** A CONNECT on it got no answer in time: no new streams until a PING shows the peer alive. */
+  suspect: boolean;
   idleTimer: NodeJS.Timeout | undefined;
 }
+
+/** How long a suspect connection's peer has to answer a PING before the connection is closed (ms). */
+const PROBE_TIMEOUT_MS = 1000;
 
 /** Pooled HBONE client connections; see the module comment for the rules it follows. */
 export class HboneSessionPool {
@@ -87,7 +99,7 @@ export class HboneSessionPool {
    * {@link HboneConnectError}. Nothing was sent inside the tunnel before the answer, so a CONNECT
    * that got none may be sent again:
    *  - lost because a pooled connection died under it (a stale connection: the peer vanished or
-   *    its IP now belongs to someone who answers RST, pitfall F1): retried once, on a fresh connection;
+   *    its IP now belongs to someone who answers RST, istio/ztunnel#1637): retried once, on a fresh connection;
    *  - refused (REFUSED_STREAM, or ENHANCE_YOUR_CALM, Node's refusal of a stream beyond its
    *    SETTINGS_MAX_CONCURRENT_STREAMS: a Node server still counts streams that closed in the same
    *    read until its JavaScript side let go of them, so a client that keeps within the limit can
@@ -167,7 +179,7 @@ export class HboneSessionPool {
     const reused = pooled.established;
     try {
       await pooled.ready;
-      stream = pooled.session.request({ ...headers, ':method': 'CONNECT', ':authority': authority }, { endStream: false });
+      stream = releaseTimerOnClose(pooled.session.request({ ...headers, ':method': 'CONNECT', ':authority': authority }, { endStream: false }));
     } catch (err) {
       this.release(pooled);
       if (err instanceof HboneConnectError) throw err;
@@ -175,7 +187,8 @@ export class HboneSessionPool {
     }
     stream.once('close', () => this.release(pooled));
     try {
-      return await awaitResponse(stream, `${formatHostPort(dst.ip, dst.port)} (${authority})`, this.opts.connectTimeoutMs);
+      const timeoutMs = this.opts.connectResponseTimeoutMs ?? this.opts.connectTimeoutMs;
+      return await awaitResponse(stream, `${formatHostPort(dst.ip, dst.port)} (${authority})`, timeoutMs, () => this.probe(pooled, timeoutMs));
     } catch (err) {
       // The pooled connection died under a stream that got no answer: it was stale.
       const s = pooled.session;
@@ -192,7 +205,7 @@ export class HboneSessionPool {
     let list = this.pools.get(key);
     if (list) {
       for (const p of list) {
-        if (!p.usable) continue;
+        if (!p.usable || p.suspect) continue;
         const peerMax = p.session.remoteSettings?.maxConcurrentStreams ?? this.opts.maxStreamsPerConnection;
         if (p.active < Math.min(peerMax, this.opts.maxStreamsPerConnection)) return p;
       }
@@ -203,6 +216,33 @@ export class HboneSessionPool {
     const p = this.open(key, dst);
     list.push(p);
     return p;
+  }
+
+  /**
+   * A CONNECT on `p` got no answer: a destination that stopped (a frozen process, a dead host whose
+   * connection the kernel still holds) answers nothing, not even PING, and would make every stream
+   * on the connection wait out its own timeout until keepalive noticed. New streams avoid it while
+   * a PING checks the peer; unanswered within {@link PROBE_TIMEOUT_MS}, the connection is closed and
+   * the CONNECTs waiting on it fail at once (connect failures, which the router retries elsewhere).
+   */
+  private probe(p: PooledSession, timeoutMs: number): void {
+    if (p.suspect || !p.usable || p.session.destroyed) return;
+    p.suspect = true;
+    const where = formatHostPort(p.dst.ip, p.dst.port);
+    const timer = setTimeout(() => {
+      log.warn({ dst: where, timeoutMs }, 'HBONE connection unresponsive (no CONNECT answer, no PING answer); closing it');
+      this.retire(p);
+      p.session.destroy(new Error(`HBONE connection to ${where} unresponsive`));
+    }, Math.min(PROBE_TIMEOUT_MS, timeoutMs)).unref();
+    try {
+      p.session.ping((err) => {
+        if (err) return;
+        clearTimeout(timer);
+        p.suspect = false;
+      });
+    } catch {
+      // Closing already (or too many PINGs outstanding): the timer decides.
+    }
   }
 
   private release(p: PooledSession): void {
@@ -238,22 +278,24 @@ export class HboneSessionPool {
     });
     const session = http2.connect(`https://${where}`, {
       createConnection: () => socket,
-      settings: http2Settings(this.opts.http2, false),
-      maxSessionMemory: this.opts.http2.maxSessionMemoryMb,
+      ...http2SessionOptions(this.opts.http2, false),
     });
-    const pooled: PooledSession = { key, dst, session, ready: undefined as unknown as Promise<void>, established: false, active: 0, usable: true, idleTimer: undefined };
+    destroySocketWithSession(session, socket);
+    const pooled: PooledSession = { key, dst, session, ready: undefined as unknown as Promise<void>, established: false, active: 0, usable: true, suspect: false, idleTimer: undefined };
     (pooled as { ready: Promise<void> }).ready = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {
         session.destroy();
         reject(new HboneConnectError('TIMEOUT', `HBONE connect to ${where} timed out after ${this.opts.connectTimeoutMs} ms`));
       }, this.opts.connectTimeoutMs);
       socket.once('secureConnect', () => {
-        const ids = spiffeUrisOf((socket as TLSSocket).getPeerX509Certificate());
-        const ok = dst.identity ? ids.includes(dst.identity) : ids.some((u) => u.startsWith(`spiffe://${trustDomain}/`));
+        // Exactly one URI SAN (SPIFFE X509-SVID §2), equal to the expected identity (ztunnel's IdentityVerifier).
+        const svid = svidIdentity((socket as TLSSocket).getPeerX509Certificate());
+        const ok = 'id' in svid && (dst.identity ? svid.id.uri === dst.identity : svid.id.trustDomain === trustDomain);
         if (!ok) {
           clearTimeout(timer);
           const want = dst.identity ?? `an identity of trust domain ${trustDomain}`;
-          const err = new HboneConnectError('IDENTITY_ERROR', `HBONE server ${where} presented ${ids.join(', ') || 'no SPIFFE identity'}, expected ${want}`);
+          const got = 'id' in svid ? svid.id.uri : `no SPIFFE identity (${svid.problem})`;
+          const err = new HboneConnectError('IDENTITY_ERROR', `HBONE server ${where} presented ${got}, expected ${want}`);
           reject(err);
           session.destroy();
         }
@@ -299,12 +341,13 @@ function isTlsError(err: Error & { code?: string }): boolean {
   return typeof err.code === 'string' && (err.code.startsWith('ERR_SSL') || err.code.includes('CERT') || err.code === 'ERR_TLS_CERT_ALTNAME_INVALID');
 }
 
-/** Wait for the CONNECT answer: 200 ⇒ the tunnel; anything else ⇒ HboneConnectError. */
-function awaitResponse(stream: ClientHttp2Stream, where: string, timeoutMs: number): Promise<{ stream: ClientHttp2Stream; headers: IncomingHttpHeaders }> {
+/** Wait for the CONNECT answer: 200 ⇒ the tunnel; anything else ⇒ HboneConnectError. `onTimeout` runs when none came in time. */
+function awaitResponse(stream: ClientHttp2Stream, where: string, timeoutMs: number, onTimeout: () => void): Promise<{ stream: ClientHttp2Stream; headers: IncomingHttpHeaders }> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       stream.close(http2.constants.NGHTTP2_CANCEL);
       reject(new HboneConnectError('TIMEOUT', `no answer to CONNECT ${where} within ${timeoutMs} ms`));
+      onTimeout();
     }, timeoutMs);
     const onError = (err: Error & { code?: string }) => {
       clearTimeout(timer);

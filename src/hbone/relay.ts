@@ -1,12 +1,12 @@
 /**
  * Relay bytes between two duplex streams (an HBONE CONNECT stream and a TCP socket or another
- * CONNECT stream), as ztunnel's copy loop does (ZT:src/copy.rs): each direction is piped with
+ * CONNECT stream), as ztunnel's copy loop does (istio/ztunnel src/copy.rs): each direction is piped with
  * back-pressure; the end of one direction (END_STREAM / FIN) is forwarded as a half-close while
- * the other keeps flowing (pitfall B1: the remaining direction is drained, never cut).
+ * the other keeps flowing (the remaining direction is drained, never cut: istio/ztunnel#1065).
  *
  * A side cut before its end (RST_STREAM of any code, NO_ERROR included; a TCP reset; its
  * connection lost) is never passed on as an end: the other side is reset too (RST_STREAM(CANCEL),
- * or a TCP RST, as Envoy's tcp_proxy propagates an upstream reset: ENV:source/common/tcp_proxy/
+ * or a TCP RST, as Envoy's tcp_proxy propagates an upstream reset: envoyproxy/envoy source/common/tcp_proxy/
  * tcp_proxy.cc `onUpstreamEvent`). A peer that sends END_STREAM and then RST_STREAM(NO_ERROR) only
  * asks us to stop sending (RFC 9113 §8.1): everything it sent is delivered, then the end.
  */

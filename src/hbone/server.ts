@@ -4,20 +4,24 @@
  * `waypoint inbound` role. It parses the CONNECT and hands the stream on; what to do with the
  * target is the caller's job.
  *
- * Behaviour follows ztunnel's inbound (ZT:src/proxy/inbound.rs): a method other than CONNECT or an
+ * Behaviour follows ztunnel's inbound (istio/ztunnel src/proxy/inbound.rs): a method other than CONNECT or an
  * unparsable `:authority` is answered 400. Only a `stream` listener is registered — never a
  * `request` listener or `allowHTTP1` — so Node's compatibility layer cannot answer CONNECT with 405
- * (pitfall A1, nodejs/node#36977).
+ * (nodejs/node#36977).
  */
 import http2, { type Http2SecureServer, type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
-import { peerSpiffeId, type SpiffeId } from '../identity/spiffe.ts';
-import { normalizeIp, parseHostPort } from '../state/ip.ts';
-import { listenOn } from '../util/listen.ts';
-import { log } from '../util/log.ts';
+import type { Registry } from 'prom-client';
+import { svidIdentity, type SpiffeId } from '../identity/index.ts';
+import { formatHostPort, normalizeIp, parseHostPort } from '../state/index.ts';
+import { LogLimiter, listenOn, log } from '../util/index.ts';
 import { startKeepalive } from './keepalive.ts';
-import { hboneTlsOptions, http2Settings, type Http2Params, type TlsMaterial } from './settings.ts';
+import { HboneListenerStats, type TlsFailure } from './listener-stats.ts';
+import { PeerLimits, type PeerLimitSettings } from './peer-limits.ts';
+import { destroySocketWithSession } from './session-socket.ts';
+import { releaseTimerOnClose } from './stream-timer-fix.ts';
+import { hboneTlsOptions, http2SessionOptions, type Http2Params, type TlsMaterial } from './settings.ts';
 
 /** A parsed, authenticated CONNECT. */
 export interface HboneRequest {
@@ -39,8 +43,14 @@ export interface HboneServerOptions {
   readonly name: string;
   readonly material: TlsMaterial;
   readonly http2: Http2Params;
+  /** How long a client may take to complete its TLS handshake (ms; Node's default is 120 s). */
+  readonly tlsHandshakeTimeoutMs?: number;
+  /** Registry for the listener's counters (TLS outcomes, refused streams); none when absent. */
+  readonly metrics?: Registry;
+  /** Per-client limits (see peer-limits.ts); none when absent. */
+  readonly peerLimits?: PeerLimitSettings;
   /** Decide whether a client identity may connect. Return a reason to refuse, undefined to accept. */
-  verifyPeer(peer: SpiffeId | undefined): string | undefined;
+  verifyPeer(peer: SpiffeId): string | undefined;
   /** A valid CONNECT arrived. The handler must answer the stream (respond or close). */
   onConnect(stream: ServerHttp2Stream, request: HboneRequest): void;
 }
@@ -52,35 +62,70 @@ export class HboneServer {
   /** Every accepted TCP socket, including ones still in the TLS handshake or refused. */
   private readonly sockets = new Set<Socket>();
   private readonly opts: HboneServerOptions;
+  /** The TLS socket whose session Node is creating (see the 'secureConnection' listeners). */
+  private accepting: TLSSocket | undefined;
+  private stats: HboneListenerStats | undefined;
+  /** Warnings a client can trigger at will (failed handshakes, refused identities, rejected streams), rate-limited. */
+  private readonly warnings = new LogLimiter();
+  private readonly peerLimits: PeerLimits | undefined;
 
   constructor(opts: HboneServerOptions) {
     this.opts = opts;
-    const p = opts.http2;
     this.server = http2.createSecureServer({
       ...hboneTlsOptions(opts.material),
       requestCert: true,
       rejectUnauthorized: true,
-      settings: http2Settings(p, true),
-      maxSessionMemory: p.maxSessionMemoryMb,
-      peerMaxConcurrentStreams: p.maxConcurrentStreams,
+      handshakeTimeout: opts.tlsHandshakeTimeoutMs ?? 10_000,
+      ...http2SessionOptions(opts.http2, true),
+      peerMaxConcurrentStreams: opts.http2.maxConcurrentStreams,
       // TCP_NODELAY as ztunnel sets it: frames are written whole, Nagle would only add latency.
       noDelay: true,
     });
-    this.server.on('connection', (socket: Socket) => {
+    this.peerLimits = opts.peerLimits && new PeerLimits(opts.peerLimits);
+    // Before Node's TLS listener: a refused client costs no handshake.
+    this.server.prependListener('connection', (socket: Socket) => {
+      const ip = normalizeIp(socket.remoteAddress ?? '') ?? '';
+      // Read now: once the handshake failed, the socket no longer knows its peer.
+      remoteOf.set(socket, formatHostPort(ip, socket.remotePort ?? 0));
+      const refusal = this.peerLimits?.opened(ip);
+      if (refusal) {
+        refused.add(socket);
+        this.stats?.connectionRefused(refusal);
+        this.warnLimited(`refused:${refusal}`, { server: opts.name, remote: remoteOf.get(socket), reason: refusal }, 'HBONE connection refused: client over its limits');
+        socket.destroy();
+        return;
+      }
       this.sockets.add(socket);
-      socket.once('close', () => this.sockets.delete(socket));
+      socket.once('close', () => {
+        this.sockets.delete(socket);
+        this.peerLimits?.closed(ip);
+      });
+    });
+    // Around Node's own 'secureConnection' listener, which creates the session and emits 'session'
+    // (or 'unknownProtocol') synchronously: the TLS socket being turned into a session.
+    this.server.prependListener('secureConnection', (socket: TLSSocket) => {
+      this.accepting = socket;
+    });
+    this.server.on('secureConnection', () => {
+      this.accepting = undefined;
     });
     this.server.on('session', (session) => this.onSession(session));
     this.server.on('stream', (stream, headers) => this.onStream(stream, headers));
-    this.server.on('tlsClientError', (err: Error, socket: TLSSocket) => {
-      log.debug({ err: err.message, remote: socket.remoteAddress, server: opts.name }, 'HBONE TLS handshake failed');
+    this.server.on('tlsClientError', (err: Error & { code?: string }, socket: TLSSocket) => this.onTlsError(err, socket));
+    // A client that did not negotiate ALPN `h2` (HBONE is HTTP/2 only): refused at once instead
+    // of after Node's `unknownProtocolTimeout`.
+    this.server.on('unknownProtocol', (socket: TLSSocket) => {
+      this.tlsFailed(socket, 'connection_error', `no ALPN h2 (offered ${socket.alpnProtocol || 'none'})`);
+      socket.destroy();
     });
     this.server.on('sessionError', (err) => log.debug({ err: err.message, server: opts.name }, 'HBONE session error'));
   }
 
   /** Listen on `ip:port` / `[v6]:port`; resolves with the bound address. Rejects on EADDRINUSE etc. */
-  listen(hostPort: string): Promise<AddressInfo> {
-    return listenOn(this.server, hostPort);
+  async listen(hostPort: string): Promise<AddressInfo> {
+    const bound = await listenOn(this.server, hostPort);
+    if (this.opts.metrics) this.stats = new HboneListenerStats(this.opts.metrics, formatHostPort(bound.address, bound.port));
+    return bound;
   }
 
   /** Swap the certificate for new connections (rotation); live connections keep theirs. */
@@ -114,17 +159,54 @@ export class HboneServer {
     clearTimeout(timer);
   }
 
+  /** Log at debug level, and as a warning at most once per `key` per interval (with the count suppressed meanwhile). */
+  private warnLimited(key: string, fields: Record<string, unknown>, msg: string): void {
+    log.debug(fields, msg);
+    const suppressed = this.warnings.take(key);
+    if (suppressed !== undefined) log.warn({ ...fields, suppressed }, msg);
+  }
+
+  /** A handshake failed (`tlsClientError`), or its identity was refused right after. */
+  private onTlsError(err: Error & { code?: string }, socket: TLSSocket): void {
+    // Refused before the handshake (peer limits): already counted.
+    const parent = (socket as TLSSocket & { _parent?: Socket })._parent;
+    if (refused.has(socket) || (parent && refused.has(parent))) return;
+    // Node destroys a socket whose certificate failed verification without an error of its own
+    // (_tls_wrap.js onServerSocketSecure); the reason is in `authorizationError`.
+    const verify = (socket as TLSSocket & { authorizationError?: string | Error }).authorizationError;
+    const reason: TlsFailure =
+      err.code === 'ERR_TLS_HANDSHAKE_TIMEOUT'
+        ? 'handshake_timeout'
+        : err.code === 'ERR_SSL_PEER_DID_NOT_RETURN_A_CERTIFICATE'
+          ? 'fail_verify_no_cert'
+          : verify || err.code?.includes('CERTIFICATE')
+            ? 'fail_verify_error'
+            : 'connection_error';
+    this.tlsFailed(socket, reason, verify ? `client certificate: ${String(verify)}` : `${err.code ?? 'error'}: ${err.message.split('\n')[0]}`);
+  }
+
+  private tlsFailed(socket: TLSSocket, reason: TlsFailure, detail: string, peer?: string): void {
+    this.stats?.tlsFailure(reason);
+    const fields = { server: this.opts.name, remote: remoteOfSocket(socket), reason, detail, ...(peer ? { peer } : {}) };
+    this.warnLimited(`tls:${reason}`, fields, reason === 'fail_verify_san' ? 'HBONE client refused' : 'HBONE TLS handshake failed');
+  }
+
   private onSession(session: ServerHttp2Session): void {
-    const socket = session.socket as TLSSocket;
-    const peer = peerSpiffeId(socket.getPeerX509Certificate());
-    const refusal = this.opts.verifyPeer(peer);
+    const socket = this.accepting ?? (session.socket as TLSSocket);
+    this.accepting = undefined;
+    destroySocketWithSession(session, socket);
+    const svid = svidIdentity(socket.getPeerX509Certificate());
+    const refusal = 'problem' in svid ? svid.problem : this.opts.verifyPeer(svid.id);
     if (refusal) {
-      log.warn({ server: this.opts.name, remote: socket.remoteAddress, peer: peer?.uri, reason: refusal }, 'HBONE client refused');
+      this.tlsFailed(socket, 'fail_verify_san', refusal, 'id' in svid ? svid.id.uri : undefined);
       session.destroy();
       socket.destroy();
       return;
     }
-    (session as SessionWithPeer)[kPeer] = peer!;
+    this.stats?.handshake();
+    const remote = remoteOfSocket(socket);
+    const state: SessionState = { peer: (svid as { id: SpiffeId }).id, remote, ip: parseHostPort(remote)?.ip ?? remote, lastStreamId: -1 };
+    (session as TaggedSession)[kState] = state;
     this.sessions.add(session);
     session.on('error', (err) => log.debug({ err: err.message, server: this.opts.name }, 'HBONE session error'));
     session.once('close', () => this.sessions.delete(session));
@@ -137,27 +219,57 @@ export class HboneServer {
     startKeepalive(session, p.keepaliveIntervalMs, p.keepaliveTimeoutMs);
   }
 
+  /**
+   * Client stream ids only grow (RFC 9113 §5.1.1): ids skipped before stream `id` are streams Node
+   * or nghttp2 reset before the waypoint saw them, malformed ones (RFC 9113 §8.1.1, e.g. a CONNECT
+   * with `:path`) or ones over the session's stream limits. Counted (when the client's next stream
+   * arrives: nghttp2 exposes no count of its own), logged at debug level and, rate-limited, as a
+   * warning.
+   */
+  private skippedStreams(state: SessionState, id: number): void {
+    const skipped = (id - state.lastStreamId - 2) / 2;
+    state.lastStreamId = id;
+    if (skipped <= 0) return;
+    this.stats?.streamsRejected('codec', skipped);
+    const fields = { server: this.opts.name, peer: state.peer.uri, remote: state.remote, streams: skipped };
+    this.warnLimited('codec', fields, 'HBONE streams reset by the HTTP/2 layer (malformed, or over the stream limits)');
+  }
+
   private onStream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
+    releaseTimerOnClose(stream);
     stream.on('error', (err) => log.debug({ err: err.message, server: this.opts.name }, 'HBONE stream error'));
-    const session = stream.session as SessionWithPeer | undefined;
-    const peer = session?.[kPeer];
-    if (!peer) {
+    const session = stream.session as TaggedSession | undefined;
+    const state = session?.[kState];
+    if (!state) {
       stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
       return;
     }
+    this.skippedStreams(state, stream.id!);
+    // Every stream counts against the client's budget, also those it reset at once (they cost us too).
+    if (this.peerLimits && !this.peerLimits.stream(state.ip)) {
+      // Over its stream rate: refused before any CONNECT handling, and the session closed so that
+      // a flood stops costing (its new connections are refused for a while, see peer-limits.ts).
+      this.stats?.streamsRejected('peer_stream_rate');
+      this.warnLimited('peer_stream_rate', { server: this.opts.name, peer: state.peer.uri, remote: state.remote }, 'HBONE client over its stream rate; closing its session');
+      stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+      session!.destroy(undefined, http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+      return;
+    }
+    // Reset by the client before we got to it (a cancel, or a rapid-reset flood): nothing to do.
+    if (stream.closed || stream.destroyed) return;
     if (headers[':method'] !== 'CONNECT') {
       return respondAndClose(stream, 400, 'only CONNECT is supported on the HBONE port');
     }
     const authority = headers[':authority'] ?? '';
     const target = parseHostPort(authority);
     if (!target) return respondAndClose(stream, 400, `invalid :authority "${authority}": expected ip:port or [ipv6]:port`);
-    const socket = session.socket;
+    const socket = session!.socket;
     this.opts.onConnect(stream, {
       authority,
       ip: target.ip,
       port: target.port,
       headers,
-      peer,
+      peer: state.peer,
       remoteAddress: normalizeIp(socket.remoteAddress ?? '') ?? '',
       remotePort: socket.remotePort ?? 0,
       localAddress: normalizeIp(socket.localAddress ?? '') ?? '',
@@ -165,8 +277,28 @@ export class HboneServer {
   }
 }
 
-const kPeer = Symbol('hbone.peer');
-type SessionWithPeer = ServerHttp2Session & { [kPeer]?: SpiffeId };
+/** `ip:port` of each accepted TCP socket, read at accept time. */
+const remoteOf = new WeakMap<Socket, string>();
+/** Sockets refused before the TLS handshake. */
+const refused = new WeakSet<Socket>();
+
+/** The client `ip:port` of an accepted socket, or of the TLS socket over it (Node keeps that one as `_parent`). */
+function remoteOfSocket(socket: Socket): string {
+  const parent = (socket as Socket & { _parent?: Socket })._parent;
+  return remoteOf.get(socket) ?? (parent ? remoteOf.get(parent) : undefined) ?? socket.remoteAddress ?? '';
+}
+
+/** What the server keeps per authenticated session. */
+interface SessionState {
+  readonly peer: SpiffeId;
+  /** The client's `ip:port`, and its IP (the peer-limits key). */
+  readonly remote: string;
+  readonly ip: string;
+  /** Highest client stream id seen so far (-1: none). */
+  lastStreamId: number;
+}
+const kState = Symbol('hbone.session');
+type TaggedSession = ServerHttp2Session & { [kState]?: SessionState };
 
 /** Answer a CONNECT with an error status and a short text body, then close the stream. */
 export function respondAndClose(stream: ServerHttp2Stream, status: number, body = ''): void {

@@ -1,7 +1,8 @@
 /**
  * HTTP/2 and TLS settings shared by every HBONE endpoint we run (waypoint listener, upstream pool,
- * and the tunnel/inbound roles). Values come from the bootstrap config; defaults are ztunnel's
- * (../shared/reference/hbone-waypoint.md §1.2, §1.5).
+ * and the tunnel/inbound roles). Values come from the bootstrap config; window, frame and
+ * keepalive defaults are ztunnel's (istio/ztunnel src/config.rs, src/proxy/h2/server.rs; TLS:
+ * src/tls/certificate.rs).
  */
 import type { SecureContextOptions } from 'node:tls';
 
@@ -23,9 +24,27 @@ export interface Http2Params {
   readonly maxSessionMemoryMb: number;
   readonly keepaliveIntervalMs: number;
   readonly keepaliveTimeoutMs: number;
+  /** Most header fields in one request header block, pseudo-headers included (Node `maxHeaderListPairs`). */
+  readonly maxHeaderCount: number;
+  /**
+   * RST_STREAM frames a client may send: a token bucket of `streamResetBurst` tokens refilled at
+   * `streamResetRate` per second (nghttp2 `nghttp2_option_set_stream_reset_rate_limit`); when it is
+   * empty the session gets GOAWAY. Servers only.
+   */
+  readonly streamResetBurst: number;
+  readonly streamResetRate: number;
+  /** Invalid frames a session may receive in its lifetime before it is closed (Node `maxSessionInvalidFrames`). */
+  readonly maxSessionInvalidFrames: number;
+  /** Streams in a row a session may have refused (over its limits) before it is closed (Node `maxSessionRejectedStreams`). */
+  readonly maxSessionRejectedStreams: number;
+  /** Our PINGs and SETTINGS awaiting the peer's acknowledgement, at most (Node `maxOutstandingPings` / `maxOutstandingSettings`). */
+  readonly maxOutstandingPings: number;
+  readonly maxOutstandingSettings: number;
+  /** Parameters accepted in one SETTINGS frame (Node `maxSettings`). */
+  readonly maxSettings: number;
 }
 
-/** ztunnel's values. */
+/** ztunnel's values for windows, frames and keepalive; the abuse limits are explained in README "Limits". */
 export const DEFAULT_HTTP2: Http2Params = Object.freeze({
   initialStreamWindowSize: 4 * 1024 * 1024,
   initialConnectionWindowSize: 16 * 1024 * 1024,
@@ -35,6 +54,14 @@ export const DEFAULT_HTTP2: Http2Params = Object.freeze({
   maxSessionMemoryMb: 64,
   keepaliveIntervalMs: 10_000,
   keepaliveTimeoutMs: 20_000,
+  maxHeaderCount: 100,
+  streamResetBurst: 10_000,
+  streamResetRate: 1_000,
+  maxSessionInvalidFrames: 1_000,
+  maxSessionRejectedStreams: 100,
+  maxOutstandingPings: 10,
+  maxOutstandingSettings: 10,
+  maxSettings: 32,
 });
 
 /** HBONE's TLS profile: TLS 1.3 only, ALPN exactly `h2`, no SNI (ztunnel src/tls/certificate.rs). */
@@ -46,6 +73,25 @@ export function hboneTlsOptions(m: TlsMaterial): SecureContextOptions & { ALPNPr
     minVersion: 'TLSv1.3',
     maxVersion: 'TLSv1.3',
     ALPNProtocols: ['h2'],
+  };
+}
+
+/**
+ * Node session options for an HBONE session (`http2.createSecureServer` / `http2.connect`): the
+ * SETTINGS we send, memory, and the abuse limits of {@link Http2Params}.
+ */
+export function http2SessionOptions(p: Http2Params, server: boolean) {
+  return {
+    settings: http2Settings(p, server),
+    maxSessionMemory: p.maxSessionMemoryMb,
+    maxHeaderListPairs: p.maxHeaderCount,
+    maxSessionInvalidFrames: p.maxSessionInvalidFrames,
+    maxSessionRejectedStreams: p.maxSessionRejectedStreams,
+    maxOutstandingPings: p.maxOutstandingPings,
+    maxOutstandingSettings: p.maxOutstandingSettings,
+    maxSettings: p.maxSettings,
+    // nghttp2 applies its reset rate limit to servers only, and only when both are given.
+    ...(server ? { streamResetBurst: p.streamResetBurst, streamResetRate: p.streamResetRate } : {}),
   };
 }
 

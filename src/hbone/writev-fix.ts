@@ -4,7 +4,7 @@
  * body), the native `_writev` path sends corrupted bytes in place of the string. We replace the
  * stream's `_writev` with one that joins the chunks into a single Buffer and writes it once.
  * Besides fixing the bytes, this sends one DATA frame per corked batch instead of several,
- * which is cheaper (../shared/reference/performance.md, finding 1).
+ * which is cheaper.
  */
 import type { Duplex } from 'node:stream';
 

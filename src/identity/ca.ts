@@ -2,7 +2,7 @@
  * A local mesh CA standing in for istiod's: a self-signed root kept on disk under Istio's
  * plugged-CA file names (`root-cert.pem`, `root-key.pem`), issuing workload leaves shaped like
  * istiod's (empty subject, one URI SAN = the SPIFFE id, ECDSA P-256 / SHA-256; ztunnel
- * `src/tls/csr.rs`, shared/reference/hbone-waypoint.md §5.4). Built on `@peculiar/x509` over
+ * `src/tls/csr.rs`). Built on `@peculiar/x509` over
  * WebCrypto; node:crypto only parses and converts PEM.
  */
 import 'reflect-metadata'; // tsyringe (inside @peculiar/x509) needs the Reflect metadata API

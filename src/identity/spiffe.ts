@@ -1,7 +1,7 @@
 /**
  * SPIFFE identities as Istio ambient uses them: `spiffe://<trust_domain>/ns/<namespace>/sa/<sa>`,
- * carried as the URI SAN of workload certificates (ztunnel `src/identity/manager.rs`,
- * `src/tls/workload.rs`; see shared/reference/hbone-waypoint.md §1.2).
+ * carried as the one URI SAN of workload certificates (istio/ztunnel `src/identity/manager.rs`,
+ * `src/tls/workload.rs`; spiffe/spiffe `standards/X509-SVID.md` §2).
  */
 import type { X509Certificate } from 'node:crypto';
 
@@ -93,18 +93,27 @@ export function spiffeUrisOf(cert: X509Certificate | undefined): string[] {
 }
 
 /**
- * The first `spiffe://` URI SAN of `cert` that parses as an Istio SPIFFE id, or `undefined`
- * (no certificate, no such SAN). Never throws.
+ * The identity of an X.509 SVID: its URI SAN, parsed as an Istio SPIFFE id. "An X.509 SVID MUST
+ * contain exactly one URI SAN" (spiffe/spiffe standards/X509-SVID.md §2): a certificate with none,
+ * or with several (which one would authorization see?), is not one; other SAN types may be present.
+ * Returns the id, or why the certificate carries no usable identity. Never throws.
  */
-export function peerSpiffeId(cert: X509Certificate | undefined): SpiffeId | undefined {
-  for (const uri of spiffeUrisOf(cert)) {
-    try {
-      return parseSpiffeId(uri);
-    } catch {
-      // not an Istio-shaped id: try the next one
-    }
+export function svidIdentity(cert: X509Certificate | undefined): { id: SpiffeId } | { problem: string } {
+  if (!cert) return { problem: 'no certificate' };
+  const uris = splitSubjectAltName(cert.subjectAltName ?? '').filter(([type]) => type === 'URI');
+  if (uris.length === 0) return { problem: 'the certificate has no URI SAN (a SPIFFE identity)' };
+  if (uris.length > 1) return { problem: `the certificate has ${uris.length} URI SANs; a SPIFFE certificate has exactly one` };
+  try {
+    return { id: parseSpiffeId(uris[0][1]) };
+  } catch (err) {
+    return { problem: (err as Error).message };
   }
-  return undefined;
+}
+
+/** The identity of `cert` per {@link svidIdentity}, or `undefined` when it has none. Never throws. */
+export function peerSpiffeId(cert: X509Certificate | undefined): SpiffeId | undefined {
+  const svid = svidIdentity(cert);
+  return 'id' in svid ? svid.id : undefined;
 }
 
 /**

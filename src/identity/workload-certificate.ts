@@ -7,8 +7,8 @@ import { EventEmitter } from 'node:events';
 import { X509Certificate, createPrivateKey } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import type { CertificateIssuer } from './ca.ts';
-import { peerSpiffeId, type SpiffeId } from './spiffe.ts';
-import { log } from '../util/log.ts';
+import { svidIdentity, type SpiffeId } from './spiffe.ts';
+import { log } from '../util/index.ts';
 
 /** The key material to put in a TLS context: leaf PEM, its PKCS#8 key, and the trust root(s). */
 export interface CertificateMaterial {
@@ -90,8 +90,8 @@ export class WorkloadCertificate extends EventEmitter<WorkloadCertificateEvents>
 
   /**
    * A fixed identity from `certFile` (leaf, or leaf + chain), `keyFile` and `caFile` (trust
-   * root). Never renews. @throws Error naming a missing/unreadable file, or if the key does not
-   * match the certificate.
+   * root). Never renews. @throws Error naming a missing/unreadable file, if the key does not
+   * match the certificate, or if the certificate carries no SPIFFE identity (exactly one URI SAN).
    */
   static async fromFiles(certFile: string, keyFile: string, caFile: string): Promise<WorkloadCertificate> {
     const read = async (file: string, what: string): Promise<string> => {
@@ -118,6 +118,9 @@ export class WorkloadCertificate extends EventEmitter<WorkloadCertificateEvents>
       throw new Error(`${keyFile} is not a PEM private key: ${(err as Error).message}`, { cause: err });
     }
     if (!matches) throw new Error(`${keyFile} does not match ${certFile}`);
+    // Peers would refuse it (SPIFFE X509-SVID §2): say so now rather than at every handshake.
+    const svid = svidIdentity(cert);
+    if ('problem' in svid) throw new Error(`${certFile} carries no SPIFFE identity: ${svid.problem}`);
     return new WorkloadCertificate({ certPem, keyPem, caPem, notAfter: cert.validToDate });
   }
 
@@ -134,11 +137,11 @@ export class WorkloadCertificate extends EventEmitter<WorkloadCertificateEvents>
     return this.#current;
   }
 
-  /** The SPIFFE id of the current certificate. Throws when it carries no SPIFFE URI SAN. */
+  /** The SPIFFE id of the current certificate. Throws when it has none (no URI SAN, or several). */
   get spiffeId(): SpiffeId {
-    const id = peerSpiffeId(new X509Certificate(this.#current.certPem));
-    if (!id) throw new Error('the identity certificate carries no SPIFFE URI SAN');
-    return id;
+    const svid = svidIdentity(new X509Certificate(this.#current.certPem));
+    if ('problem' in svid) throw new Error(`the identity certificate carries no SPIFFE identity: ${svid.problem}`);
+    return svid.id;
   }
 
   /** Stop renewing. Idempotent. */

@@ -1,5 +1,5 @@
 /**
- * The HTTP connection manager's own part of an inner request (Envoy's HCM, ENV:
+ * The HTTP connection manager's own part of an inner request (Envoy's HCM, envoyproxy/envoy
  * source/common/http/conn_manager_impl.cc `ActiveStream::decodeHeaders` and conn_manager_utility.cc
  * `mutateRequestHeaders`), run before any filter:
  *
@@ -14,13 +14,13 @@
  *   the ext_authz check, the upstream request and the access-log line carry the same id.
  *
  * And the statuses of Node's HTTP/1 codec errors (the `clientError` event), which Envoy's codec
- * answers the same way (ENV:source/common/http/http1/codec_impl.cc `sendProtocolError`).
+ * answers the same way (envoyproxy/envoy source/common/http/http1/codec_impl.cc `sendProtocolError`).
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Http2ServerRequest } from 'node:http2';
 import { HeaderList, ResponseFlag, stripHopByHop, type DownstreamRequest, type RequestHead, type StreamContext } from '../pipeline/index.ts';
-import { clusterName } from '../upstream/cluster-name.ts';
+import { clusterName } from '../state/index.ts';
 
 /**
  * A path normalization step (Envoy's `normalize_path` / `merge_slashes` on the HCM): returns the

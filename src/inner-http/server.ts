@@ -19,8 +19,7 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import http2, { type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { http2Settings, type Http2Params } from '../hbone/settings.ts';
-import { joinWritev } from '../hbone/writev-fix.ts';
+import { http2Settings, type Http2Params, joinWritev } from '../hbone/index.ts';
 import {
   FilterStatus,
   ResponseFlag,
@@ -33,7 +32,8 @@ import {
   type PhaseResult,
   type RequestHead,
 } from '../pipeline/index.ts';
-import { log } from '../util/log.ts';
+import { log } from '../util/index.ts';
+import { clearIdleTimer, clearTimerOnDestroy, closeTunnel } from './streams.ts';
 import { admitRequest, codecError, prepareStream, requestHead, unreadableHead, type ConnManagerOptions, type PathNormalizer, type Refusal } from './conn-manager.ts';
 
 /** Limits of the HTTP/1.x server inside tunnels (bytes, ms). */
@@ -132,14 +132,15 @@ export class InnerHttpServer {
       // One header-size limit for both inner protocols: `http.maxRequestHeadersBytes`.
       settings: { ...http2Settings(opts.http2, true), maxHeaderListSize: opts.maxHeaderSize },
       maxSessionMemory: opts.http2.maxSessionMemoryMb,
-      // The header block limit of the h2c session is the same byte bound as HTTP/1's.
-      maxHeaderListPairs: 0xffff,
+      // The header block is bounded in bytes as HTTP/1's, and in count as Envoy's
+      // `max_headers_count` (http2.maxHeaderCount; beyond it Node resets the stream).
+      maxHeaderListPairs: opts.http2.maxHeaderCount,
     });
     this.h2server.on('session', (session: TaggedSession) => {
       const ref = this.attaching;
       if (!ref) return session.destroy();
       session[kTunnel] = ref;
-      ref.session = session;
+      ref.session = clearTimerOnDestroy(session);
       session.on('error', (err) => log.debug({ err: err.message }, 'inner h2c session error'));
     });
     this.h2server.on('request', (req: Http2ServerRequest, res: Http2ServerResponse) => {
@@ -147,7 +148,7 @@ export class InnerHttpServer {
       if (!ref) return req.stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
       const s = onRequest(req, res, ref);
       // Envoy's stream_idle_timeout per h2 stream: 408 `SI` before the response, else a reset.
-      if (s && this.streamIdleTimeoutMs > 0) req.stream.setTimeout(this.streamIdleTimeoutMs, () => onStreamTimeout(s));
+      if (s && this.streamIdleTimeoutMs > 0) clearTimerOnDestroy(req.stream).setTimeout(this.streamIdleTimeoutMs, () => onStreamTimeout(s));
     });
     // An h2c session with no activity at all for the keep-alive idle time is closed (GOAWAY).
     if (opts.idleTimeoutMs > 0) {
@@ -163,9 +164,16 @@ export class InnerHttpServer {
    */
   attach(stream: Duplex, conn: ConnectionContext, chain: FilterChain, protocol: 'HTTP/1.1' | 'HTTP/2'): void {
     const ref: TunnelRef = { conn, chain, owner: this, stream, session: undefined, active: 0, current: undefined, last: undefined, lastKeepAlive: false };
+    // Node's HTTP server arms the tunnel's idle timers (stream idle, keep-alive).
+    clearTimerOnDestroy(stream);
     conn.innerProtocol = protocol;
     this.tunnels.add(ref);
-    stream.once('close', () => this.tunnels.delete(ref));
+    stream.once('close', () => {
+      this.tunnels.delete(ref);
+      // Node destroys the h2c session of a closed tunnel without clearing its idle timer
+      // (streams.ts); this listener runs before Node's, while the session can still clear it.
+      clearIdleTimer(ref.session);
+    });
     // RST_STREAM from the client while a response is back-pressured leaves the Http2Stream open
     // (it waits for writes that will never drain): destroy it so the request is cancelled.
     stream.once('aborted', () => stream.destroy());
@@ -399,14 +407,26 @@ function onStreamTimeout(s: StreamContext): void {
  * request and any retry. After `Connection: close` (or an HTTP/1.0 request without keep-alive)
  * the client half-closed on purpose and still gets its answer (envoyproxy/envoy#2066).
  */
+/** Queued bytes of a finished answer still delivered to a client that half-closed (one h2 window). */
+const DELIVER_AFTER_FIN_BYTES = 65_535;
+
 function onTunnelEnd(ref: TunnelRef): void {
   const s = ref.last;
-  if (ref.active === 0 || !s || !ref.lastKeepAlive || s.res.writableEnded) return;
-  closeTunnel(ref.stream);
+  if (ref.active === 0 || !s || !ref.lastKeepAlive || s.res.writableFinished) return;
+  // A whole answer with little left to flush (a local reply such as a 400) is still delivered:
+  // the client may have half-closed right after its request (RFC 9112 §9.6 lets it).
+  if (s.res.writableEnded && ref.stream.writableLength <= DELIVER_AFTER_FIN_BYTES) return;
+  // Response bytes still queued toward a client that left will never be read, so END_STREAM
+  // would wait behind them (with the upstream's unread response) until the stream idle timeout:
+  // reset the tunnel now (Node sends RST_STREAM(NO_ERROR), which ends the source's side as well).
+  if (ref.stream.writableLength > 0) ref.stream.destroy();
+  else closeTunnel(ref.stream);
 }
 
 function onResponseClose(stream: StreamContext, ref: TunnelRef): void {
   if (ref.current === stream) ref.current = undefined;
+  // An idle keep-alive tunnel must not hold its last request (body copies, upstream objects).
+  if (ref.last === stream) ref.last = undefined;
   if (--ref.active === 0 && ref.owner.draining && !ref.session) ref.stream.end();
   if (!responseComplete(stream)) {
     if (stream.responseFlags === ResponseFlag.None) stream.addFlag(ResponseFlag.DownstreamConnectionTermination);
@@ -414,22 +434,6 @@ function onResponseClose(stream: StreamContext, ref: TunnelRef): void {
     stream.abortUpstream?.cancel();
   }
   stream.chain.completeStream(stream);
-}
-
-/**
- * Close an HTTP/1 tunnel as a server closes its connection: END_STREAM after the last bytes, then
- * RST_STREAM(NO_ERROR) so the peer stops sending (RFC 9113 §8.1) and the stream is released even
- * when the client keeps its side open.
- */
-function closeTunnel(tunnel: Duplex): void {
-  const close = () => {
-    const h2 = tunnel as Duplex & { close?: (code?: number) => void };
-    if (typeof h2.close === 'function') h2.close(http2.constants.NGHTTP2_NO_ERROR);
-    else tunnel.destroy();
-  };
-  if (tunnel.writableFinished || tunnel.destroyed) return close();
-  tunnel.once('finish', close);
-  tunnel.end();
 }
 
 function filterFailed(stream: StreamContext, err: unknown): void {

@@ -1,20 +1,27 @@
 /**
  * Protocol detection on the first bytes a client sends inside a tunnel, as Envoy's
- * `http_inspector` listener filter does for Istio's undeclared ports (IS:listener_waypoint.go,
- * ENV:source/extensions/filters/listener/http_inspector): the HTTP/2 connection preface means
- * HTTP/2 (h2c with prior knowledge), an HTTP/1.x request line means HTTP/1.1, anything else TCP.
- * The bytes read are pushed back (`unshift`) so whoever consumes the stream next sees them all.
+ * `http_inspector` listener filter does for Istio's undeclared ports (istio/istio
+ * pilot/pkg/networking/core/listener_waypoint.go; envoyproxy/envoy
+ * source/extensions/filters/listener/http_inspector): the HTTP/2 connection preface means HTTP/2
+ * (h2c with prior knowledge), an HTTP/1.x request line means HTTP/1.1, anything else TCP. An
+ * HTTP/0.9 request line (`GET /path` without a version) is reported as such: Envoy's inspector
+ * takes it for TCP, and Node's HTTP/1 parser would take it for HTTP/1, so on a port declared HTTP
+ * it is refused ({@link refuseHttp09}). The bytes read are pushed back (`unshift`) so whoever
+ * consumes the stream next sees them all.
  */
 import type { Duplex } from 'node:stream';
+import { log, LogLimiter } from '../util/index.ts';
 
 /** What the first bytes showed. `closed`: the stream closed (reset) before a decision. */
-export type SniffResult = 'HTTP/1.1' | 'HTTP/2' | 'TCP' | 'closed';
+export type SniffResult = 'HTTP/1.1' | 'HTTP/2' | 'HTTP/0.9' | 'TCP' | 'closed';
 
 const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 /** Envoy's http_inspector gives up after this many bytes without a complete request line. */
 const MAX_INSPECT_BYTES = 8192;
 /** A request-line method: RFC 9110 token characters. */
 const TCHAR = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** Methods that make `METHOD /path` an HTTP/0.9 request line (HTTP/0.9 had GET only; clients that omit the version send others too). */
+const HTTP09_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'OPTIONS', 'PATCH', 'TRACE', 'CONNECT']);
 
 /**
  * Classify `data` (the bytes seen so far): a result, or undefined when more bytes are needed.
@@ -33,17 +40,37 @@ export function classify(data: Buffer): Exclude<SniffResult, 'closed'> | undefin
   }
   const line = data.toString('latin1', 0, eol);
   const parts = line.split(' ');
+  if (parts.length === 2 && HTTP09_METHODS.has(parts[0]) && parts[1].startsWith('/')) return 'HTTP/0.9';
   return parts.length === 3 && TCHAR.test(parts[0]) && parts[1].length > 0 && /^HTTP\/1\.[01]$/.test(parts[2]) ? 'HTTP/1.1' : 'TCP';
+}
+
+const refusals = new LogLimiter();
+
+/**
+ * Answer an HTTP/0.9 request on a port declared HTTP with an HTTP/1.0 400 and end the tunnel, with
+ * a log line (a warning at most every 10 s): it is neither HTTP/1 (no version, no headers, which
+ * the HTTP/1 parser would accept as such) nor TCP on such a port. `where` names the tunnel.
+ */
+export function refuseHttp09(stream: Duplex, where: string): void {
+  const body = 'HTTP/0.9 requests are not supported\n';
+  stream.end(`HTTP/1.0 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+  const fields = { authority: where };
+  log.debug(fields, 'HTTP/0.9 request refused with 400');
+  const suppressed = refusals.take('http09');
+  if (suppressed !== undefined) log.warn({ ...fields, suppressed }, 'HTTP/0.9 request refused with 400');
 }
 
 /**
  * Outcome of {@link sniff}. The bytes read are pushed back into the stream, except when the
- * client ended its side before a decision: then they are in `head` (the stream has already
- * emitted 'end' and cannot take them back) and the caller forwards them itself.
+ * client ended its side before a decision (`ended`; `protocol` is then `TCP`): then they are in
+ * `head` (the stream has already emitted 'end' and cannot take them back; undefined when the
+ * client sent nothing at all, e.g. END_STREAM on the CONNECT itself) and the caller forwards
+ * them itself.
  */
 export interface Sniffed {
   readonly protocol: SniffResult;
   readonly head: Buffer | undefined;
+  readonly ended: boolean;
 }
 
 /**
@@ -62,9 +89,9 @@ export function sniff(stream: Duplex, timeoutMs: number): Promise<Sniffed> {
       stream.off('close', onClose);
       if (timer) clearTimeout(timer);
       stream.pause();
-      if (ended) return resolve({ protocol, head: seen.length > 0 ? seen : undefined });
+      if (ended) return resolve({ protocol, head: seen.length > 0 ? seen : undefined, ended });
       if (seen.length > 0) stream.unshift(seen);
-      resolve({ protocol, head: undefined });
+      resolve({ protocol, head: undefined, ended });
     };
     const onData = (chunk: Buffer) => {
       seen = seen.length === 0 ? chunk : Buffer.concat([seen, chunk]);

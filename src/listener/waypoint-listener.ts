@@ -2,31 +2,26 @@
  * The waypoint's connection phase: for each authenticated CONNECT from the HBONE server, resolve
  * the target from `:authority` against the current mesh snapshot (a served service's VIP:port, or
  * the address of a workload this waypoint serves), run the chain's `onConnection` filters, then
- * choose the filter chain by the port's protocol as Istio's waypoint does (IS:listener_waypoint.go):
- *  - HTTP-family ports (http, http2, grpc, grpc-web): answer 200 and serve HTTP inside the tunnel,
- *    HTTP/1.x or h2c with prior knowledge as the client's first bytes show (Envoy's codec AUTO);
- *  - TCP and other declared ports: handed to the TCP terminal (the router layer's TCP proxy),
- *    which answers 200 only once its upstream is up (503 otherwise), then relays bytes;
- *  - undeclared ports and workload-addressed traffic: answer 200, sniff the first bytes (Envoy's
- *    http_inspector); HTTP/1.x or the HTTP/2 preface ⇒ HTTP, anything else, or silence for the
- *    detection timeout ⇒ TCP, so server-first protocols work (pitfall G1).
- * Unknown target ⇒ 503 (deliberately clearer than Envoy's 200-then-close with `NR`). While the
- * overload manager's `stop_accepting_requests` is active, every CONNECT is answered 503 first, as
- * Envoy's `connect_terminate` connection manager answers requests then (pipeline/overload.ts).
+ * choose the filter chain by the port's protocol as Istio's waypoint does (istio/istio
+ * pilot/pkg/networking/core/listener_waypoint.go): - HTTP-family ports (http, http2, grpc,
+ * grpc-web): answer 200 and serve HTTP inside the tunnel, HTTP/1.x or h2c with prior knowledge as
+ * the client's first bytes show (Envoy's codec AUTO); - TCP and other declared ports: handed to the
+ * TCP terminal (the router layer's TCP proxy), which answers 200 only once its upstream is up (503
+ * otherwise), then relays bytes; - undeclared ports and workload-addressed traffic: answer 200,
+ * sniff the first bytes (Envoy's http_inspector); HTTP/1.x or the HTTP/2 preface ⇒ HTTP, anything
+ * else, or silence for the detection timeout ⇒ TCP, so server-first protocols work
+ * (istio/istio#55420). Unknown target ⇒ 503 (deliberately clearer than Envoy's 200-then-close with
+ * `NR`). While the overload manager's `stop_accepting_requests` is active, every CONNECT is
+ * answered 503 first, as Envoy's `connect_terminate` connection manager answers requests then
+ * (pipeline/overload.ts).
  */
 import type { ServerHttp2Stream } from 'node:http2';
-import type { HboneRequest } from '../hbone/server.ts';
-import { respondAndClose } from '../hbone/server.ts';
-import { teardown } from '../hbone/relay.ts';
-import type { InnerHttpServer } from '../inner-http/server.ts';
-import type { FilterChain } from '../pipeline/chain.ts';
-import { ConnectionContext, type ConnectInfo } from '../pipeline/context.ts';
-import { FilterStatus } from '../pipeline/filter.ts';
-import { OVERLOAD_BODY, type OverloadManager } from '../pipeline/index.ts';
-import { isHttpProtocol } from '../state/protocol.ts';
-import type { MeshSnapshot, PortProtocol, Target } from '../state/types.ts';
-import { log } from '../util/log.ts';
-import { sniff } from './sniff.ts';
+import { type HboneRequest, respondAndClose, teardown } from '../hbone/index.ts';
+import type { InnerHttpServer } from '../inner-http/index.ts';
+import { type FilterChain, ConnectionContext, type ConnectInfo, FilterStatus, OVERLOAD_BODY, type OverloadManager } from '../pipeline/index.ts';
+import { isHttpProtocol, type MeshSnapshot, type PortProtocol, type Target } from '../state/index.ts';
+import { log } from '../util/index.ts';
+import { refuseHttp09, sniff } from './sniff.ts';
 
 /**
  * The terminal of TCP tunnels (the router layer's TCP proxy, Envoy's tcp_proxy): relays `stream`
@@ -105,7 +100,9 @@ function admitted(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: C
     void detect(deps, stream, conn, chain, 0);
   } else if (conn.protocol === 'UNKNOWN') {
     stream.respond({ ':status': 200 });
-    void detect(deps, stream, conn, chain, deps.protocolDetectionTimeoutMs);
+    // When TCP would be refused (L7-only policy), a client slow to send its request must not
+    // become TCP at the detection timeout and lose its tunnel unanswered: wait for its bytes.
+    void detect(deps, stream, conn, chain, conn.rejectIfTcp ? 0 : deps.protocolDetectionTimeoutMs);
   } else {
     void deps.tcp.proxy(stream, conn, chain, false, undefined);
   }
@@ -113,13 +110,18 @@ function admitted(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: C
 
 /** Sniff the tunnel's first bytes, then serve HTTP/1.x, h2c, or relay them as TCP. */
 async function detect(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: ConnectionContext, chain: FilterChain, timeoutMs: number): Promise<void> {
-  const { protocol, head } = await sniff(stream, timeoutMs);
-  if (protocol === 'closed' || stream.destroyed) return;
+  const sniffed = await sniff(stream, timeoutMs);
+  const { head, ended } = sniffed;
+  if (sniffed.protocol === 'closed' || stream.destroyed) return;
+  // HTTP/0.9 is refused on an HTTP port; on a sniffed one it is TCP, as Envoy's http_inspector sees it.
+  if (sniffed.protocol === 'HTTP/0.9' && conn.protocol !== 'UNKNOWN') return refuseHttp09(stream, conn.info.authority);
+  const protocol = sniffed.protocol === 'HTTP/0.9' ? 'TCP' : sniffed.protocol;
   if (protocol !== 'TCP') return deps.inner.attach(stream, conn, chain, protocol);
   if (conn.protocol !== 'UNKNOWN') {
     // A declared HTTP port: bytes that are not HTTP get the HTTP/1 parser's 400; a client that
-    // ended its side before a whole request line gets a clean end.
-    if (head === undefined) return deps.inner.attach(stream, conn, chain, 'HTTP/1.1');
+    // ended its side before a whole request line (or before any byte: END_STREAM on the CONNECT)
+    // can send no request, so its tunnel is ended at once rather than held open.
+    if (!ended) return deps.inner.attach(stream, conn, chain, 'HTTP/1.1');
     stream.end();
     return;
   }

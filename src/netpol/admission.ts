@@ -6,7 +6,7 @@
  * Filters never see the upstream pool: the predicate is over mesh-state {@link Endpoint}s only.
  */
 import { ResponseFlag, defineSlot, sendLocalReply, type StreamContext } from '../pipeline/index.ts';
-import type { Endpoint, Target } from '../state/types.ts';
+import { upstreamEndpoints, type Endpoint, type Target } from '../state/index.ts';
 
 /** Which endpoints the original client may reach. */
 export interface EndpointAdmission {
@@ -26,10 +26,13 @@ export const NETWORK_POLICY_DENIED_DETAILS = 'network_policy_access_denied';
 /** HTTP status of a denial (TCP tunnels get 401 on the CONNECT, as ztunnel's L4 denials). */
 export const NETWORK_POLICY_DENIED_STATUS = 403;
 
-/** True when `target` has an endpoint to pick at all (a healthy service endpoint, or a healthy workload). */
+/**
+ * True when `target` has an endpoint to pick at all (a healthy service endpoint — an instance of
+ * the other waypoint a service goes through — or a healthy workload).
+ */
 export function hasCandidates(target: Target): boolean {
   if (target.kind === 'workload') return target.workload.healthy;
-  return (target.service.endpoints.get(target.port.port)?.length ?? 0) > 0;
+  return upstreamEndpoints(target.service, target.port.port).length > 0;
 }
 
 /**

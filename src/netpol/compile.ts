@@ -1,7 +1,7 @@
 /**
  * Compile the ingress NetworkPolicies of a mesh snapshot once into per-destination-pod rule sets
- * (shared/reference/authz.md §8.1), so that a decision is one Map lookup plus the few rules of the
- * policies that select that pod:
+ * (kubernetes/api `networking/v1/types.go` semantics), so that a decision is one Map lookup plus
+ * the few rules of the policies that select that pod:
  * - a Pod is **isolated for ingress** when any policy of its namespace with `Ingress` in its
  *   (defaulted) `policyTypes` selects it through `spec.podSelector`; an isolated pod accepts only
  *   the union of those policies' ingress rules (none ⇒ deny all); a pod no policy selects accepts
@@ -18,10 +18,8 @@
  * Egress policies are the client's CNI's business and are not evaluated (a waypoint cannot stand in
  * for the source pod's egress enforcement).
  */
-import { ConfigError } from '../errors.ts';
-import { definePart } from '../state/parts.ts';
-import { locateField } from '../state/resource-location.ts';
-import type { Endpoint, MeshSnapshot, Workload } from '../state/types.ts';
+import { ConfigError } from '../util/index.ts';
+import { definePart, locateField, type Endpoint, type MeshSnapshot, type Workload } from '../state/index.ts';
 import type { EndpointAdmission } from './admission.ts';
 import { NAMESPACE_NAME_LABEL, parseNetworkPolicy, type IngressRule, type NetworkPolicy, type Peer, type PortRule } from './policy.ts';
 import type { Labels } from './selector.ts';

@@ -12,9 +12,8 @@
  *   ⇒ 403 `NetworkPolicy: access denied` (admission.ts).
  * A target without any healthy endpoint is not a policy matter (503 `UH` as usual).
  */
-import type { ConnectionContext } from '../pipeline/index.ts';
-import type { MeshSnapshot, Target } from '../state/types.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
+import { type ConnectionContext, ResponseFlag } from '../pipeline/index.ts';
+import type { MeshSnapshot, Target } from '../state/index.ts';
 import { CONNECTION_ADMISSION, hasCandidates, NETWORK_POLICY_DENIED_DETAILS, type EndpointAdmission } from './admission.ts';
 import { networkPolicyFor } from './compile.ts';
 import { originalSource } from './source.ts';

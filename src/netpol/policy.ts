@@ -4,13 +4,14 @@
  * `pkg/apis/networking/validation/validation.go` `ValidateNetworkPolicySpec`,
  * `ValidateNetworkPolicyPort`, `ValidateNetworkPolicyPeer`, `ValidateIPBlock`) and applying its
  * defaults (`pkg/apis/networking/v1/defaults.go`: `policyTypes` empty ⇒ `Ingress`, plus `Egress`
- * when `egress` has rules; `protocol` ⇒ TCP). Semantics: shared/reference/authz.md §8.1.
+ * when `egress` has rules; `protocol` ⇒ TCP). Semantics: kubernetes/api `networking/v1/types.go`
+ * field comments and kubernetes.io docs concepts/services-networking/network-policies.
  *
  * In this standalone waypoint the mesh file plays the API server, so an invalid NetworkPolicy makes
  * the whole mesh file invalid (at start-up: an error naming file and line; on reload: the last good
  * state stays), whether or not the NetworkPolicy mode is on.
  */
-import { normalizeIpOrCidr, parseCidr, type Cidr } from '../state/ip.ts';
+import { normalizeIpOrCidr, parseCidr, type Cidr } from '../state/index.ts';
 import { compileSelector, type Fail, type LabelPredicate } from './selector.ts';
 
 /** Transport protocols of a NetworkPolicyPort. */

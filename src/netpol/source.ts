@@ -1,11 +1,11 @@
 /**
  * The original client of a tunnel, as a NetworkPolicy at the destination would have seen it had
- * the waypoint not been in the path (shared/reference/authz.md §8.2: after a waypoint, the
- * destination sees the waypoint's address instead).
+ * the waypoint not been in the path (after a waypoint, the destination sees the waypoint's
+ * address instead: istio.io docs ambient/usage/networkpolicy).
  */
 import type { ConnectInfo } from '../pipeline/index.ts';
-import { forwardedFor } from '../peer/forwarded.ts';
-import type { MeshSnapshot, Workload } from '../state/types.ts';
+import { forwardedFor } from '../peer/index.ts';
+import type { MeshSnapshot, Workload } from '../state/index.ts';
 
 /** The source a NetworkPolicy is evaluated against. */
 export interface OriginalSource {

@@ -1,8 +1,8 @@
 /**
  * Parse a `baggage` header into the PeerInfo it describes: the reader side of `baggage.ts`.
  *
- * Keys follow ztunnel's parser (ZT:src/baggage.rs `parse_baggage_header`) plus the extra keys
- * Envoy's reads (PX:extensions/common/metadata_object.cc `convertBaggageToWorkloadMetadata`):
+ * Keys follow ztunnel's parser (istio/ztunnel src/baggage.rs `parse_baggage_header`) plus the extra keys
+ * Envoy's reads (istio/proxy extensions/common/metadata_object.cc `convertBaggageToWorkloadMetadata`):
  *
  * | key | field |
  * |---|---|

@@ -1,10 +1,10 @@
 /**
  * The `baggage` header ztunnel puts on its HBONE CONNECTs to describe the source workload
- * (ZT:src/baggage.rs `baggage_header_val`, ztunnel ≥ 1.30: keys with empty values are omitted):
- * `k8s.cluster.name`, `k8s.namespace.name`, `k8s.<type>.name`, `service.name`, `service.version`,
- * `cloud.region`, `cloud.availability_zone`, joined as `k=v` with `,`.
+ * (istio/ztunnel src/baggage.rs `baggage_header_val`, ztunnel ≥ 1.30: keys with empty values are
+ * omitted): `k8s.cluster.name`, `k8s.namespace.name`, `k8s.<type>.name`, `service.name`,
+ * `service.version`, `cloud.region`, `cloud.availability_zone`, joined as `k=v` with `,`.
  */
-import type { Workload } from '../state/types.ts';
+import type { Workload } from '../state/index.ts';
 
 /** Baggage value describing `w`. */
 export function formatBaggage(w: Workload): string {

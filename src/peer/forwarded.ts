@@ -3,7 +3,7 @@
  * `for=10.0.0.1` or, for IPv6, the quoted bracketed form `for="[fd00::1]"`; a port, if any, is
  * dropped. Only the first element (the original client) is read.
  */
-import { normalizeIp } from '../state/ip.ts';
+import { normalizeIp } from '../state/index.ts';
 
 /** The first `for=` address of `forwarded`, normalised; undefined when absent or not an IP. */
 export function forwardedFor(forwarded: string): string | undefined {

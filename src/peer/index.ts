@@ -13,9 +13,12 @@ export {
   UPSTREAM_PEER,
   downstreamPeerOf,
   peerFromWorkload,
+  sourceWorkloadAt,
   upstreamExchangePeerOf,
   workloadAt,
   type PeerInfo,
 } from './peer-info.ts';
 export { PEER_METADATA_HEADER, PEER_METADATA_ID_HEADER, decodePeerMetadata, encodePeerMetadata, nodeId, peerMetadataHeaders } from './peer-metadata-header.ts';
 export { waypointSelf, type SelfParts, type SelfPeer } from './self-peer.ts';
+export { forwardedFor, originalClient } from './forwarded.ts';
+export { PeerExchangeDecoder, encodePeerExchange, type PeerExchangeState } from './peer-exchange.ts';

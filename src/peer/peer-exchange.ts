@@ -18,7 +18,11 @@ import type { PeerInfo } from './peer-info.ts';
 import { PEER_METADATA_HEADER, PEER_METADATA_ID_HEADER } from './peer-metadata-header.ts';
 import { peerFromStruct, peerToStruct } from './peer-struct.ts';
 
-/** First 4 bytes of an exchange frame (PX:metadata_exchange_initial_header.h `magic_number`). */
+/**
+ * First 4 bytes of an exchange frame (istio/proxy
+ * source/extensions/filters/network/metadata_exchange/metadata_exchange_initial_header.h
+ * `magic_number`).
+ */
 export const PEER_EXCHANGE_MAGIC = 0x3d230467;
 /** Magic + length. */
 export const PEER_EXCHANGE_HEADER_BYTES = 8;

@@ -1,15 +1,14 @@
 /**
- * What the waypoint knows about a peer (the workload on the other end of a request): the fields
- * of istio/proxy's `WorkloadMetadataObject` (PX:extensions/common/metadata_object.h), filled from
- * mesh state (WDS-equivalent lookup by IP), `x-envoy-peer-metadata` headers, or `baggage`.
+ * What the waypoint knows about a peer (the workload on the other end of a request): the fields of
+ * istio/proxy's `WorkloadMetadataObject` (istio/proxy extensions/common/metadata_object.h), filled
+ * from mesh state (WDS-equivalent lookup by IP), `x-envoy-peer-metadata` headers, or `baggage`.
  *
  * Filters share peers through the slots below: `peer-metadata` writes them, `stats`, `authz` and
  * the access log read them. Empty string = unknown (the stats filter prints `unknown` for it,
  * exactly where Istio does).
  */
 import { defineSlot, type ConnectionContext, type StreamContext } from '../pipeline/index.ts';
-import { normalizeIp } from '../state/ip.ts';
-import type { MeshSnapshot, Workload } from '../state/types.ts';
+import { normalizeIp, type MeshSnapshot, type Workload } from '../state/index.ts';
 
 /** A peer workload; strings are '' when unknown. */
 export interface PeerInfo {
@@ -52,7 +51,10 @@ export const EMPTY_PEER: PeerInfo = Object.freeze({
   labels: Object.freeze({}),
 });
 
-/** The peer of a workload from mesh state (PX:workload_discovery/api.cc field mapping). */
+/**
+ * The peer of a workload from mesh state (istio/proxy
+ * source/extensions/common/workload_discovery/api.cc field mapping).
+ */
 export function peerFromWorkload(w: Workload): PeerInfo {
   return Object.freeze({
     name: w.name,
@@ -105,4 +107,20 @@ export function workloadAt(mesh: MeshSnapshot, address: string): Workload | unde
   if (w !== undefined || !address.includes(':')) return w;
   const n = normalizeIp(address);
   return n === undefined || n === address ? undefined : mesh.workloadByIp(n);
+}
+
+/**
+ * The source workload of a tunnel: the workload at its source `address` in `mesh`, but only when
+ * that workload's identity is `identity`, the SPIFFE id of the tunnel's client certificate. The
+ * address alone proves nothing: behind an east-west gateway (double HBONE) the address is the
+ * gateway's and the certificate the original client's, and a client may connect from another pod's
+ * address. (ztunnel and Istio's peer_metadata filter skip the address lookup only when the
+ * CONNECT's `x-forwarded-network` names another network: istio/ztunnel src/proxy/inbound.rs
+ * `from_gateway`, istio/proxy source/extensions/filters/http/peer_metadata/filter.cc; a gateway on
+ * the same network, or a borrowed address, passes that test.) The NetworkPolicy mode pairs them the
+ * same way (src/netpol/source.ts).
+ */
+export function sourceWorkloadAt(mesh: MeshSnapshot, address: string, identity: string): Workload | undefined {
+  const w = workloadAt(mesh, address);
+  return w !== undefined && identity !== '' && w.identity === identity ? w : undefined;
 }

@@ -108,7 +108,7 @@ export interface NodeIdParts {
 
 /**
  * Envoy's node id for this proxy, `<type>~<ip>~<pod>.<ns>~<ns>.svc.<domain>`, e.g.
- * `waypoint~10.0.0.5~waypoint-7d9f.demo~demo.svc.cluster.local` (IS:pkg/model/proxy.go, the
+ * `waypoint~10.0.0.5~waypoint-7d9f.demo~demo.svc.cluster.local` (istio/istio pkg/model/proxy.go, the
  * `x-envoy-peer-metadata-id` value). Throws `TypeError` if a part is empty or contains `~`
  * (which would make the id unparsable by Istio).
  */

@@ -11,7 +11,7 @@ import { StructSchema, ValueSchema } from '@bufbuild/protobuf/wkt';
 import type { Struct, Value } from '@bufbuild/protobuf/wkt';
 import type { PeerInfo } from './peer-info.ts';
 
-/** Struct keys (PX:metadata_object.h `*MetadataField`). */
+/** Struct keys (istio/proxy extensions/common/metadata_object.h `*MetadataField`). */
 export const KEY = {
   name: 'NAME',
   namespace: 'NAMESPACE',
@@ -24,7 +24,7 @@ export const KEY = {
   zone: 'AVAILABILITY_ZONE',
 } as const;
 
-/** Label keys Istio reads from / writes to `LABELS` (PX:metadata_object.h). */
+/** Label keys Istio reads from / writes to `LABELS` (istio/proxy extensions/common/metadata_object.h). */
 export const LABEL = {
   canonicalName: 'service.istio.io/canonical-name',
   canonicalRevision: 'service.istio.io/canonical-revision',
@@ -34,7 +34,7 @@ export const LABEL = {
   versionQualified: 'app.kubernetes.io/version',
 } as const;
 
-/** Workload types that have an OWNER form (PX:metadata_object.h `*Suffix`). */
+/** Workload types that have an OWNER form (istio/proxy extensions/common/metadata_object.h `*Suffix`). */
 const WORKLOAD_TYPES: ReadonlySet<string> = new Set(['pod', 'deployment', 'job', 'cronjob']);
 
 const OWNER_PREFIX = 'kubernetes://apis/apps/v1/namespaces/';
@@ -42,7 +42,7 @@ const OWNER_PREFIX = 'kubernetes://apis/apps/v1/namespaces/';
 /**
  * Istio's OWNER string for a workload: `kubernetes://apis/apps/v1/namespaces/<ns>/<type>s/<name>`,
  * or `undefined` when `type` is not one of `pod`, `deployment`, `job`, `cronjob` (Envoy writes
- * no OWNER then; PX:metadata_object.cc `WorkloadMetadataObject::owner`).
+ * no OWNER then; istio/proxy extensions/common/metadata_object.cc `WorkloadMetadataObject::owner`).
  */
 export function ownerOf(namespace: string, type: string, workload: string): string | undefined {
   return WORKLOAD_TYPES.has(type) ? `${OWNER_PREFIX}${namespace}/${type}s/${workload}` : undefined;

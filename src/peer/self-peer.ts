@@ -1,12 +1,12 @@
 /**
  * The waypoint's own peer description: what it sends about itself where Istio's proxies exchange
  * metadata (the `istio-peer-exchange` frame toward sidecars). An Envoy waypoint describes itself
- * from its node metadata, which istiod's waypoint template fills (IS:…/files/waypoint.yaml,
- * shared/reference/hbone-waypoint.md §2.1): pod name, the Gateway's namespace, workload =
- * Deployment = Gateway name, canonical name = Gateway name, revision `latest`, and the pod labels
- * below.
+ * from its node metadata, which istiod's waypoint template fills (istio/istio
+ * manifests/charts/istio-control/istio-discovery/files/waypoint.yaml): pod name, the Gateway's
+ * namespace, workload = Deployment = Gateway name, canonical name = Gateway name, revision
+ * `latest`, and the pod labels below.
  */
-import type { MeshSnapshot } from '../state/types.ts';
+import type { MeshSnapshot } from '../state/index.ts';
 import { peerFromWorkload, type PeerInfo } from './peer-info.ts';
 import { nodeId } from './peer-metadata-header.ts';
 

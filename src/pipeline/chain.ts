@@ -3,7 +3,7 @@
  * implement it), and the runners for each phase. Built once per configuration; each tunnel and
  * stream captures the chain current when it starts, so a reload never changes a running request.
  */
-import { log } from '../util/log.ts';
+import { log } from '../util/index.ts';
 import type { ConnectionContext, StreamContext, StreamPhases } from './context.ts';
 import { FilterStatus, type Filter, type PhaseResult, type TerminalFilter } from './filter.ts';
 import type { HeaderList } from './headers.ts';

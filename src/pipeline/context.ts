@@ -7,9 +7,9 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Http2ServerRequest, Http2ServerResponse, IncomingHttpHeaders } from 'node:http2';
-import type { SpiffeId } from '../identity/spiffe.ts';
-import type { Endpoint, MeshSnapshot, PortProtocol, Target } from '../state/types.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
+import type { SpiffeId } from '../identity/index.ts';
+import type { Endpoint, MeshSnapshot, PortProtocol, Target } from '../state/index.ts';
+import { ResponseFlag } from './response-flags.ts';
 import type { HeaderList } from './headers.ts';
 import { slotCount, type Slot } from './slots.ts';
 
@@ -208,6 +208,11 @@ export class StreamContext {
   /** gRPC request: HTTP/2 with `content-type: application/grpc…` (not gRPC-Web). */
   readonly isGrpc: boolean;
   /**
+   * gRPC-Web request (any HTTP version): `content-type: application/grpc-web`, `…+proto`,
+   * `application/grpc-web-text…`. Its answer's status travels in the body's trailer frame.
+   */
+  readonly isGrpcWeb: boolean;
+  /**
    * The request target to send upstream when a filter rewrote it (the authz filter's normalized
    * path, query kept); undefined = `path` as received. The router and the access log use it.
    */
@@ -284,7 +289,9 @@ export class StreamContext {
     this.path = head.path;
     this.authority = head.authority;
     this.requestHeaders = head.headers;
-    this.isGrpc = this.http2 && isGrpcRequest(head.headers.get('content-type'));
+    const ct = head.headers.get('content-type');
+    this.isGrpc = this.http2 && isGrpcRequest(ct);
+    this.isGrpcWeb = ct !== undefined && ct.startsWith('application/grpc-web');
     this.forwardPath = undefined;
     this.bufferedBody = undefined;
     this.requestId = '';

@@ -11,7 +11,7 @@
  */
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import type { MeshSnapshot } from '../state/types.ts';
+import type { MeshSnapshot } from '../state/index.ts';
 import type { ConnectionContext, StreamContext } from './context.ts';
 import type { HeaderList } from './headers.ts';
 

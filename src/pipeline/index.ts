@@ -30,7 +30,7 @@ export { asksForContinue, bodyAfterBuffer, bufferRequestBody, discardUnreadBody,
 export { FilterChain } from './chain.ts';
 export { heldBy, OverloadManager, OVERLOAD_BODY, OVERLOAD_DETAILS, type BufferAccount, type BufferHolder, type OverloadSettings } from './overload.ts';
 export { FilterRegistry } from './registry.ts';
-// Response flags are defined once, in telemetry/response-flags.ts; filters take them from here.
-export { ResponseFlag } from '../telemetry/response-flags.ts';
+// Envoy's response flags and the status each local failure answers with (one table).
+export { ResponseFlag, type ResponseFlagName, LOCAL_REPLY_STATUS } from './response-flags.ts';
 /** Whether a tunnel's port protocol is HTTP-family (per-request phases apply). */
-export { isHttpProtocol } from '../state/protocol.ts';
+export { isHttpProtocol } from '../state/index.ts';

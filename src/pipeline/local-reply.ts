@@ -6,7 +6,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { Http2ServerResponse } from 'node:http2';
-import { LOCAL_REPLY_BODY, LOCAL_REPLY_STATUS } from '../telemetry/response-flags.ts';
+import { LOCAL_REPLY_BODY, LOCAL_REPLY_STATUS } from './response-flags.ts';
 import type { StreamContext } from './context.ts';
 import { HeaderList } from './headers.ts';
 
@@ -28,7 +28,7 @@ export function respond(stream: StreamContext, status: number, statusText: strin
 
 /**
  * Answer locally (Envoy's sendLocalReply): `status` (default from the flag's mapping in
- * telemetry/response-flags.ts, else 500), a text body (default the flag's), a response flag
+ * response-flags.ts, else 500), a text body (default the flag's), a response flag
  * (`-` for none) and the response code details. Response-header filters still run. A gRPC
  * request gets HTTP 200 with the status mapped to `grpc-status` and the text as `grpc-message`.
  * When the response already started, the downstream stream is reset instead.
@@ -45,7 +45,7 @@ export function sendLocalReply(stream: StreamContext, status: number | undefined
   }
   if (stream.isGrpc) {
     // Envoy answers a gRPC request with HTTP 200 and the status mapped to grpc-status
-    // (ENV:source/common/grpc/status.cc `httpToGrpcStatus`), the text as grpc-message.
+    // (envoyproxy/envoy source/common/grpc/status.cc `httpToGrpcStatus`), the text as grpc-message.
     const grpcStatus = String(httpToGrpcStatus(code));
     if (!respond(stream, 200, undefined, new HeaderList(['content-type', 'application/grpc']))) return;
     stream.grpcStatus = grpcStatus;
@@ -95,7 +95,10 @@ export function grpcMessageEncode(text: string): string {
   return out;
 }
 
-/** Envoy's HTTP status → gRPC status mapping for local replies (ENV:source/common/grpc/status.cc). */
+/**
+ * Envoy's HTTP status → gRPC status mapping for local replies (envoyproxy/envoy
+ * source/common/grpc/status.cc).
+ */
 export function httpToGrpcStatus(http: number): number {
   switch (http) {
     case 400:

@@ -3,7 +3,7 @@
  * list from the bootstrap config: unknown names, duplicates, unmet `dependsOn`, broken `after`
  * order and a missing or misplaced router are configuration errors, reported with the filter's index.
  */
-import { ConfigError } from '../errors.ts';
+import { ConfigError } from '../util/index.ts';
 import { FilterChain } from './chain.ts';
 import type { Filter, FilterEnv, FilterFactory } from './filter.ts';
 

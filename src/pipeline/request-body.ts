@@ -1,7 +1,7 @@
 /**
  * Reading the start of a request body in a filter, before the router runs, without losing it:
  * Envoy's decoder filters that return `StopIterationAndBuffer` (ext_authz `with_request_body`,
- * ENV:source/extensions/filters/http/ext_authz/ext_authz.cc `decodeData`). The filter calls
+ * envoyproxy/envoy source/extensions/filters/http/ext_authz/ext_authz.cc `decodeData`). The filter calls
  * {@link bufferRequestBody}; the bytes read are kept in `stream.bufferedBody` and the router sends
  * them first, then what is still unread in `stream.req` ({@link bodyAfterBuffer}), so the upstream
  * receives the body untouched.

@@ -3,7 +3,7 @@
  * over an upstream tunnel of their own (one HBONE CONNECT stream, or one TCP connection for
  * endpoints outside the mesh, per request; never reused). The router delegates two cases here:
  *
- * - **WebSocket upgrades** (pitfall D1; Istio's waypoint routes carry `upgrade_configs:
+ * - **WebSocket upgrades** (istio/istio#27078; Istio's waypoint routes carry `upgrade_configs:
  *   websocket`). The request goes upstream over HTTP/1.1 whatever the port's protocol (Envoy falls
  *   back to HTTP/1.1 for upgrades: istio/istio#27078), with `Upgrade`, `Connection: Upgrade` and
  *   `Sec-WebSocket-*` intact. A `101` is relayed as received (status line, header spelling and
@@ -12,14 +12,14 @@
  *   (`bytesReceived`: client → upstream, `bytesSent`: upstream → client). The exchange completes
  *   (`onStreamComplete`, response code 101) when both sides are closed. Any other answer is
  *   passed through and the tunnel is then closed. The request timeout runs until the 101 only.
- * - **`Expect: 100-continue`** (pitfall C3, istio/istio#36278): `Expect` is relayed end to end.
- *   The client's body is piped upstream as it arrives (a client that gets no 100 sends it after
- *   its own wait, about 1 s for curl). The upstream's first `100 Continue` is written downstream;
- *   later ones are dropped (envoyproxy/envoy#2563). A final answer that comes before the upload
- *   is complete (417, 401, an early 413, …) is passed through, the rest of the upload is read and
- *   discarded, the upstream tunnel is reset and the downstream connection closes after the
- *   response. A 100 never counts as the response: a request timeout after it still answers
- *   504 `UT` (envoyproxy/envoy#12131).
+ * - **`Expect: 100-continue`** (envoyproxy/envoy#12131, istio/istio#36278): `Expect` is relayed end
+ *   to end. The client's body is piped upstream as it arrives (a client that gets no 100 sends it
+ *   after its own wait, about 1 s for curl). The upstream's first `100 Continue` is written
+ *   downstream; later ones are dropped (envoyproxy/envoy#2563). A final answer that comes before
+ *   the upload is complete (417, 401, an early 413, …) is passed through, the rest of the upload is
+ *   read and discarded, the upstream tunnel is reset and the downstream connection closes after the
+ *   response. A 100 never counts as the response: a request timeout after it still answers 504 `UT`
+ *   (envoyproxy/envoy#12131).
  *
  * No retries: an upgrade or a streamed upload cannot be replayed. Failures map to Envoy's flags
  * as the router's do (upstream/failure.ts): no endpoint 503 `UH`, connect failure 503 `UF`, reset
@@ -30,17 +30,13 @@
 import http, { type ClientRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { relay, teardown } from '../hbone/relay.ts';
-import { joinWritev } from '../hbone/writev-fix.ts';
-import type { Target } from '../state/types.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
-import { replyIfAllRefused } from '../netpol/admission.ts';
-import { connectResponseHeaders, type ClusterManager } from '../upstream/cluster-manager.ts';
-import { isConnectFailure, NO_HEALTHY_UPSTREAM, upstreamFailure } from '../upstream/failure.ts';
-import type { UpstreamLease } from '../upstream/pick-endpoint.ts';
-import { log } from '../util/log.ts';
+import { relay, teardown, joinWritev } from '../hbone/index.ts';
+import type { Target } from '../state/index.ts';
+import { ResponseFlag, asksForContinue, downstreamClosed, HeaderList, resetDownstream, respond, sendLocalReply, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
+import { replyIfAllRefused } from '../netpol/index.ts';
+import { connectResponseHeaders, type ClusterManager, isConnectFailure, NO_HEALTHY_UPSTREAM, upstreamFailure, type UpstreamLease } from '../upstream/index.ts';
+import { log } from '../util/index.ts';
 import { startAttempt } from './upstream-request.ts';
-import { asksForContinue, downstreamClosed, HeaderList, resetDownstream, respond, sendLocalReply, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
 
 /** Which of the two cases an exchange is. */
 export type DedicatedKind = 'upgrade' | 'continue';

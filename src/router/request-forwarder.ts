@@ -15,16 +15,11 @@
 import type { IncomingMessage } from 'node:http';
 import type { Http2ServerRequest } from 'node:http2';
 import { Readable } from 'node:stream';
-import { replyIfAllRefused } from '../netpol/admission.ts';
+import { replyIfAllRefused } from '../netpol/index.ts';
 import type { HeaderModifier } from '../routing/index.ts';
-import type { Target } from '../state/types.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
-import type { ClusterManager } from '../upstream/cluster-manager.ts';
-import { NO_HEALTHY_UPSTREAM, upstreamFailure } from '../upstream/failure.ts';
-import { GrpcFrameCounter } from './grpc-frames.ts';
-import { RetryState, type CompiledRoute } from './retry-policy.ts';
-import { counted, isStream, replayable, ReplayBuffer, SMALL_BODY_BYTES, startAttempt, UpstreamRequest, type AttemptOwner } from './upstream-request.ts';
+import type { Target } from '../state/index.ts';
 import {
+  ResponseFlag,
   bodyAfterBuffer,
   downstreamClosed,
   type BufferAccount,
@@ -36,6 +31,10 @@ import {
   sendLocalReply,
   type StreamContext,
 } from '../pipeline/index.ts';
+import { type ClusterManager, NO_HEALTHY_UPSTREAM, upstreamFailure } from '../upstream/index.ts';
+import { GrpcFrameCounter } from './grpc-frames.ts';
+import { RetryState, type CompiledRoute } from './retry-policy.ts';
+import { counted, isStream, replayable, ReplayBuffer, SMALL_BODY_BYTES, startAttempt, UpstreamRequest, type AttemptOwner } from './upstream-request.ts';
 
 /** See the module comment. One per request (and one UpstreamRequest per attempt); its timers call module functions, not closures. */
 export class RequestForwarder implements AttemptOwner, BufferAccount {
@@ -164,7 +163,7 @@ export class RequestForwarder implements AttemptOwner, BufferAccount {
    * Called by the core when the downstream went away before the response completed: the request
    * timer, the per-try timer and a pending retry back-off are cleared and the current attempt is
    * aborted, so no further attempt starts (Envoy's router `onDestroy` resets the upstream request
-   * and the retry state: ENV:source/common/router/router.cc `Filter::onDestroy`).
+   * and the retry state: envoyproxy/envoy source/common/router/router.cc `Filter::onDestroy`).
    */
   cancel(): void {
     this.current?.cancel(new Error('downstream disconnected'));

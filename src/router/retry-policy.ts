@@ -6,12 +6,9 @@
  * jittered exponential back-off between attempts.
  */
 import { routesFor, type CompiledRule, type RouteTable } from '../routing/index.ts';
-import type { MeshSnapshot } from '../state/types.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
-import { UpstreamOverflowError, type ClusterState } from '../upstream/cluster-state.ts';
-import { isConnectFailure } from '../upstream/failure.ts';
-import { UpstreamResetError } from '../upstream/h2-upstream.ts';
-import { type StreamContext } from '../pipeline/index.ts';
+import type { MeshSnapshot } from '../state/index.ts';
+import { ResponseFlag, type StreamContext } from '../pipeline/index.ts';
+import { UpstreamOverflowError, type ClusterState, isConnectFailure, UpstreamResetError } from '../upstream/index.ts';
 
 /** Route behaviour from the bootstrap `http` section (ms, counts). */
 export interface RouterOptions {
@@ -82,8 +79,8 @@ export function compileRoute(o: RouterOptions): CompiledRoute {
 /**
  * The route settings of a matched HTTPRoute rule: its `timeouts` and `retry` override the
  * bootstrap's. `retry` with `codes` retries them besides Istio's connect-failure, refused-stream,
- * unavailable and cancelled (IS:pilot/pkg/config/kube/gateway/conversion.go `createRetryPolicy`);
- * `attempts` defaults to Istio's 2; `backoff` is Envoy's base interval.
+ * unavailable and cancelled (istio/istio pilot/pkg/config/kube/gateway/conversion.go
+ * `createRetryPolicy`); `attempts` defaults to Istio's 2; `backoff` is Envoy's base interval.
  */
 export function ruleRoute(base: CompiledRoute, rule: CompiledRule): CompiledRoute {
   const t = rule.timeouts;
@@ -96,8 +93,9 @@ export function ruleRoute(base: CompiledRoute, rule: CompiledRule): CompiledRout
   };
   if (!r) return out;
   if (r.attempts === 0) {
-    // `attempts: 0`: Istio programs no retry policy at all (IS:conversion.go `createRetryPolicy`),
-    // so nothing is retried and nothing is flagged `URX`.
+    // `attempts: 0`: Istio programs no retry policy at all (istio/istio
+    // pilot/pkg/config/kube/gateway/conversion.go `createRetryPolicy`), so nothing is retried and
+    // nothing is flagged `URX`.
     return { ...out, attempts: 0, onConnectFailure: false, onRefusedStream: false, onReset: false, onUnavailable: false, onCancelled: false, on5xx: false, onGatewayError: false, retriableStatus: new Set() };
   }
   const codes = r.codes.length > 0;
@@ -237,10 +235,11 @@ export class RetryState {
   }
 
   /**
-   * Run `next(arg)` after Envoy's jittered exponential back-off: a random wait below
-   * `base × 2^(attempt-1)`, capped at `max_interval` (10 × base, Envoy's default; ENV:source/common/
-   * common/backoff_strategy.cc `JitteredExponentialBackOffStrategy`) and at Node's largest timer.
-   * `previous`: the authority of the attempt that failed, avoided next when another exists.
+   * Run `next(arg)` after Envoy's jittered exponential back-off: a random wait below `base ×
+   * 2^(attempt-1)`, capped at `max_interval` (10 × base, Envoy's default; envoyproxy/envoy
+   * source/common/common/backoff_strategy.cc `JitteredExponentialBackOffStrategy`) and at Node's
+   * largest timer. `previous`: the authority of the attempt that failed, avoided next when another
+   * exists.
    */
   backOff<T>(s: StreamContext, previous: string | undefined, next: (arg: T) => void, arg: T): void {
     if (previous) (this.tried ??= []).push(previous);

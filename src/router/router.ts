@@ -8,24 +8,18 @@
  * and `Expect: 100-continue` (dedicated-upstream.ts). Failures map to Envoy's status codes and
  * response flags in one place, upstream/failure.ts.
  *
- * Upstream protocol (IS:cluster_waypoint.go `applyH2Upgrade`, pitfall D2): HTTP/2 (h2c inside the
- * upstream tunnel) for ports declared `http2`/`grpc`, HTTP/1.1 for other HTTP ports, and the
- * downstream's own protocol for undeclared ports.
+ * Upstream protocol (istio/istio pilot/pkg/networking/core/cluster_waypoint.go `applyH2Upgrade`,
+ * istio/istio#54125): HTTP/2 (h2c inside the upstream tunnel) for ports declared `http2`/`grpc`,
+ * HTTP/1.1 for other HTTP ports, and the downstream's own protocol for undeclared ports.
  *
  * It is the one HTTP filter that talks to the upstream; it gets the cluster manager from the
  * core, which never hands it to other filters.
  */
 import type { ServerResponse } from 'node:http';
-import { originalClient } from '../peer/forwarded.ts';
-import type { Target } from '../state/types.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
-import { applyRequestHeaders, MirrorSender, routeRequest, routesFor, type RoutedRequest } from '../routing/index.ts';
-import type { ClusterManager } from '../upstream/cluster-manager.ts';
-import { clusterName } from '../upstream/cluster-name.ts';
-import { dedicatedKind, expectsContinue, forwardDedicated, restoreUpgradeHeaders } from './dedicated-upstream.ts';
-import { forwardWithBody, RequestForwarder } from './request-forwarder.ts';
-import { compileRoute, DEFAULT_ROUTER_OPTIONS, RouteSettings, type CompiledRoute, type RouterOptions } from './retry-policy.ts';
+import { originalClient } from '../peer/index.ts';
+import { type Target, clusterName } from '../state/index.ts';
 import {
+  ResponseFlag,
   type FilterEnv,
   type FilterFactory,
   type HeaderList,
@@ -36,6 +30,12 @@ import {
   type StreamContext,
   type TerminalFilter,
 } from '../pipeline/index.ts';
+import { applyRequestHeaders, routeRequest, routesFor, type RoutedRequest } from '../routing/index.ts';
+import type { ClusterManager } from '../upstream/index.ts';
+import { MirrorSender } from './mirror.ts';
+import { dedicatedKind, expectsContinue, forwardDedicated, restoreUpgradeHeaders } from './dedicated-upstream.ts';
+import { forwardWithBody, RequestForwarder } from './request-forwarder.ts';
+import { compileRoute, DEFAULT_ROUTER_OPTIONS, RouteSettings, type CompiledRoute, type RouterOptions } from './retry-policy.ts';
 
 /** The router's filter name, as Envoy's. */
 export const ROUTER_FILTER_NAME = 'envoy.filters.http.router';
@@ -156,7 +156,7 @@ class Router implements TerminalFilter {
     if (routed) applyRequestHeaders(headers, routed);
     const h2 = upstreamIsH2(upstream, stream.http2);
     // WebSocket upgrades and HTTP/1.1 `Expect: 100-continue` toward an HTTP/1.1 upstream take a
-    // dedicated upstream tunnel with Node's HTTP client (pitfalls D1, C3: dedicated-upstream.ts).
+    // dedicated upstream tunnel with Node's HTTP client (dedicated-upstream.ts).
     const dedicated = dedicatedKind(stream, h2);
     if (dedicated === 'upgrade') restoreUpgradeHeaders(req.rawHeaders, headers);
     else if (dedicated === undefined && req.headers.expect !== undefined) {
@@ -179,7 +179,8 @@ class Router implements TerminalFilter {
       return forwardDedicated(stream, this.clusters, r);
     }
     if (h2) {
-      // Connection-specific headers never reach an HTTP/2 upstream (pitfall D3); TE only as `trailers`.
+      // Connection-specific headers never reach an HTTP/2 upstream (envoyproxy/envoy#30362); TE
+      // only as `trailers`.
       headers.remove('host');
       if (/\btrailers\b/i.test(String(req.headers.te ?? ''))) headers.set('te', 'trailers');
     } else if (stream.http2) {

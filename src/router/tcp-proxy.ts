@@ -19,21 +19,25 @@
  */
 import http2, { type ServerHttp2Stream } from 'node:http2';
 import type { Duplex } from 'node:stream';
-import { relay, teardown } from '../hbone/relay.ts';
-import { resetStream } from '../hbone/stream-end.ts';
-import { respondAndClose } from '../hbone/server.ts';
-import { CONNECTION_ADMISSION } from '../netpol/admission.ts';
-import { originalClient } from '../peer/forwarded.ts';
-import type { ConnectionContext } from '../pipeline/context.ts';
-import { heldBy, type BufferAccount, type OverloadManager } from '../pipeline/index.ts';
-import { ResponseFlag, type ResponseFlagName } from '../telemetry/response-flags.ts';
-import { connectResponseHeaders, exchangePeer, type ClusterManager } from '../upstream/cluster-manager.ts';
-import { clusterName } from '../upstream/cluster-name.ts';
-import { CONNECT_FAILURE, CONNECTION_OVERFLOW, NO_HEALTHY_UPSTREAM, type UpstreamFailure } from '../upstream/failure.ts';
-import { connectionHash } from '../upstream/hash-policy.ts';
-import { leaseEndpoint, type UpstreamLease } from '../upstream/pick-endpoint.ts';
-import type { HashKey } from '../upstream/traffic-policy.ts';
-import { log } from '../util/log.ts';
+import { relay, resetStream, respondAndClose, teardown } from '../hbone/index.ts';
+import { CONNECTION_ADMISSION } from '../netpol/index.ts';
+import { originalClient } from '../peer/index.ts';
+import { type BufferAccount, type ConnectionContext, heldBy, type OverloadManager, ResponseFlag, type ResponseFlagName } from '../pipeline/index.ts';
+import {
+  connectResponseHeaders,
+  exchangePeer,
+  type ClusterManager,
+  CONNECT_FAILURE,
+  CONNECTION_OVERFLOW,
+  NO_HEALTHY_UPSTREAM,
+  type UpstreamFailure,
+  connectionHash,
+  leaseEndpoint,
+  type UpstreamLease,
+} from '../upstream/index.ts';
+import { clusterName } from '../state/index.ts';
+import type { HashKey } from '../routing/index.ts';
+import { log } from '../util/index.ts';
 
 /** What the TCP proxy calls back into: the tunnel's filter chain (`onUpstreamConnected`). */
 export interface TcpProxyChain {

@@ -9,16 +9,20 @@
 import type { ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import { STREAM_ADMISSION } from '../netpol/admission.ts';
-import { originalClient } from '../peer/forwarded.ts';
-import { applyHeaderModifier, type HeaderModifier } from '../routing/index.ts';
-import type { Target } from '../state/types.ts';
-import type { ClusterManager } from '../upstream/cluster-manager.ts';
-import type { UpstreamHandler, UpstreamRequest as UpstreamMessage } from '../upstream/h2-upstream.ts';
-import { requestHash, type HashRequest } from '../upstream/hash-policy.ts';
-import { leaseEndpoint, type UpstreamLease } from '../upstream/pick-endpoint.ts';
-import type { HashKey } from '../upstream/traffic-policy.ts';
-import type { GrpcFrameCounter } from './grpc-frames.ts';
+import { STREAM_ADMISSION } from '../netpol/index.ts';
+import { originalClient } from '../peer/index.ts';
+import { applyHeaderModifier, type HeaderModifier, type HashKey } from '../routing/index.ts';
+import type { Target } from '../state/index.ts';
+import {
+  type ClusterManager,
+  type UpstreamHandler,
+  type UpstreamRequest as UpstreamMessage,
+  requestHash,
+  type HashRequest,
+  leaseEndpoint,
+  type UpstreamLease,
+} from '../upstream/index.ts';
+import { GrpcWebTrailerReader, type GrpcFrameCounter } from './grpc-frames.ts';
 import { type BufferHolder, defineSlot, HeaderList, heldBy, respond, type Slot, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
 
 /** Where an attempt is (one state at a time; the last two are final). */
@@ -106,6 +110,8 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
   private pendingTrailers: string[] | null;
   /** The upstream stream or connection carrying the exchange (its buffers count for the request). */
   private carrier: BufferHolder | undefined;
+  /** gRPC-Web answers passed downstream: reads the status from the body's trailer frame. */
+  private webTrailer: GrpcWebTrailerReader | null;
 
   constructor(owner: AttemptOwner, lease: UpstreamLease) {
     this.state = AttemptState.Idle;
@@ -116,6 +122,7 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
     this.resume = noop;
     this.pendingTrailers = null;
     this.carrier = undefined;
+    this.webTrailer = null;
   }
 
   /** Not finished: its callbacks still count. */
@@ -187,7 +194,8 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
     s.responseCodeDetails = 'via_upstream';
     s.upstreamConnectHeaders = o.clusters.connectHeadersFor(this.lease.ep);
     let headers = stripHopByHop(raw, connection);
-    if (s.http2) {
+    if (s.isGrpcWeb) this.webTrailer = grpcWebAnswer(s, headers);
+    else if (s.http2) {
       // gRPC trailers-only (grpc-status among the headers, which the gRPC protocol allows only
       // there): Node's compatibility API cannot send HEADERS with END_STREAM, so send the
       // equivalent headers + trailers (every gRPC client reads the status from either).
@@ -217,6 +225,7 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
     const s = o.stream;
     s.bytesSent += chunk.length;
     if (o.responseFrames) s.responseMessages += o.responseFrames.inspect(chunk);
+    else if (this.webTrailer) this.webTrailer.inspect(chunk);
     if ((s.res as ServerResponse).write(chunk)) return true;
     s.res.once('drain', this.resume);
     return false;
@@ -231,11 +240,12 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
     o.onAttemptComplete(this);
     const trailers = upstreamTrailers ?? this.pendingTrailers;
     const res = o.stream.res;
+    if (this.webTrailer && this.webTrailer.status !== '') o.stream.grpcStatus = this.webTrailer.status;
     if (trailers && trailers.length > 0) {
       const t: Record<string, string> = {};
       for (let i = 0; i < trailers.length; i += 2) t[String(trailers[i])] = String(trailers[i + 1]);
       // The upstream's gRPC status, for the stats (`grpc_response_status`).
-      if (o.responseFrames) o.stream.grpcStatus = t['grpc-status'] ?? o.stream.grpcStatus;
+      if (o.responseFrames || o.stream.isGrpcWeb) o.stream.grpcStatus = t['grpc-status'] ?? o.stream.grpcStatus;
       try {
         res.addTrailers(t);
       } catch {
@@ -277,6 +287,21 @@ function onTryTimeout(a: UpstreamRequest): void {
 }
 
 function noop(): void {}
+
+/**
+ * The answer to a gRPC-Web request: a trailers-only one carries `grpc-status` in its headers
+ * (recorded now, and left there: a browser cannot read HTTP trailers); a gRPC-Web body gets a
+ * reader for its trailer frame. Anything else (an HTTP error page) has no gRPC status.
+ */
+function grpcWebAnswer(s: StreamContext, headers: readonly string[]): GrpcWebTrailerReader | null {
+  let ct = '';
+  for (let i = 0; i < headers.length; i += 2) {
+    const n = headers[i];
+    if (n.length === 11 && n.toLowerCase() === 'grpc-status') s.grpcStatus = headers[i + 1].trim();
+    else if (n.length === 12 && n.toLowerCase() === 'content-type') ct = headers[i + 1].toLowerCase();
+  }
+  return ct.startsWith('application/grpc-web') ? new GrpcWebTrailerReader(ct.startsWith('application/grpc-web-text')) : null;
+}
 
 /** Keep `content-type` in the headers and move the rest of a trailers-only answer to trailers. */
 function splitTrailersOnly(raw: readonly string[]): { headers: string[]; trailers: string[] | null } {

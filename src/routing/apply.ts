@@ -4,10 +4,9 @@
  * redirect, 500 for filters that cannot be honoured and for invalid or missing backends), and
  * otherwise hand back the backend, the rewritten path and authority, and the header edits.
  */
-import { HeaderList, respond, sendLocalReply, type StreamContext } from '../pipeline/index.ts';
-import { downstreamPeerOf } from '../peer/peer-info.ts';
-import type { Target } from '../state/types.ts';
-import { ResponseFlag } from '../telemetry/response-flags.ts';
+import { HeaderList, respond, sendLocalReply, type StreamContext, ResponseFlag } from '../pipeline/index.ts';
+import { downstreamPeerOf } from '../peer/index.ts';
+import type { Target } from '../state/index.ts';
 import { applyHeaderModifier, modifyPath, redirectLocation } from './filters.ts';
 import { splitTarget } from './match.ts';
 import { pickBackend, selectMatch, tableFor } from './select.ts';
@@ -15,8 +14,9 @@ import type { CompiledMatch, CompiledRule, HeaderModifier, ResolvedBackend, Serv
 
 /**
  * Envoy's `NC` (no cluster found) flag: a route's cluster does not exist. Istio's gateway routes
- * answer it with 500 (`cluster_not_found_response_code: INTERNAL_SERVER_ERROR`,
- * IS:listener_waypoint.go `waypointRouteDestination`), as the Gateway API requires for invalid backends.
+ * answer it with 500 (`cluster_not_found_response_code: INTERNAL_SERVER_ERROR`, istio/istio
+ * pilot/pkg/networking/core/listener_waypoint.go `waypointRouteDestination`), as the Gateway API
+ * requires for invalid backends.
  */
 export const NO_CLUSTER_FOUND = 'NC';
 
@@ -84,7 +84,8 @@ export function routeRequest(stream: StreamContext, routes: ServicePortRoutes, t
     match,
     backend: weighted.backend,
     path: rewrite?.path ? modifyPath(rewrite.path, match, bare, query) : path,
-    // URLRewrite's hostname wins over a `Host` header edit (Istio: IS:route.go `translateRoute`).
+    // URLRewrite's hostname wins over a `Host` header edit (Istio: istio/istio
+    // pilot/pkg/networking/core/route/route.go `translateRoute`).
     authority: rewrite?.hostname ?? weighted.requestAuthority ?? rule.requestAuthority,
     requestHeaders,
     responseHeaders,

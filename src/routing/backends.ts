@@ -1,6 +1,6 @@
 /**
  * Resolve route `backendRefs` (and mirror targets) to router targets, as Istio's waypoint reaches
- * them (IS:pilot/pkg/networking/core/listener_waypoint.go `getWaypointDestinationCluster`): a
+ * them (istio/istio pilot/pkg/networking/core/listener_waypoint.go `getWaypointDestinationCluster`): a
  * backend this waypoint serves goes to its `inbound-vip|<port>|http|<host>` cluster, any other to
  * `outbound|<port>||<host>`; either way its endpoints are dialed directly (HBONE for mesh
  * workloads, plain TCP for non-mesh ones) on the backend's service port.
@@ -8,9 +8,9 @@
  * Supported references: core `Service` (the default kind), `networking.istio.io` `ServiceEntry`
  * (by name) and `Hostname` (a service host, e.g. a ServiceEntry's). A `Service` or `ServiceEntry`
  * in another namespace needs a `ReferenceGrant` there, as Istio requires for every route
- * (IS:pilot/pkg/config/kube/gateway/conversion.go `BackendAllowed`). `port` is required.
+ * (istio/istio pilot/pkg/config/kube/gateway/conversion.go `BackendAllowed`). `port` is required.
  */
-import type { KeptResource, MeshSnapshot, Service } from '../state/types.ts';
+import type { KeptResource, MeshSnapshot, Service } from '../state/index.ts';
 import { ReferenceGrantSchema, type BackendObjectRefDoc } from './route-schema.ts';
 import type { ResolvedBackend } from './types.ts';
 

@@ -2,8 +2,9 @@
  * Compile every HTTPRoute and GRPCRoute of a mesh snapshot once into immutable per-target route
  * tables (the {@link ROUTES} part of every snapshot); the router does one lookup and an ordered scan.
  *
- * Attachment, as Istio applies Gateway API routes to a waypoint (GAMMA, GW:site-src/mesh/index.md;
- * IS:pilot/pkg/networking/core/listener_waypoint.go `buildWaypointInboundHTTPRouteConfig`):
+ * Attachment, as Istio applies Gateway API routes to a waypoint (GAMMA, kubernetes-sigs/gateway-api
+ * site-src/mesh/index.md; istio/istio pilot/pkg/networking/core/listener_waypoint.go
+ * `buildWaypointInboundHTTPRouteConfig`):
  * - a `parentRef` naming a Service (group `""`/`core`, kind `Service`) or a `networking.istio.io`
  *   `ServiceEntry` / `Hostname` this waypoint serves attaches the route to that service, on the
  *   `port` it names (or the port named by `sectionName`), else on every port;
@@ -16,16 +17,14 @@
  *   at debug and ignored;
  * - several routes on one service port (for the same clients) merge into one table ordered by
  *   Gateway API precedence, ties broken by the oldest `creationTimestamp`, then namespace/name,
- *   then rule and match order (IS:conversion.go `convertResources` + `sortHTTPRoutes`).
+ *   then rule and match order (istio/istio pilot/pkg/config/kube/gateway/conversion.go
+ *   `convertResources` + `sortHTTPRoutes`).
  *
  * An invalid route is ignored with its error logged (istiod's `Accepted=False`); the rest of the
  * snapshot keeps working. {@link compileRoutes} also returns the rejections.
  */
-import { ConfigError } from '../errors.ts';
-import { definePart } from '../state/parts.ts';
-import { locateField } from '../state/resource-location.ts';
-import type { KeptResource, MeshSnapshot, Service, Target } from '../state/types.ts';
-import { log } from '../util/log.ts';
+import { ConfigError, log } from '../util/index.ts';
+import { definePart, locateField, type KeptResource, type MeshSnapshot, type Service, type Target } from '../state/index.ts';
 import { BackendResolver } from './backends.ts';
 import { comparePrecedence } from './match.ts';
 import { parseRoute, type ParsedRoute } from './route-parse.ts';

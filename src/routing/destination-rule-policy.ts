@@ -1,17 +1,18 @@
 /**
  * Validate a DestinationRule `trafficPolicy` (or a subset's, or one port's) as Istio's admission
- * validation does (IS:pkg/config/validation/validation.go `validateTrafficPolicy`,
+ * validation does (istio/istio pkg/config/validation/validation.go `validateTrafficPolicy`,
  * `validateConnectionPool`, `validateOutlierDetection`, `validateLoadBalancer`,
- * `validatePortTrafficPolicies`) and turn it into the upstream's {@link ClusterTrafficPolicy}
- * parts as Istio's cluster builder maps it to Envoy (IS:cluster_traffic_policy.go): unset limits
- * are unlimited, outlier detection only when `outlierDetection` is present, a port's
- * `portLevelSettings` entry replacing the four policy fields wholesale (`MergeTrafficPolicy`: "port
- * level policies do not inherit and instead go to defaults if not provided").
+ * `validatePortTrafficPolicies`) and turn it into the upstream's {@link ClusterTrafficPolicy} parts
+ * as Istio's cluster builder maps it to Envoy (istio/istio
+ * pilot/pkg/networking/core/cluster_traffic_policy.go): unset limits are unlimited, outlier
+ * detection only when `outlierDetection` is present, a port's `portLevelSettings` entry replacing
+ * the four policy fields wholesale (`MergeTrafficPolicy`: "port level policies do not inherit and
+ * instead go to defaults if not provided").
  */
-import type { FieldPath } from '../state/yaml-locate.ts';
-import { DEFAULT_MAGLEV_TABLE_SIZE } from '../upstream/maglev.ts';
-import { MAX_RING_SIZE } from '../upstream/ring-hash.ts';
+import type { FieldPath } from '../state/index.ts';
 import {
+  DEFAULT_MAGLEV_TABLE_SIZE,
+  MAX_RING_SIZE,
   UNLIMITED_POOL,
   type ConnectionPoolPolicy,
   type ConsistentHashPolicy,
@@ -19,7 +20,7 @@ import {
   type LbAlgorithm,
   type LoadBalancerSettings,
   type OutlierDetectionPolicy,
-} from '../upstream/traffic-policy.ts';
+} from './traffic-policy.ts';
 import type { ConnectionPoolDoc, LoadBalancerDoc, OutlierDetectionDoc, PortTrafficPolicyDoc, TrafficPolicyDoc } from './destination-rule-schema.ts';
 
 /** Reports a validation failure at `path` (relative to the DestinationRule object); never returns. */

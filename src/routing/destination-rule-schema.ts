@@ -1,15 +1,15 @@
 /**
- * The shape of a `networking.istio.io` DestinationRule (API:networking/v1alpha3/destination_rule.proto;
- * served as v1, v1beta1 and v1alpha3), as zod schemas. Every field of the proto is known; fields
- * this waypoint does not act on (`tls`, `tunnel`, `proxyProtocol`, `warmup`, `localityLbSetting`, …)
- * are type-checked and ignored, as a waypoint without them would. An unknown field is refused by
- * name (`unknown field "maxConnectons"`), as the CRD's structural schema (`preserveUnknownFields:
- * false`) and `kubectl --validate=strict` refuse it. Integers are range-checked by their proto
- * type: int32 (`maxConnections`, `http2MaxRequests`, `maxEjectionPercent`, …) to
- * -2^31..2^31-1, uint32 and `google.protobuf.UInt32Value` (`consecutive5xxErrors`, …) to
- * 0..2^32-1 with the API server's wording for the CRD's `minimum`/`maximum`, uint64 to
- * non-negative. `null` is accepted wherever a field is optional (YAML `trafficPolicy:` with nothing
- * after it).
+ * The shape of a `networking.istio.io` DestinationRule (istio/api
+ * networking/v1alpha3/destination_rule.proto; served as v1, v1beta1 and v1alpha3), as zod schemas.
+ * Every field of the proto is known; fields this waypoint does not act on (`tls`, `tunnel`,
+ * `proxyProtocol`, `warmup`, `localityLbSetting`, …) are type-checked and ignored, as a waypoint
+ * without them would. An unknown field is refused by name (`unknown field "maxConnectons"`), as the
+ * CRD's structural schema (`preserveUnknownFields: false`) and `kubectl --validate=strict` refuse
+ * it. Integers are range-checked by their proto type: int32 (`maxConnections`, `http2MaxRequests`,
+ * `maxEjectionPercent`, …) to -2^31..2^31-1, uint32 and `google.protobuf.UInt32Value`
+ * (`consecutive5xxErrors`, …) to 0..2^32-1 with the API server's wording for the CRD's
+ * `minimum`/`maximum`, uint64 to non-negative. `null` is accepted wherever a field is optional
+ * (YAML `trafficPolicy:` with nothing after it).
  *
  * Semantic checks (Istio's admission validation) are in `destination-rule.ts`.
  */

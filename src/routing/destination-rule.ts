@@ -1,10 +1,10 @@
 /**
  * DestinationRules (`networking.istio.io` v1, v1beta1, v1alpha3) for the services this waypoint
  * serves: read from the mesh snapshot, validated as Istio's admission validation does
- * (IS:pkg/config/validation/validation.go `ValidateDestinationRule`), and compiled once per
+ * (istio/istio pkg/config/validation/validation.go `ValidateDestinationRule`), and compiled once per
  * snapshot into an immutable traffic policy per (service, port) cluster.
  *
- * Which DestinationRule applies to a service (IS:pilot/pkg/model/push_context.go
+ * Which DestinationRule applies to a service (istio/istio pilot/pkg/model/push_context.go
  * `SetDestinationRules`, `destinationRule`, `MostSpecificHostMatch`), for this waypoint's namespace W:
  * 1. rules in W visible there (exportTo empty, `*`, `.` or W) — or, when W is the root namespace,
  *    the root namespace's private rules;
@@ -27,13 +27,9 @@
  * last good state stays), with a {@link ConfigError} naming the rule and field. (In Kubernetes,
  * Istio's admission webhook refuses such a rule; the mesh file plays the API server here.)
  */
-import { ConfigError } from '../errors.ts';
-import { definePart } from '../state/parts.ts';
-import { locateField } from '../state/resource-location.ts';
-import type { KeptResource, MeshSnapshot, Service, ServicePort, Target } from '../state/types.ts';
-import { formatFieldPath, type FieldPath } from '../state/yaml-locate.ts';
-import { defaultTrafficPolicy, type ClusterTrafficPolicy, type LbAlgorithm } from '../upstream/traffic-policy.ts';
-import { log } from '../util/log.ts';
+import { ConfigError, log } from '../util/index.ts';
+import { definePart, locateField, type KeptResource, type MeshSnapshot, type Service, type ServicePort, type Target, formatFieldPath, type FieldPath } from '../state/index.ts';
+import { defaultTrafficPolicy, type ClusterTrafficPolicy, type LbAlgorithm } from './traffic-policy.ts';
 import { compileConnectionPool, compileLoadBalancer, compileOutlierDetection, policyForPort, validateTrafficPolicy, type Fail } from './destination-rule-policy.ts';
 import { DestinationRuleSpecSchema, type SubsetDoc, type TrafficPolicyDoc } from './destination-rule-schema.ts';
 

@@ -5,19 +5,23 @@
  */
 import type { HeaderList } from '../pipeline/index.ts';
 import { normalizePrefix } from './match.ts';
-import type { FieldPath } from '../state/yaml-locate.ts';
+import type { FieldPath } from '../state/index.ts';
 import type { HeaderFilterDoc } from './route-schema.ts';
 import type { CompiledMatch, HeaderModifier, PathModifier, Redirect } from './types.ts';
 
 /**
  * Headers a header modifier never changes (ignored, with a warning): the connection-specific ones
- * Envoy's codecs own and refuse to forward (RFC 9113 §8.2.2; ENV:source/common/http/http2/codec_impl.cc)
- * and the framing headers (`content-length`, `transfer-encoding`), which the proxy computes from
- * the body it actually sends. Setting them would break the request or truncate the response.
+ * Envoy's codecs own and refuse to forward (RFC 9113 §8.2.2; envoyproxy/envoy
+ * source/common/http/http2/codec_impl.cc) and the framing headers (`content-length`,
+ * `transfer-encoding`), which the proxy computes from the body it actually sends. Setting them
+ * would break the request or truncate the response.
  */
 const NOT_MODIFIABLE = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'content-length']);
 
-/** Characters Envoy's `HTTP_HEADER_VALUE` validation refuses in a header value (ENV:api/envoy/config/core/v3/base.proto `HeaderValue`). */
+/**
+ * Characters Envoy's `HTTP_HEADER_VALUE` validation refuses in a header value (envoyproxy/envoy
+ * api/envoy/config/core/v3/base.proto `HeaderValue`).
+ */
 const BAD_VALUE = /[\0\r\n]/;
 
 /** A compiled HTTPHeaderFilter: the edits, and the authority a request `Host` set/add turns into. */
@@ -31,8 +35,8 @@ export interface CompiledHeaderFilter {
 
 /**
  * Compile an HTTPHeaderFilter (names lower-cased), as Istio converts it
- * (IS:pilot/pkg/config/kube/gateway/conversion.go `translateHeadersOperations`, then
- * IS:pilot/pkg/networking/core/route/route.go `translateHeadersOperations`):
+ * (istio/istio pilot/pkg/config/kube/gateway/conversion.go `translateHeadersOperations`, then
+ * istio/istio pilot/pkg/networking/core/route/route.go `translateHeadersOperations`):
  * - one action per header name, case-insensitively: a name twice in `set`, `add` or `remove`, or
  *   both in `set` and `remove`, is refused (the CRD's `listType=map` keyed by name);
  * - a value with CR, LF or NUL is refused (Envoy refuses such a `HeaderValueOption`);
@@ -106,10 +110,10 @@ export function applyHeaderModifier(headers: HeaderList, m: HeaderModifier | und
 }
 
 /**
- * The path after a path modifier (GW:apis/v1/httproute_types.go `HTTPPathModifier`):
- * ReplaceFullPath replaces the whole path; ReplacePrefixMatch replaces the matched PathPrefix
- * element-wise (`/foo` + `/foo/bar` with `/xyz` → `/xyz/bar`; with `/` → `/bar`). The query
- * string is kept.
+ * The path after a path modifier (kubernetes-sigs/gateway-api apis/v1/httproute_types.go
+ * `HTTPPathModifier`): ReplaceFullPath replaces the whole path; ReplacePrefixMatch replaces the
+ * matched PathPrefix element-wise (`/foo` + `/foo/bar` with `/xyz` → `/xyz/bar`; with `/` →
+ * `/bar`). The query string is kept.
  */
 export function modifyPath(mod: PathModifier, match: CompiledMatch, path: string, query: string): string {
   let out: string;
@@ -135,10 +139,11 @@ export interface RedirectRequest {
 }
 
 /**
- * The `Location` of a RequestRedirect (GW:apis/v1/httproute_types.go `HTTPRequestRedirectFilter`):
- * scheme defaults to the request's (`http` inside the mesh tunnel); hostname to the request's;
- * port to the scheme's well-known port when a scheme is set, else to the listener (service) port;
- * the port is left out when it is the scheme's well-known one (http 80, https 443).
+ * The `Location` of a RequestRedirect (kubernetes-sigs/gateway-api apis/v1/httproute_types.go
+ * `HTTPRequestRedirectFilter`): scheme defaults to the request's (`http` inside the mesh tunnel);
+ * hostname to the request's; port to the scheme's well-known port when a scheme is set, else to the
+ * listener (service) port; the port is left out when it is the scheme's well-known one (http 80,
+ * https 443).
  */
 export function redirectLocation(r: Redirect, match: CompiledMatch, req: RedirectRequest): string {
   const scheme = r.scheme ?? 'http';
@@ -166,7 +171,7 @@ function bracket(host: string): string {
 
 /**
  * The authority of a mirrored request: Envoy suffixes the host with `-shadow`, before any port
- * (ENV:source/common/router/shadow_writer_impl.cc, `Http::Utility::buildShadowHost` style).
+ * (envoyproxy/envoy source/common/router/shadow_writer_impl.cc, `Http::Utility::buildShadowHost` style).
  */
 export function shadowAuthority(authority: string): string {
   if (authority.startsWith('[')) return authority; // an IPv6 literal cannot take a suffix

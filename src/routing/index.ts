@@ -9,13 +9,12 @@
  *   const backend = pickBackend(match.rule);                 // weighted; invalid → 500
  *
  * See compile.ts (attachment, precedence), route-parse.ts (validation), backends.ts (backend
- * resolution), filters.ts and mirror.ts (filters).
+ * resolution), filters.ts (filters); the router sends mirrored requests (src/router/mirror.ts).
  */
 export { applyRequestHeaders, clientNamespace, NO_CLUSTER_FOUND, routeRequest, type RoutedRequest } from './apply.ts';
 export { compileRoutes, routesFor, type CompiledRoutes } from './compile.ts';
 export { applyHeaderModifier, modifyPath, redirectLocation, shadowAuthority } from './filters.ts';
 export { splitTarget, type MatchInput } from './match.ts';
-export { MirrorSender, type MirroredRequest } from './mirror.ts';
 export { pickBackend, selectMatch, tableFor } from './select.ts';
 export type * from './types.ts';
 export { ROUTES } from './compile.ts';
@@ -30,3 +29,18 @@ export {
   type DestinationRule,
   type ShapedCluster,
 } from './destination-rule.ts';
+// DestinationRule traffic policies as the upstream layer applies them (one per cluster).
+export {
+  DEFAULT_MAGLEV_TABLE_SIZE,
+  MAX_RING_SIZE,
+  UNLIMITED_POOL,
+  defaultTrafficPolicy,
+  poolSignature,
+  type ClusterTrafficPolicy,
+  type ConnectionPoolPolicy,
+  type ConsistentHashPolicy,
+  type HashKey,
+  type LbAlgorithm,
+  type LoadBalancerSettings,
+  type OutlierDetectionPolicy,
+} from './traffic-policy.ts';

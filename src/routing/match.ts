@@ -2,12 +2,13 @@
  * Request matching of compiled routes (Gateway API HTTPRouteMatch / GRPCMethodMatch semantics)
  * and the ordering of matches across rules and routes.
  *
- * Regular expressions: Gateway API leaves the dialect to the implementation and Envoy uses RE2
- * with full-string matching (`safe_regex`, ENV:source/common/common/regex.cc `CompiledGoogleReMatcher`).
- * Here a pattern is compiled once per mesh snapshot with re2js (a port of RE2: linear-time
- * matching, so a pattern such as `(a+)+b` cannot stall the proxy on a crafted value) and matched
- * against the whole value (`RE2JS.matches`). What RE2 refuses (look-around, back-references,
- * repeat counts over 1000, ...) is refused, with RE2's own message, as Envoy refuses it.
+ * Regular expressions: Gateway API leaves the dialect to the implementation and Envoy uses RE2 with
+ * full-string matching (`safe_regex`, envoyproxy/envoy source/common/common/regex.cc
+ * `CompiledGoogleReMatcher`). Here a pattern is compiled once per mesh snapshot with re2js (a port
+ * of RE2: linear-time matching, so a pattern such as `(a+)+b` cannot stall the proxy on a crafted
+ * value) and matched against the whole value (`RE2JS.matches`). What RE2 refuses (look-around,
+ * back-references, repeat counts over 1000, ...) is refused, with RE2's own message, as Envoy
+ * refuses it.
  */
 import { RE2JS } from 're2js';
 import type { CompiledMatch, PathMatcher, ValueMatcher } from './types.ts';
@@ -92,12 +93,12 @@ export function firstMatch(table: readonly CompiledMatch[], req: MatchInput): Co
 const PATH_RANK: Readonly<Record<string, number>> = { Exact: 3, PathPrefix: 2, StringPrefix: 2, RegularExpression: 1 };
 
 /**
- * Order two matches by Gateway API precedence (GW:apis/v1/httproute_types.go `HTTPRouteRule`):
- * exact path, then the longest prefix, then a method match, then the most header matches, then
- * the most query parameter matches. Regex paths rank below prefixes, longest pattern first (Istio's
- * `sortHTTPRoutes` in IS:pilot/pkg/config/kube/gateway/conversion.go). Equal ones keep their
- * order (the caller lists them oldest route first, then namespace/name, then rule and match order,
- * and sorts stably).
+ * Order two matches by Gateway API precedence (kubernetes-sigs/gateway-api
+ * apis/v1/httproute_types.go `HTTPRouteRule`): exact path, then the longest prefix, then a method
+ * match, then the most header matches, then the most query parameter matches. Regex paths rank
+ * below prefixes, longest pattern first (Istio's `sortHTTPRoutes` in istio/istio
+ * pilot/pkg/config/kube/gateway/conversion.go). Equal ones keep their order (the caller lists them
+ * oldest route first, then namespace/name, then rule and match order, and sorts stably).
  */
 export function comparePrecedence(a: CompiledMatch, b: CompiledMatch): number {
   const ra = PATH_RANK[a.path.kind];

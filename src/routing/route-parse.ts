@@ -3,23 +3,20 @@
  * then match order; precedence is applied later when routes are merged into tables).
  *
  * Besides the schema (`route-schema.ts`), the CRDs' cross-field rules are checked here
- * (GW:apis/v1/httproute_types.go, grpcroute_types.go CEL rules): a filter's type names the field
- * it sets; RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect and URLRewrite at most
- * once per rule; RequestRedirect and URLRewrite not together; ReplacePrefixMatch only with a
- * single PathPrefix match; `timeouts.backendRequest` not longer than `timeouts.request`. A route
- * breaking them is what istiod reports `Accepted=False` and does not program: the caller ignores
- * it with the error logged.
+ * (kubernetes-sigs/gateway-api apis/v1/httproute_types.go, grpcroute_types.go CEL rules): a
+ * filter's type names the field it sets; RequestHeaderModifier, ResponseHeaderModifier,
+ * RequestRedirect and URLRewrite at most once per rule; RequestRedirect and URLRewrite not
+ * together; ReplacePrefixMatch only with a single PathPrefix match; `timeouts.backendRequest` not
+ * longer than `timeouts.request`. A route breaking them is what istiod reports `Accepted=False` and
+ * does not program: the caller ignores it with the error logged.
  *
  * Filters the waypoint cannot apply (ExtensionRef, CORS, ExternalAuth, unknown types) do not
  * invalidate the route: the rule answers 500, as the spec requires when a filter cannot be
  * honoured. Invalid backends (unknown service, missing port, cross-namespace without a
  * ReferenceGrant) keep their weight and answer 500 for their share.
  */
-import { ConfigError } from '../errors.ts';
-import { locateField } from '../state/resource-location.ts';
-import type { KeptResource } from '../state/types.ts';
-import { formatFieldPath, type FieldPath } from '../state/yaml-locate.ts';
-import { log } from '../util/log.ts';
+import { ConfigError, log } from '../util/index.ts';
+import { locateField, type KeptResource, formatFieldPath, type FieldPath } from '../state/index.ts';
 import type { BackendResolver } from './backends.ts';
 import { parseDuration } from './duration.ts';
 import { compileHeaderModifier, type CompiledHeaderFilter } from './filters.ts';
@@ -268,8 +265,8 @@ function pathModifier(doc: PathModifierDoc, at: FieldPath, prefixOk: boolean, fa
 
 /**
  * The characters the HTTPPathMatch CRD allows in Exact and PathPrefix values
- * (GW:apis/v1/httproute_types.go `HTTPPathMatch` CEL rule), also required here of path modifier
- * values, which go on the request line as they are.
+ * (kubernetes-sigs/gateway-api apis/v1/httproute_types.go `HTTPPathMatch` CEL rule), also required
+ * here of path modifier values, which go on the request line as they are.
  */
 const PATH_CHARS = /^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$/;
 
@@ -359,10 +356,10 @@ const GRPC_SERVICE = /^(?:[A-Za-z_][A-Za-z_0-9]*\.)*[A-Za-z_][A-Za-z_0-9]*$/;
 const GRPC_METHOD = /^[A-Za-z_][A-Za-z_0-9]*$/;
 
 /**
- * A GRPCMethodMatch as a path match, as Istio converts GRPCRoutes (IS:pilot/pkg/config/kube/gateway
- * conversion.go `createGRPCURIMatch`): service and method → exact `/<service>/<method>`; service
- * only → prefix `/<service>/`; method only or regular expressions → `/<service re>/<method re>`
- * with `[^/]+` for the missing part. No method match: every path.
+ * A GRPCMethodMatch as a path match, as Istio converts GRPCRoutes (istio/istio
+ * pilot/pkg/config/kube/gateway conversion.go `createGRPCURIMatch`): service and method → exact
+ * `/<service>/<method>`; service only → prefix `/<service>/`; method only or regular expressions →
+ * `/<service re>/<method re>` with `[^/]+` for the missing part. No method match: every path.
  */
 function grpcMatch(doc: GrpcMatchDoc, rule: CompiledRule, at: FieldPath, fail: Fail): CompiledMatch {
   const m = doc.method;

@@ -1,10 +1,11 @@
 /**
- * zod shapes of Gateway API `HTTPRoute` and `GRPCRoute` (gateway.networking.k8s.io/v1, Gateway
- * API v1.3 standard fields, plus HTTPRoute `retry` from the experimental channel, GEP-1731).
- * Unknown fields are dropped, as the API server prunes them; `null` is accepted wherever a field
- * is optional (YAML `filters:` with nothing after it). Enum values and limits follow the CRDs'
- * OpenAPI validation (GW:apis/v1/httproute_types.go, grpcroute_types.go, shared_types.go);
- * cross-field rules (the CRDs' CEL rules) are checked when a route is compiled (`route-parse.ts`).
+ * zod shapes of Gateway API `HTTPRoute` and `GRPCRoute` (gateway.networking.k8s.io/v1, Gateway API
+ * v1.3 standard fields, plus HTTPRoute `retry` from the experimental channel, GEP-1731). Unknown
+ * fields are dropped, as the API server prunes them; `null` is accepted wherever a field is
+ * optional (YAML `filters:` with nothing after it). Enum values and limits follow the CRDs' OpenAPI
+ * validation (kubernetes-sigs/gateway-api apis/v1/httproute_types.go, grpcroute_types.go,
+ * shared_types.go); cross-field rules (the CRDs' CEL rules) are checked when a route is compiled
+ * (`route-parse.ts`).
  */
 import { z } from 'zod';
 

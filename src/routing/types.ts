@@ -3,7 +3,7 @@
  * by the router on the data path (one Map lookup, then an ordered scan of the matches).
  */
 import type { RE2JS } from 're2js';
-import type { Service, ServicePort, Target } from '../state/types.ts';
+import type { Service, ServicePort, Target } from '../state/index.ts';
 
 /** How a match tests the request path. `StringPrefix` is a plain string prefix (GRPCRoute service matches). */
 export type PathKind = 'Exact' | 'PathPrefix' | 'StringPrefix' | 'RegularExpression';

@@ -1,9 +1,9 @@
 /**
- * Ambient enrolment labels: which objects use this waypoint (IS:pilot/pkg/serviceregistry/ambient/
- * waypoints.go `fetchWaypointForService` / `fetchWaypointForWorkload`) and whether a workload is
- * reached over HBONE.
+ * Ambient enrolment labels: which objects use this waypoint (istio/istio
+ * pilot/pkg/serviceregistry/ambient/waypoints.go `fetchWaypointForService` /
+ * `fetchWaypointForWorkload`) and whether a workload is reached over HBONE.
  */
-import type { TunnelProtocol, WaypointIdentity } from './types.ts';
+import type { TunnelProtocol, WaypointIdentity, WaypointRef } from './types.ts';
 
 type Labels = Readonly<Record<string, string>>;
 
@@ -17,31 +17,37 @@ export const LABEL_WAYPOINT_FOR = 'istio.io/waypoint-for';
 export const LABEL_DATAPLANE_MODE = 'istio.io/dataplane-mode';
 
 /**
- * True when the object's `istio.io/use-waypoint` label — or, when the object has none, its
- * namespace's — names `waypoint`. The waypoint namespace is the same label holder's
- * `istio.io/use-waypoint-namespace` label, else the object's namespace. `use-waypoint: none` on the
- * object opts out even when the namespace opts in.
+ * The waypoint an object asks for, as istiod reads it (istio/istio pilot/pkg/serviceregistry/ambient/
+ * waypoints.go `fetchWaypointForTarget` / `GetUseWaypoint`): the object's `istio.io/use-waypoint`
+ * label when it has one, else its namespace's. The waypoint namespace is the same label holder's
+ * `istio.io/use-waypoint-namespace`, else the object's namespace. `none` (on the object: it opts
+ * out even when the namespace opts in) and an empty value name no waypoint: undefined.
  */
+export function useWaypointRef(labels: Labels, namespace: string, namespaceLabels: Labels): WaypointRef | undefined {
+  const holder = labels[LABEL_USE_WAYPOINT] !== undefined ? labels : namespaceLabels;
+  const name = holder[LABEL_USE_WAYPOINT];
+  if (name === undefined || name === '' || name === 'none') return undefined;
+  return { namespace: holder[LABEL_USE_WAYPOINT_NAMESPACE] || namespace, name };
+}
+
+/** True when the object's waypoint ({@link useWaypointRef}) is `waypoint`. */
 export function usesWaypoint(
   labels: Labels,
   namespace: string,
   namespaceLabels: Labels,
   waypoint: Pick<WaypointIdentity, 'name' | 'namespace'>,
 ): boolean {
-  const holder = labels[LABEL_USE_WAYPOINT] !== undefined ? labels : namespaceLabels;
-  const name = holder[LABEL_USE_WAYPOINT];
-  if (name === undefined || name === '' || name === 'none') return false;
-  const ns = holder[LABEL_USE_WAYPOINT_NAMESPACE] || namespace;
-  return name === waypoint.name && ns === waypoint.namespace;
+  const ref = useWaypointRef(labels, namespace, namespaceLabels);
+  return ref !== undefined && ref.name === waypoint.name && ref.namespace === waypoint.namespace;
 }
 
 /** A waypoint with `istio.io/waypoint-for` `service` or `all` handles traffic to Service VIPs. */
-export function servesServices(waypoint: WaypointIdentity): boolean {
+export function servesServices(waypoint: Pick<WaypointIdentity, 'waypointFor'>): boolean {
   return waypoint.waypointFor === 'service' || waypoint.waypointFor === 'all';
 }
 
 /** A waypoint with `istio.io/waypoint-for` `workload` or `all` handles traffic to workload addresses. */
-export function servesWorkloads(waypoint: WaypointIdentity): boolean {
+export function servesWorkloads(waypoint: Pick<WaypointIdentity, 'waypointFor'>): boolean {
   return waypoint.waypointFor === 'workload' || waypoint.waypointFor === 'all';
 }
 

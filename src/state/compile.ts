@@ -5,17 +5,17 @@
  * parts (parts.ts) given in `parts`. Written as a generator ({@link compileMeshStepwise}) so the
  * store can compile a huge file in slices without stalling the traffic it serves.
  */
-import { log } from '../util/log.ts';
-import { runNow, type Stepwise } from '../util/slices.ts';
+import { log, runNow, type Stepwise } from '../util/index.ts';
 import { DEFAULT_MESH_CONFIG, parseMeshConfig } from './mesh-config.ts';
 import { PartCompileError } from './parts.ts';
-import { ConfigMapSchema, NamespaceSchema, ServiceEntrySchema } from './schemas.ts';
+import { ConfigMapSchema, GatewayClassSchema, NamespaceSchema, ServiceEntrySchema } from './schemas.ts';
+import { chainServiceWaypoints } from './service-waypoints.ts';
 import { serviceEntryService, kubeService, type ServiceContext } from './services.ts';
 import { createSnapshotStepwise } from './snapshot.ts';
 import { readObjectsStepwise, type SourceObject } from './source.ts';
 import type { KeptResource, MeshConfig, MeshPart, MeshSnapshot, Service, Workload } from './types.ts';
 import { parseAs } from './validate.ts';
-import { isWaypointGateway, NO_WAYPOINT, selectWaypointGateway, waypointIdentity } from './waypoint.ts';
+import { GATEWAY_API_GROUP, isWaypointGateway, NO_WAYPOINT, selectWaypointGateway, WAYPOINT_GATEWAY_CLASS, waypointIdentity } from './waypoint.ts';
 import { podWorkload, serviceEntryWorkloads, workloadEntryWorkload, type WorkloadContext } from './workloads.ts';
 
 /** Input of {@link compileMesh}. */
@@ -103,9 +103,12 @@ export function* compileMeshStepwise(input: CompileInput): Stepwise<MeshSnapshot
   }
   const namespaceLabels = (name: string) => namespaces.get(name) ?? {};
 
+  const gateways = objects.filter(isWaypointGateway);
+  const gatewayClass = byKind(GATEWAY_API_GROUP, 'GatewayClass').find((o) => o.name === WAYPOINT_GATEWAY_CLASS);
+  const gatewayClassLabels = gatewayClass ? (parseAs(GatewayClassSchema, gatewayClass).metadata.labels ?? {}) : {};
   const waypoint = input.withoutWaypoint
     ? NO_WAYPOINT
-    : waypointIdentity(selectWaypointGateway(objects.filter(isWaypointGateway), input.gateway, input.file), trustDomain);
+    : waypointIdentity(selectWaypointGateway(gateways, input.gateway, input.file), trustDomain, gatewayClassLabels);
 
   const wctx: WorkloadContext = { clusterId: input.clusterId || 'Kubernetes', trustDomain, waypoint, namespaceLabels };
   const workloads: Workload[] = [];
@@ -138,6 +141,8 @@ export function* compileMeshStepwise(input: CompileInput): Stepwise<MeshSnapshot
     services.push(serviceEntryService(o, se, inline, sctx));
     yield;
   }
+  // Once every service exists: a waypoint's instances are the endpoints of its own Service.
+  yield* chainServiceWaypoints(services, { waypoint, gateways, gatewayClassLabels, workloads, domainSuffix: sctx.domainSuffix });
 
   return yield* createSnapshotStepwise(
     {

@@ -99,7 +99,7 @@ export function formatHostPort(ip: string, port: number): string {
 
 /**
  * Parse a CONNECT `:authority` of the form `ip:port` or `[ipv6]:port` (HBONE targets are always
- * IP literals, ZT:src/proxy/inbound.rs parses them as `SocketAddr`).
+ * IP literals, istio/ztunnel src/proxy/inbound.rs parses them as `SocketAddr`).
  * Strict: the port is 1–65535 in plain decimal (no sign, no leading zeros), IPv6 must be bracketed,
  * IPv4 must be four-part decimal. Hostnames, missing ports and anything else ⇒ undefined.
  * The returned `ip` is normalised (IPv4-mapped IPv6 unwrapped) and can be passed to

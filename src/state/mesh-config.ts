@@ -1,13 +1,12 @@
 /**
- * Istio MeshConfig (API:mesh/v1alpha1/config.proto), the YAML found under `data.mesh` of the
+ * Istio MeshConfig (istio/api mesh/v1alpha1/config.proto), the YAML found under `data.mesh` of the
  * `istio` ConfigMap in the root namespace. Only the fields this project reads are typed; the rest
  * is kept in `raw`.
  */
 import { LineCounter, isMap, isScalar, parseDocument } from 'yaml';
 import { z } from 'zod';
 
-import { ConfigError, type ConfigLocation } from '../errors.ts';
-import { deepFreeze } from '../util/freeze.ts';
+import { ConfigError, type ConfigLocation, deepFreeze } from '../util/index.ts';
 import type { MeshConfig } from './types.ts';
 import { formatFieldPath, lineOf, nodeAt, type FieldPath } from './yaml-locate.ts';
 

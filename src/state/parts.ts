@@ -16,7 +16,7 @@
  * - readers call `snapshot.part(AUTHZ)`: a lookup, never a compile. A part the snapshot was not
  *   compiled with is a programming error and throws.
  */
-import type { Stepwise } from '../util/slices.ts';
+import type { Stepwise } from '../util/index.ts';
 import type { MeshPart, MeshSnapshot, PartBinding } from './types.ts';
 
 /** How a part is compiled and published (see `MeshPart`). */

@@ -1,6 +1,7 @@
 /**
- * Application protocol of a service port, derived the way istiod does it
- * (IS:pkg/config/kube/conversion.go `ConvertProtocol`, IS:pkg/config/protocol/instance.go `Parse`).
+ * Application protocol of a service port, derived the way istiod does it (istio/istio
+ * pkg/config/kube/conversion.go `ConvertProtocol`, istio/istio pkg/config/protocol/instance.go
+ * `Parse`).
  */
 import type { PortProtocol } from './types.ts';
 

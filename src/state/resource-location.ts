@@ -3,7 +3,7 @@
  * ConfigError its validation throws: file, line, document, object and field when the resource was
  * read from a mesh file (`KeptResource.locate`), else the object and field alone.
  */
-import type { ConfigLocation } from '../errors.ts';
+import type { ConfigLocation } from '../util/index.ts';
 import type { KeptResource } from './types.ts';
 import { formatFieldPath, type FieldPath } from './yaml-locate.ts';
 

@@ -176,8 +176,20 @@ export const ServiceEntrySchema = withMeta(
 /** A validated `ServiceEntry`. */
 export type ServiceEntryDoc = z.output<typeof ServiceEntrySchema>;
 
-/** Gateway API `Gateway`: class name and labels (`istio.io/waypoint-for`). */
-export const GatewaySchema = withMeta(z.object({ gatewayClassName: optText }).nullish());
+/**
+ * Gateway API `Gateway`: class name, labels (`istio.io/waypoint-for`) and `status.addresses`
+ * (where istiod says the waypoint is reached: a `Hostname` or an `IPAddress`, the default type).
+ */
+export const GatewaySchema = withMeta(z.object({ gatewayClassName: optText }).nullish()).extend({
+  status: z
+    .object({
+      addresses: z.array(z.object({ type: optText, value: text() }), { error: 'must be a list of addresses' }).nullish(),
+    })
+    .nullish(),
+});
+
+/** Gateway API `GatewayClass`: only its labels matter (`istio.io/waypoint-for`, the Gateways' default). */
+export const GatewayClassSchema = z.object({ metadata: objectMeta });
 
 /** `ConfigMap`: string `data` (the `istio` one carries MeshConfig under `mesh`). */
 export const ConfigMapSchema = z.object({

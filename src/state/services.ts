@@ -1,9 +1,10 @@
 /**
  * Build {@link Service}s — Kubernetes Services and Istio ServiceEntries — with their healthy
- * endpoints per port, following istiod's ambient service builder
- * (IS:pilot/pkg/serviceregistry/ambient/services.go) and endpoint port semantics (ZT:src/state.rs).
+ * endpoints per port, following istiod's ambient service builder (istio/istio
+ * pilot/pkg/serviceregistry/ambient/services.go) and endpoint port semantics (istio/ztunnel
+ * src/state.rs).
  */
-import { servesServices, usesWaypoint } from './attachment.ts';
+import { servesServices, useWaypointRef } from './attachment.ts';
 import { formatHostPort, ipFamily, normalizeIp, normalizeIpOrCidr } from './ip.ts';
 import { parseProtocol, portProtocol } from './protocol.ts';
 import { ServiceSchema, type ServiceEntryDoc } from './schemas.ts';
@@ -79,7 +80,7 @@ export function kubeService(obj: SourceObject, ctx: ServiceContext): Service {
     addresses: vips,
     ports,
     endpoints: endpointsByPort(ports, selected, vips, targetPortOf),
-    servedByThisWaypoint: servesServices(ctx.waypoint) && usesWaypoint(labels, obj.namespace, ctx.namespaceLabels(obj.namespace), ctx.waypoint),
+    ...attachment(labels, obj.namespace, ctx),
   };
 }
 
@@ -120,8 +121,18 @@ export function serviceEntryService(
     addresses: vips,
     ports,
     endpoints: endpointsByPort(ports, selected, vips, targetPortOf),
-    servedByThisWaypoint: servesServices(ctx.waypoint) && usesWaypoint(labels, obj.namespace, ctx.namespaceLabels(obj.namespace), ctx.waypoint),
+    ...attachment(labels, obj.namespace, ctx),
   };
+}
+
+/**
+ * Which waypoint a service uses, and whether it is this one. `viaWaypoint` (another waypoint in
+ * front of the service) is resolved once every service is built (service-waypoints.ts).
+ */
+function attachment(labels: Labels, namespace: string, ctx: ServiceContext): Pick<Service, 'servedByThisWaypoint' | 'useWaypoint' | 'viaWaypoint'> {
+  const ref = useWaypointRef(labels, namespace, ctx.namespaceLabels(namespace));
+  const ours = ref !== undefined && ref.name === ctx.waypoint.name && ref.namespace === ctx.waypoint.namespace;
+  return { servedByThisWaypoint: ours && servesServices(ctx.waypoint), useWaypoint: ref, viaWaypoint: undefined };
 }
 
 /** Workloads whose labels contain every selector entry; an empty selector selects nothing. */

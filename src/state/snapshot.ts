@@ -3,8 +3,7 @@
  * deep-freeze, then compile the engines' parts (parts.ts) into it. The data path only calls the
  * index lookups below; none of them scans a list.
  */
-import { deepFreeze, deepFreezeStepwise } from '../util/freeze.ts';
-import { runNow, type Stepwise } from '../util/slices.ts';
+import { deepFreeze, deepFreezeStepwise, runNow, type Stepwise } from '../util/index.ts';
 import { parseCidr, type Cidr } from './ip.ts';
 import { compilePartsStepwise, missingPart } from './parts.ts';
 import type {
@@ -36,7 +35,8 @@ type PortMap = Map<number, Target>;
 const PER_STEP = 512;
 
 /**
- * Build the snapshot. Index rules (IS:listener_waypoint.go `buildWaypointInternal`):
+ * Build the snapshot. Index rules (istio/istio pilot/pkg/networking/core/listener_waypoint.go
+ * `buildWaypointInternal`):
  * - service targets: every VIP of every service this waypoint serves × each non-UDP port; the first
  *   service to claim a VIP:port wins. ServiceEntry CIDR addresses are checked after exact VIPs.
  * - workload targets: every address of every workload this waypoint serves (any port).
@@ -142,6 +142,11 @@ function dump(data: SnapshotData, resources: ReadonlyMap<string, readonly KeptRe
       hostname: s.hostname,
       addresses: s.addresses,
       servedByThisWaypoint: s.servedByThisWaypoint,
+      useWaypoint: s.useWaypoint ? `${s.useWaypoint.namespace}/${s.useWaypoint.name}` : null,
+      // Another waypoint routed requests go through (chained waypoints), with its instances.
+      throughWaypoint: s.viaWaypoint
+        ? { gateway: `${s.viaWaypoint.namespace}/${s.viaWaypoint.name}`, instances: [...new Set([...s.viaWaypoint.endpoints.values()].flat().map((e) => e.authority))] }
+        : null,
       ports: s.ports,
       endpoints: Object.fromEntries(
         [...s.endpoints].map(([port, eps]) => [

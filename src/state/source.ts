@@ -7,9 +7,7 @@
  */
 import { Composer, LineCounter, Parser, isMap, isScalar, type Document } from 'yaml';
 
-import { ConfigError, type ConfigLocation } from '../errors.ts';
-import { log } from '../util/log.ts';
-import { runNow, type Stepwise } from '../util/slices.ts';
+import { ConfigError, type ConfigLocation, log, runNow, type Stepwise } from '../util/index.ts';
 import { formatFieldPath, lineOf, nodeAt, type FieldPath } from './yaml-locate.ts';
 
 /** Kinds without a namespace: their `ref` is `Kind/name` and `namespace` is `''`. */

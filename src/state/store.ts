@@ -16,9 +16,7 @@
  */
 import { readFile } from 'node:fs/promises';
 
-import { ConfigError } from '../errors.ts';
-import { log } from '../util/log.ts';
-import { runInSlices, runNow } from '../util/slices.ts';
+import { ConfigError, log, runInSlices, runNow } from '../util/index.ts';
 import { compileMeshStepwise, type CompileInput } from './compile.ts';
 import { PartCompileError, publishParts } from './parts.ts';
 import type { MeshPart, MeshSnapshot } from './types.ts';

@@ -6,10 +6,13 @@
  * deep-frozen objects built once per snapshot. Nothing on the data path parses YAML or walks
  * Kubernetes objects: it only reads the indexes of a {@link MeshSnapshot}.
  */
-import type { ConfigLocation } from '../errors.ts';
+import type { ConfigLocation } from '../util/index.ts';
 import type { FieldPath } from './yaml-locate.ts';
 
-/** Application protocol of a service port, as Istio derives it (IS:pkg/config/kube/conversion.go). */
+/**
+ * Application protocol of a service port, as Istio derives it (istio/istio
+ * pkg/config/kube/conversion.go).
+ */
 export type PortProtocol =
   | 'HTTP'
   | 'HTTP2'
@@ -38,7 +41,7 @@ export type TunnelProtocol = 'HBONE' | 'NONE' | 'SIDECAR';
 /** WDS WorkloadType, lower-case as ztunnel writes it into baggage keys (`k8s.<type>.name`). */
 export type WorkloadType = 'deployment' | 'cronjob' | 'pod' | 'job';
 
-/** A workload: a Pod or a WorkloadEntry (ZT:src/state/workload.rs `Workload`). */
+/** A workload: a Pod or a WorkloadEntry (istio/ztunnel src/state/workload.rs `Workload`). */
 export interface Workload {
   /** `<cluster>//Pod/<ns>/<name>` or `<cluster>/networking.istio.io/WorkloadEntry/<ns>/<name>`. */
   readonly uid: string;
@@ -93,8 +96,44 @@ export interface Endpoint {
   /** Resolved target port on the workload (the `:authority` port of the upstream CONNECT). */
   readonly targetPort: number;
   readonly tunnel: TunnelProtocol;
-  /** Precomputed `address:targetPort` (`[v6]:port` for IPv6): the upstream `:authority`. */
+  /**
+   * Precomputed `address:targetPort` (`[v6]:port` for IPv6): the host the endpoint is known by
+   * (load balancing, outlier detection, retries' previous hosts, `%UPSTREAM_HOST%`) and, unless
+   * {@link connectAuthority} says otherwise, the upstream CONNECT `:authority`.
+   */
   readonly authority: string;
+  /**
+   * The CONNECT `:authority` when it is not {@link authority}: the backend service's `VIP:port`,
+   * for an endpoint that is another waypoint in front of that service (chained waypoints, see
+   * {@link ServiceWaypoint}). The waypoint resolves it as its own target, as ztunnel's
+   * `hbone_target_destination` (istio/ztunnel src/proxy/outbound.rs `build_request`) and Istio's tunnel
+   * metadata `local` (istio/istio pilot/pkg/xds/endpoints/endpoint_builder.go `buildEnvoyLbEndpoint`).
+   */
+  readonly connectAuthority?: string;
+}
+
+/**
+ * The other waypoint a service uses (its `istio.io/use-waypoint`, resolved as istiod resolves it:
+ * src/state/service-waypoints.ts): a route of this waypoint that sends a request to the service
+ * sends it through that waypoint, which applies the service's own policies and routes.
+ */
+export interface ServiceWaypoint {
+  /** The waypoint's Gateway. */
+  readonly namespace: string;
+  readonly name: string;
+  /**
+   * Per service port: the waypoint's healthy instances as endpoints (dialed over HBONE on
+   * port 15008, `:authority` the service's `VIP:port`, identity the instance's
+   * workload identity). Empty lists when the waypoint has no healthy instance: requests fail
+   * (503 `UH`) rather than skip the service's waypoint.
+   */
+  readonly endpoints: ReadonlyMap<number, readonly Endpoint[]>;
+}
+
+/** A waypoint Gateway named by `istio.io/use-waypoint` (+ `istio.io/use-waypoint-namespace`). */
+export interface WaypointRef {
+  readonly namespace: string;
+  readonly name: string;
 }
 
 /** A service: a Kubernetes Service or an Istio ServiceEntry. */
@@ -111,9 +150,21 @@ export interface Service {
   readonly endpoints: ReadonlyMap<number, readonly Endpoint[]>;
   /** True when `istio.io/use-waypoint` (service, else namespace) names this waypoint. */
   readonly servedByThisWaypoint: boolean;
+  /** The waypoint `istio.io/use-waypoint` (service, else namespace) names; undefined for none (or `none`). */
+  readonly useWaypoint: WaypointRef | undefined;
+  /**
+   * The other waypoint requests routed to this service go through (chained waypoints); undefined
+   * when this waypoint serves the service, when it uses none, or when the waypoint it names is
+   * not a waypoint of the mesh that handles service traffic (it is then reached directly, as
+   * ztunnel does when istiod reports no waypoint).
+   */
+  readonly viaWaypoint: ServiceWaypoint | undefined;
 }
 
-/** What a CONNECT `:authority` resolves to on this waypoint (IS:listener_waypoint.go `buildWaypointInternal`). */
+/**
+ * What a CONNECT `:authority` resolves to on this waypoint (istio/istio
+ * pilot/pkg/networking/core/listener_waypoint.go `buildWaypointInternal`).
+ */
 export type Target =
   | { readonly kind: 'service'; readonly service: Service; readonly port: ServicePort }
   | { readonly kind: 'workload'; readonly workload: Workload; readonly port: number };
@@ -130,10 +181,10 @@ export interface WaypointIdentity {
   readonly waypointFor: 'service' | 'workload' | 'all' | 'none';
 }
 
-/** MeshConfig `AccessLogEncoding` (API:mesh/v1alpha1/config.proto). */
+/** MeshConfig `AccessLogEncoding` (istio/api mesh/v1alpha1/config.proto). */
 export type AccessLogEncoding = 'TEXT' | 'JSON';
 
-/** The parts of Istio's MeshConfig (API:mesh/v1alpha1/config.proto) this project reads. */
+/** The parts of Istio's MeshConfig (istio/api mesh/v1alpha1/config.proto) this project reads. */
 export interface MeshConfig {
   readonly trustDomain: string;
   readonly trustDomainAliases: readonly string[];
@@ -142,11 +193,14 @@ export interface MeshConfig {
   readonly accessLogFile: string;
   /** `accessLogEncoding`: `TEXT` (Istio's default line) or `JSON`; default `TEXT`. */
   readonly accessLogEncoding: AccessLogEncoding;
-  /** The whole parsed MeshConfig, for later issues (`extensionProviders`, `defaultConfig`, ...). */
+  /** The whole parsed MeshConfig, for the fields engines read themselves (`extensionProviders`, ...). */
   readonly raw: Readonly<Record<string, unknown>>;
 }
 
-/** A Kubernetes object kept as-is for later issues (AuthorizationPolicy, HTTPRoute, ...). */
+/**
+ * A Kubernetes object kept as-is for the engines that compile it (AuthorizationPolicy, HTTPRoute,
+ * ...).
+ */
 export interface KeptResource {
   readonly apiVersion: string;
   readonly kind: string;

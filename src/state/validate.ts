@@ -4,7 +4,7 @@
  */
 import type { z } from 'zod';
 
-import type { ConfigError } from '../errors.ts';
+import type { ConfigError } from '../util/index.ts';
 import type { SourceObject } from './source.ts';
 import type { FieldPath } from './yaml-locate.ts';
 

@@ -7,7 +7,7 @@
 import { watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 
-import { log } from '../util/log.ts';
+import { log } from '../util/index.ts';
 
 /**
  * Call `onChange` (at most once per `debounceMs` quiet period) after any of `files` is created,

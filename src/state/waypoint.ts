@@ -1,14 +1,16 @@
 /**
  * Pick the Gateway this process runs as: a Gateway API `Gateway` of class `istio-waypoint`
- * (IS:istioctl/pkg/waypoint/waypoint.go), and derive the waypoint's identity from it. Istio's
+ * (istio/istio istioctl/pkg/waypoint/waypoint.go), and derive the waypoint's identity from it. Istio's
  * generated waypoint Deployment runs as a service account named after the Gateway.
  */
-import { ConfigError } from '../errors.ts';
+import { ConfigError } from '../util/index.ts';
 import { LABEL_WAYPOINT_FOR } from './attachment.ts';
 import { GatewaySchema } from './schemas.ts';
 import type { SourceObject } from './source.ts';
 import type { WaypointIdentity } from './types.ts';
 import { parseAs } from './validate.ts';
+
+type Labels = Readonly<Record<string, string>>;
 
 /** `spec.gatewayClassName` of Istio waypoint Gateways. */
 export const WAYPOINT_GATEWAY_CLASS = 'istio-waypoint';
@@ -78,24 +80,34 @@ function noWaypointMessage(file: string, namespace: string, name: string): strin
 export const NO_WAYPOINT: WaypointIdentity = Object.freeze({ namespace: '', name: '', serviceAccount: '', identity: '', waypointFor: 'none' });
 
 /**
+ * `istio.io/waypoint-for` of a waypoint Gateway: its own label, else its GatewayClass's
+ * (`classLabels`), else `service` (istio/istio pilot/pkg/serviceregistry/ambient/waypoints.go
+ * `gatewayToWaypointTransform`).
+ * @throws ConfigError when the value is not service, workload, all or none.
+ */
+export function waypointFor(gateway: SourceObject, classLabels: Labels = {}): WaypointIdentity['waypointFor'] {
+  const own = parseAs(GatewaySchema, gateway).metadata.labels?.[LABEL_WAYPOINT_FOR];
+  const value = own ?? classLabels[LABEL_WAYPOINT_FOR] ?? 'service';
+  if (!WAYPOINT_FOR.has(value)) {
+    const message = `${LABEL_WAYPOINT_FOR} must be service, workload, all or none, got ${JSON.stringify(value)}`;
+    throw own !== undefined
+      ? gateway.fail(message, ['metadata', 'labels', LABEL_WAYPOINT_FOR])
+      : gateway.fail(`${message} (from GatewayClass ${WAYPOINT_GATEWAY_CLASS})`, ['spec', 'gatewayClassName']);
+  }
+  return value as WaypointIdentity['waypointFor'];
+}
+
+/**
  * Identity of the selected Gateway: service account = Gateway name,
- * `spiffe://<trustDomain>/ns/<namespace>/sa/<name>`, and `istio.io/waypoint-for` (default `service`).
+ * `spiffe://<trustDomain>/ns/<namespace>/sa/<name>`, and `istio.io/waypoint-for` ({@link waypointFor}).
  * @throws ConfigError when `istio.io/waypoint-for` is not service, workload, all or none.
  */
-export function waypointIdentity(gateway: SourceObject, trustDomain: string): WaypointIdentity {
-  const labels = parseAs(GatewaySchema, gateway).metadata.labels ?? {};
-  const waypointFor = labels[LABEL_WAYPOINT_FOR] ?? 'service';
-  if (!WAYPOINT_FOR.has(waypointFor)) {
-    throw gateway.fail(
-      `${LABEL_WAYPOINT_FOR} must be service, workload, all or none, got ${JSON.stringify(waypointFor)}`,
-      ['metadata', 'labels', LABEL_WAYPOINT_FOR],
-    );
-  }
+export function waypointIdentity(gateway: SourceObject, trustDomain: string, classLabels: Labels = {}): WaypointIdentity {
   return {
     namespace: gateway.namespace,
     name: gateway.name,
     serviceAccount: gateway.name,
     identity: `spiffe://${trustDomain}/ns/${gateway.namespace}/sa/${gateway.name}`,
-    waypointFor: waypointFor as WaypointIdentity['waypointFor'],
+    waypointFor: waypointFor(gateway, classLabels),
   };
 }

@@ -1,6 +1,6 @@
 /**
- * Names Istio derives for a workload: the owning controller (IS:pkg/kube/util.go
- * `GetDeployMetaFromPod`) and the canonical service name/revision (IS:pkg/kube/labels/labels.go
+ * Names Istio derives for a workload: the owning controller (istio/istio pkg/kube/util.go
+ * `GetDeployMetaFromPod`) and the canonical service name/revision (istio/istio pkg/kube/labels/labels.go
  * `CanonicalService`). They feed telemetry labels and the `k8s.<type>.name` baggage keys.
  */
 import type { WorkloadType } from './types.ts';

@@ -1,8 +1,8 @@
 /**
  * Build {@link Workload}s from Pods, WorkloadEntries and ServiceEntry inline endpoints, following
- * istiod's ambient workload builders (IS:pilot/pkg/serviceregistry/ambient/workloads.go).
+ * istiod's ambient workload builders (istio/istio pilot/pkg/serviceregistry/ambient/workloads.go).
  */
-import { log } from '../util/log.ts';
+import { log } from '../util/index.ts';
 import { servesWorkloads, tunnelProtocol, usesWaypoint } from './attachment.ts';
 import { normalizeIp } from './ip.ts';
 import { PodSchema, WorkloadEntrySchema, type ServiceEntryDoc } from './schemas.ts';

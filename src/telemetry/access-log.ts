@@ -3,7 +3,7 @@
  * TEXT line or its default JSON object, written to a file (MeshConfig `accessLogFile`, usually
  * `/dev/stdout`). Off by default, as in Istio.
  *
- * Formats follow IS:pilot/pkg/model/telemetry_logging.go (`EnvoyTextLogFormat`,
+ * Formats follow istio/istio pilot/pkg/model/telemetry_logging.go (`EnvoyTextLogFormat`,
  * `EnvoyJSONLogFormatIstio`) evaluated the way Envoy's substitution formatter does
  * (envoy/source/common/formatter): in TEXT an unknown value prints `-`, in JSON it is `null`;
  * `%RESPONSE_CODE%`, `%BYTES_*%` and `%DURATION%` are JSON numbers, header values (`%REQ(..)%`,
@@ -16,10 +16,8 @@
  */
 import type { Logger } from 'pino';
 import sonicBoom, { type SonicBoom } from 'sonic-boom';
-import type { ConnectionContext, Filter, StreamContext } from '../pipeline/index.ts';
-import { formatHostPort } from '../state/ip.ts';
-import type { AccessLogEncoding, MeshSnapshot } from '../state/types.ts';
-import { ResponseFlag } from './response-flags.ts';
+import { type ConnectionContext, type Filter, type StreamContext, ResponseFlag } from '../pipeline/index.ts';
+import { formatHostPort, type AccessLogEncoding, type MeshSnapshot } from '../state/index.ts';
 
 // sonic-boom is CommonJS: its class is the module itself (also exported as `.SonicBoom`).
 const SonicBoomClass = sonicBoom.SonicBoom;

@@ -1,6 +1,6 @@
 /**
  * The process's Prometheus registry (prom-client). Instruments are created at start-up only;
- * the stats filter (a later issue) adds Istio's `istio_*` metrics to this registry. Served at
+ * the stats filter (filters/stats) adds Istio's `istio_*` metrics to this registry. Served at
  * `/stats/prometheus` on the admin port, with prom-client's default process metrics.
  */
 import { Registry, collectDefaultMetrics } from 'prom-client';

@@ -1,28 +1,27 @@
 /**
  * Upstream connections toward service endpoints (Envoy's cluster manager, reduced to what a
- * waypoint needs). For HTTP it keeps one undici Pool per endpoint whose "sockets" are HBONE
- * CONNECT streams to `podIP:15008` with `:authority podIP:targetPort` (IS:cluster_waypoint.go
- * `connect_originate`), or plain TCP to `podIP:targetPort` for endpoints outside the mesh
- * (`istio.io/dataplane-mode: none`), or mutual TLS with Istio's ALPN to `podIP:targetPort` for
- * workloads that run an Istio sidecar (`sidecar-transport.ts`). For TCP it opens one tunnel per
- * downstream connection.
+ * waypoint needs). For HTTP it keeps one undici Pool per endpoint whose "sockets" are HBONE CONNECT
+ * streams to `podIP:15008` with `:authority podIP:targetPort` (istio/istio
+ * pilot/pkg/networking/core/cluster_waypoint.go `connect_originate`) — or, to an instance of
+ * another waypoint in front of the service (chained waypoints), to `waypointIP:15008` with
+ * `:authority VIP:port` (`Endpoint.connectAuthority`) — or plain TCP to `podIP:targetPort` for
+ * endpoints outside the mesh (`istio.io/dataplane-mode: none`), or mutual TLS with Istio's ALPN to
+ * `podIP:targetPort` for workloads that run an Istio sidecar (`sidecar-transport.ts`). For TCP it
+ * opens one tunnel per downstream connection.
  */
 import type { IncomingHttpHeaders } from 'node:http2';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
-import type { Endpoint, MeshSnapshot, Target } from '../state/types.ts';
-import { HboneConnectError, type HboneSessionPool } from '../hbone/pool.ts';
-import type { Http2Params } from '../hbone/settings.ts';
-import { asHttp1Socket } from '../hbone/stream-end.ts';
-import { joinWritev } from '../hbone/writev-fix.ts';
-import { log } from '../util/log.ts';
+import type { Endpoint, MeshSnapshot, Target } from '../state/index.ts';
+import { HboneConnectError, type HboneSessionPool, type Http2Params, asHttp1Socket, joinWritev } from '../hbone/index.ts';
+import { log } from '../util/index.ts';
 import { carrierClient } from './carrier-client.ts';
 import { TrackedAttempt, type ClusterState } from './cluster-state.ts';
 import { ClusterTable, type ClusterRuntimeDump } from './cluster-table.ts';
 import { H2Upstream, type UpstreamHandler, type UpstreamRequest } from './h2-upstream.ts';
 import { LoadBalancer, type LoadBalancerPolicy } from './load-balancer.ts';
-import type { PeerInfo } from '../peer/peer-info.ts';
+import type { PeerInfo } from '../peer/index.ts';
 import type { SidecarProtocol, SidecarTransport } from './sidecar-transport.ts';
 
 /**
@@ -246,7 +245,7 @@ export class ClusterManager {
 
   private async open(ep: Endpoint, use: SidecarProtocol): Promise<Duplex> {
     if (ep.tunnel === 'HBONE') {
-      const { stream, headers } = await this.opts.sessions.connect(this.hboneDestination(ep), ep.authority);
+      const { stream, headers } = await this.opts.sessions.connect(this.hboneDestination(ep), connectAuthority(ep));
       (stream as { [CONNECT_RESPONSE_HEADERS]?: IncomingHttpHeaders })[CONNECT_RESPONSE_HEADERS] = headers;
       return stream;
     }
@@ -263,10 +262,13 @@ export class ClusterManager {
     const liveEndpoints = new Set<string>();
     const liveHosts = new Set<string>();
     for (const svc of snapshot.services) {
-      for (const eps of svc.endpoints.values()) {
-        for (const ep of eps) {
-          liveEndpoints.add(poolKey(ep));
-          liveHosts.add(workloadKey(ep.tunnel, ep.address, ep.workload.identity));
+      // A service that goes through another waypoint is dialed at that waypoint's instances.
+      for (const endpoints of svc.viaWaypoint ? [svc.endpoints, svc.viaWaypoint.endpoints] : [svc.endpoints]) {
+        for (const eps of endpoints.values()) {
+          for (const ep of eps) {
+            liveEndpoints.add(poolKey(ep));
+            liveHosts.add(workloadKey(ep.tunnel, ep.address, ep.workload.identity));
+          }
         }
       }
     }
@@ -274,7 +276,7 @@ export class ClusterManager {
     const servedWorkloads = new Set<string>();
     for (const w of snapshot.workloads) if (w.servedByThisWaypoint) for (const a of w.addresses) servedWorkloads.add(workloadKey(w.tunnelProtocol, a, w.identity));
     // HBONE connections to hosts that left the mesh are drained now, not at the idle timeout: a
-    // reused pod IP must not inherit them (pitfall F1).
+    // reused pod IP must not inherit them (istio/ztunnel#1637).
     this.opts.sessions.drainWhere((dst) => {
       const host = workloadKey('HBONE', dst.ip, dst.identity ?? '');
       return !liveHosts.has(host) && !servedWorkloads.has(host);
@@ -378,7 +380,7 @@ export class ClusterManager {
       ...common,
       // Each undici "socket" is one CONNECT stream on a pooled HBONE connection.
       connect: (_opts, callback) => {
-        const stream = sessions.connect(dst, ep.authority).then(({ stream, headers }) => {
+        const stream = sessions.connect(dst, connectAuthority(ep)).then(({ stream, headers }) => {
           this.connectHeaders.set(key, headers);
           return stream;
         });
@@ -397,8 +399,14 @@ const poolKeys = new WeakMap<Endpoint, string>();
 
 function poolKey(ep: Endpoint): string {
   let key = poolKeys.get(ep);
-  if (key === undefined) poolKeys.set(ep, (key = `${ep.tunnel}|${ep.authority}|${ep.workload.identity}`));
+  // One waypoint instance fronts several services: their CONNECT authorities keep their pools apart.
+  if (key === undefined) poolKeys.set(ep, (key = `${ep.tunnel}|${ep.authority}|${ep.workload.identity}${ep.connectAuthority ? `|${ep.connectAuthority}` : ''}`));
   return key;
+}
+
+/** The CONNECT `:authority` toward `ep`: the service's `VIP:port` for another waypoint's instance, else the endpoint's own. */
+function connectAuthority(ep: Endpoint): string {
+  return ep.connectAuthority ?? ep.authority;
 }
 
 function workloadKey(tunnel: string, ip: string, identity: string): string {
@@ -408,7 +416,8 @@ function workloadKey(tunnel: string, ip: string, identity: string): string {
 /** Plain TCP connect with a timeout (ms); rejects with the socket error. */
 export function connectTcp(host: string, port: number, timeoutMs: number): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
-    // Half-open: a peer that FINs after its last bytes may still be sent to (pitfall B1, TCP relay).
+    // Half-open: a peer that FINs after its last bytes may still be sent to (TCP half-close,
+    // istio/ztunnel#1065).
     const socket = net.connect({ host, port, noDelay: true, allowHalfOpen: true });
     const timer = setTimeout(() => {
       socket.destroy();

@@ -8,17 +8,16 @@
  * applied from then on.
  */
 import type { Dispatcher } from 'undici';
-import { WaypointError } from '../errors.ts';
-import type { Endpoint } from '../state/types.ts';
+import { WaypointError, log } from '../util/index.ts';
+import type { Endpoint } from '../state/index.ts';
 import type { UpstreamHandler } from './h2-upstream.ts';
 import type { BufferHolder } from '../pipeline/index.ts';
 import type { LoadBalancer } from './load-balancer.ts';
-import { log } from '../util/log.ts';
 import type { ClusterStats } from './cluster-stats.ts';
 import { MaglevTable } from './maglev.ts';
 import { OutlierDetector, type OutlierEvents } from './outlier-detector.ts';
 import { RingHash } from './ring-hash.ts';
-import { poolSignature, type ClusterTrafficPolicy, type ConsistentHashPolicy } from './traffic-policy.ts';
+import { poolSignature, type ClusterTrafficPolicy, type ConsistentHashPolicy } from '../routing/index.ts';
 
 /**
  * A circuit breaker refused the request (Envoy's connection-pool failure reason `Overflow`): answered

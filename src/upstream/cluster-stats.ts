@@ -16,7 +16,7 @@
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { EjectionReason } from './outlier-detector.ts';
-import type { ConnectionPoolPolicy } from './traffic-policy.ts';
+import type { ConnectionPoolPolicy } from '../routing/index.ts';
 
 /** What the gauges read from a live cluster at scrape time (its `ClusterState`). */
 export interface ClusterGauges {

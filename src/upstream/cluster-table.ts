@@ -11,23 +11,20 @@
  * gone closed). The data path only looks a target's cluster up ({@link ClusterTable.clusterFor}).
  */
 import type { Registry } from 'prom-client';
-import { definePart } from '../state/parts.ts';
-import { isHttpProtocol } from '../state/protocol.ts';
-import type { Endpoint, MeshPart, MeshSnapshot, ServicePort, Target } from '../state/types.ts';
-import { clusterName } from './cluster-name.ts';
+import { definePart, isHttpProtocol, upstreamEndpoints, type Endpoint, type MeshPart, type MeshSnapshot, type ServicePort, type Target, serviceClusterName } from '../state/index.ts';
 import { ClusterState, hashTableOf, sameHash, type HashTable } from './cluster-state.ts';
 import { ClusterStats } from './cluster-stats.ts';
 import type { Ejection } from './outlier-detector.ts';
-import type { ClusterTrafficPolicy } from './traffic-policy.ts';
+import type { ClusterTrafficPolicy } from '../routing/index.ts';
 
 /** One DestinationRule-shaped cluster of a snapshot, as planned. */
 export interface PlannedCluster {
   /** `ns/hostname|port`. */
   readonly key: string;
-  /** Envoy's cluster name (`inbound-vip|<port>|<http|tcp>|<hostname>`). */
+  /** Envoy's cluster name (`inbound-vip|<port>|<http|tcp>|<hostname>`, `outbound|<port>||<hostname>` for a service this waypoint does not serve). */
   readonly name: string;
   readonly policy: ClusterTrafficPolicy;
-  /** The cluster's healthy endpoints in the snapshot. */
+  /** The cluster's healthy endpoints in the snapshot (the other waypoint's instances for a service that goes through one). */
   readonly endpoints: readonly Endpoint[];
   /** Their authorities (outlier detection forgets the others). */
   readonly hosts: ReadonlySet<string>;
@@ -139,10 +136,10 @@ export class ClusterTable {
     for (const { target, policy } of this.shaped(snapshot)) {
       byPort.set(target.port, policy.key);
       if (clusters.has(policy.key)) continue;
-      const endpoints = target.service.endpoints.get(target.port.port) ?? [];
+      const endpoints = upstreamEndpoints(target.service, target.port.port);
       clusters.set(policy.key, {
         key: policy.key,
-        name: clusterName(target, isHttpProtocol(target.port.protocol) ? 'http' : 'tcp'),
+        name: serviceClusterName(target, isHttpProtocol(target.port.protocol) ? 'http' : 'tcp'),
         policy,
         endpoints,
         hosts: new Set(endpoints.map((ep) => ep.authority)),

@@ -1,13 +1,13 @@
 /**
  * Upstream failure mapping: every way an upstream attempt or connection can fail, as the status
- * Envoy answers with, its response flag (telemetry/response-flags.ts) and its response code
+ * Envoy answers with, its response flag (pipeline/response-flags.ts) and its response code
  * details. The HTTP router, the dedicated (WebSocket / Expect) exchanges and the TCP proxy all
  * take their answers from here:
  * no endpoint ⇒ 503 `UH`; circuit breaker ⇒ 503 `UO`; connect failure ⇒ 503 `UF`; reset ⇒ 503
  * `UC`/`UR` before the response started; upstream protocol error ⇒ 502 `UPE`.
  */
-import { HboneConnectError } from '../hbone/pool.ts';
-import { LOCAL_REPLY_STATUS, ResponseFlag, type ResponseFlagName } from '../telemetry/response-flags.ts';
+import { HboneConnectError } from '../hbone/index.ts';
+import { LOCAL_REPLY_STATUS, ResponseFlag, type ResponseFlagName } from '../pipeline/index.ts';
 import { UpstreamOverflowError } from './cluster-state.ts';
 import { UpstreamResetError, type UpstreamResetReason } from './h2-upstream.ts';
 

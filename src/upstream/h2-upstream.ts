@@ -1,24 +1,21 @@
 /**
  * HTTP/2 toward one endpoint, for service ports declared `http2`/`grpc` (Istio's cluster h2
- * upgrade, IS:cluster_waypoint.go `applyH2Upgrade`) and for undeclared ports whose client spoke
+ * upgrade, istio/istio pilot/pkg/networking/core/cluster_waypoint.go `applyH2Upgrade`) and for undeclared ports whose client spoke
  * h2c: h2c sessions (prior knowledge) over HBONE CONNECT streams (or plain TCP for endpoints
  * outside the mesh), many requests multiplexed per session.
  *
  * Pool rules as for HBONE connections (ztunnel's pool): a new session is opened when every
  * pooled one is at its stream limit (min of ours and the peer's SETTINGS_MAX_CONCURRENT_STREAMS);
  * a session that received GOAWAY, closed or saw its transport end (peer FIN) is never used again (requests already on it finish,
- * new ones go to a fresh session: pitfall F2); idle sessions close after `idleTimeoutMs`.
+ * new ones go to a fresh session, as undici did not: nodejs/undici#3140); idle sessions close after `idleTimeoutMs`.
  *
  * It speaks undici's dispatch-handler protocol (onConnect/onHeaders/onData/onComplete/onError)
  * so the router drives HTTP/1.1 (undici) and HTTP/2 upstreams with one handler.
  */
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders } from 'node:http2';
 import type { Duplex, Readable } from 'node:stream';
-import { WaypointError } from '../errors.ts';
-import { http2Settings, type Http2Params } from '../hbone/settings.ts';
-import { endStreamReceived, resetOf, resetStream, watchEndStream, type StreamReset } from '../hbone/stream-end.ts';
-import { joinWritev } from '../hbone/writev-fix.ts';
-import { log } from '../util/log.ts';
+import { WaypointError, log } from '../util/index.ts';
+import { http2Settings, type Http2Params, endStreamReceived, resetOf, resetStream, watchEndStream, type StreamReset, joinWritev } from '../hbone/index.ts';
 import type { BufferHolder } from '../pipeline/index.ts';
 
 /** One request to send: flat header list without pseudo-headers or connection-specific ones. */
@@ -49,7 +46,7 @@ export interface UpstreamHandler {
 
 /**
  * Why an upstream exchange ended without a complete response, in Envoy's reset-reason names (the
- * `{...}` of `upstream_reset_{before,after}_response_started`; ENV:source/common/http/utility.cc
+ * `{...}` of `upstream_reset_{before,after}_response_started`; envoyproxy/envoy source/common/http/utility.cc
  * `resetReasonToString`): the peer's RST_STREAM (any code, NO_ERROR included), REFUSED_STREAM (never
  * processed: safe to retry), the connection lost under the stream, or a malformed response (a body
  * longer or shorter than its content-length, which nghttp2 resets with PROTOCOL_ERROR).

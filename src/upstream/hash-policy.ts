@@ -16,8 +16,8 @@
  * The router passes the request's values in ({@link HashRequest}); a TCP connection hashes only
  * its source IP ({@link connectionHash}).
  */
-import { formatHostPort } from '../state/ip.ts';
-import type { HashKey } from './traffic-policy.ts';
+import { formatHostPort } from '../state/index.ts';
+import type { HashKey } from '../routing/index.ts';
 import { uint64ToHex, xxHash64 } from './xxhash.ts';
 
 /** What a request's hash reads; the router fills it from the stream (this layer knows no stream). */

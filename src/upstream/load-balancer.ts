@@ -9,8 +9,8 @@
  * - RANDOM picks uniformly.
  * Consistent hashing (ring hash, maglev) lives in `cluster-state.ts`.
  */
-import type { Endpoint } from '../state/types.ts';
-import type { LbAlgorithm } from './traffic-policy.ts';
+import type { Endpoint } from '../state/index.ts';
+import type { LbAlgorithm } from '../routing/index.ts';
 
 export type LoadBalancerPolicy = LbAlgorithm;
 

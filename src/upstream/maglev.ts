@@ -5,11 +5,9 @@
  * endpoints take turns claiming their next free slot until the table (size M, a prime) is full.
  * A request hash picks `table[hash % M]`. The same endpoints always give the same table.
  */
-import type { Endpoint } from '../state/types.ts';
+import { DEFAULT_MAGLEV_TABLE_SIZE } from '../routing/index.ts';
+import type { Endpoint } from '../state/index.ts';
 import { xxHash64 } from './xxhash.ts';
-
-/** Envoy's default `table_size`. */
-export const DEFAULT_MAGLEV_TABLE_SIZE = 65537;
 
 export class MaglevTable {
   private readonly table: Uint32Array;

@@ -18,8 +18,8 @@
  * State is per host authority and lives as long as the cluster's runtime state (across mesh
  * snapshots); hosts that left the cluster are forgotten by {@link OutlierDetector.retain}.
  */
-import type { Endpoint } from '../state/types.ts';
-import type { OutlierDetectionPolicy } from './traffic-policy.ts';
+import type { Endpoint } from '../state/index.ts';
+import type { OutlierDetectionPolicy } from '../routing/index.ts';
 
 /** Why a host was ejected (Envoy's `envoy::data::cluster::v3::OutlierEjectionType`, lower-case as in its stat names). */
 export type EjectionReason = 'consecutive_5xx' | 'consecutive_gateway_failure';

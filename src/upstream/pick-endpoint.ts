@@ -1,19 +1,20 @@
 /**
  * Choose the upstream endpoint for a tunnel's target: a healthy endpoint of the service port
  * (through the load balancer, or the cluster's DestinationRule policy: outlier ejections,
- * consistent hash, its simple algorithm), or, for workload-addressed traffic, the workload itself
- * on the port the client dialed (IS:listener_waypoint.go `direct-*` chains).
+ * consistent hash, its simple algorithm) — an instance of the other waypoint when the service goes
+ * through one (chained waypoints, state/service-waypoints.ts) — or, for workload-addressed traffic,
+ * the workload itself on the port the client dialed (istio/istio
+ * pilot/pkg/networking/core/listener_waypoint.go `direct-*` chains).
  *
  * {@link leaseEndpoint} is the one pick the HTTP router and the TCP proxy share: the pick plus
  * its accounting (active in the load balancer, a TCP connection under the cluster's
  * `tcp.maxConnections`) until the lease is released.
  */
-import { formatHostPort } from '../state/ip.ts';
-import type { Endpoint, Target } from '../state/types.ts';
+import { formatHostPort, upstreamEndpoints, type Endpoint, type Target } from '../state/index.ts';
 import type { ClusterManager } from './cluster-manager.ts';
 import type { ClusterState } from './cluster-state.ts';
 import type { LoadBalancer } from './load-balancer.ts';
-import type { HashKey } from './traffic-policy.ts';
+import type { HashKey } from '../routing/index.ts';
 
 /** Optional inputs of {@link pickEndpoint}. */
 export interface PickOptions {
@@ -37,7 +38,8 @@ export function pickEndpoint(lb: LoadBalancer, t: Target, address: string, avoid
   const opts: PickOptions | undefined = typeof options === 'function' ? { admit: options } : options;
   const admit = opts?.admit;
   if (t.kind === 'service') {
-    const listed = t.service.endpoints.get(t.port.port) ?? [];
+    // The service's own endpoints, or the instances of the other waypoint it goes through.
+    const listed = upstreamEndpoints(t.service, t.port.port);
     const all = admit && listed.length > 0 ? listed.filter(admit) : listed;
     if (opts?.cluster) return opts.cluster.pick(all, lb, opts.hash, avoid);
     // Filtered copies keep the full list's round-robin place.

@@ -7,11 +7,9 @@
  * the start. The same endpoints always give the same ring, so a key keeps its endpoint across
  * requests and mesh reloads.
  */
-import type { Endpoint } from '../state/types.ts';
+import { MAX_RING_SIZE } from '../routing/index.ts';
+import type { Endpoint } from '../state/index.ts';
 import { xxHash64 } from './xxhash.ts';
-
-/** Envoy's default `maximum_ring_size` (8M entries). */
-export const MAX_RING_SIZE = 8 * 1024 * 1024;
 
 export class RingHash {
   private readonly hashes: BigUint64Array;

@@ -6,13 +6,13 @@
  *
  * | bytes carried | ALPN offered (in order) | Istio source |
  * |---|---|---|
- * | TCP | `istio-peer-exchange`, `istio` | IS:pilot/pkg/networking/util/util.go `ALPNInMeshWithMxc` |
- * | HTTP/1.1 | `istio-http/1.1`, `istio`, `http/1.1` | IS:pilot/pkg/xds/filters/filters.go `mtlsHTTP11ALPN` |
- * | HTTP/2 | `istio-h2`, `istio`, `h2` | IS:pilot/pkg/xds/filters/filters.go `mtlsHTTP2ALPN` |
+ * | TCP | `istio-peer-exchange`, `istio` | istio/istio pilot/pkg/networking/util/util.go `ALPNInMeshWithMxc` |
+ * | HTTP/1.1 | `istio-http/1.1`, `istio`, `http/1.1` | istio/istio pilot/pkg/xds/filters/filters.go `mtlsHTTP11ALPN` |
+ * | HTTP/2 | `istio-h2`, `istio`, `h2` | istio/istio pilot/pkg/xds/filters/filters.go `mtlsHTTP2ALPN` |
  *
  * The server must chain to the mesh root and present the endpoint workload's SPIFFE identity in a
  * URI SAN (Node's hostname check is replaced, as for HBONE). When `istio-peer-exchange` was
- * negotiated, the TCP metadata exchange runs before the socket is handed over (PX:source/
+ * negotiated, the TCP metadata exchange runs before the socket is handed over (istio/proxy source/
  * extensions/filters/network/metadata_exchange): we write our frame first (an Envoy sidecar writes
  * its own on reading ours), then read the sidecar's; bytes after its frame stay in the socket for
  * the relay. A sidecar whose first bytes are not the exchange magic is taken as not speaking it:
@@ -20,13 +20,11 @@
  */
 import net from 'node:net';
 import tls, { type TLSSocket } from 'node:tls';
-import { HboneConnectError } from '../hbone/pool.ts';
-import type { TlsMaterial } from '../hbone/settings.ts';
-import { spiffeUrisOf } from '../identity/spiffe.ts';
-import { PeerExchangeDecoder, encodePeerExchange, type PeerExchangeState } from '../peer/peer-exchange.ts';
-import type { PeerInfo } from '../peer/peer-info.ts';
-import { formatHostPort } from '../state/ip.ts';
-import { log } from '../util/log.ts';
+import { HboneConnectError, type TlsMaterial } from '../hbone/index.ts';
+import { spiffeUrisOf } from '../identity/index.ts';
+import { PeerExchangeDecoder, encodePeerExchange, type PeerExchangeState, type PeerInfo } from '../peer/index.ts';
+import { formatHostPort } from '../state/index.ts';
+import { log } from '../util/index.ts';
 
 /** What the connection will carry; selects the ALPN list offered. */
 export type SidecarProtocol = 'tcp' | 'http/1.1' | 'h2';

@@ -1,4 +1,4 @@
-import { ConfigError } from '../../src/errors.ts';
+import { ConfigError } from '../../src/util/errors.ts';
 
 /** Run `fn` and return the ConfigError it throws; fails the test if it throws nothing or something else. */
 export function caught(fn: () => unknown): ConfigError {

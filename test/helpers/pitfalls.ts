@@ -1,6 +1,5 @@
 /**
- * Shared pieces of the pitfall suite (test/integration/pitfalls): a client identity, a recording
- * filter (what the waypoint decided per request and per tunnel), a raw HTTP/1.x response reader
+ * Shared pieces of the pitfall suite (test/integration/pitfalls): a raw HTTP/1.x response reader
  * that keeps header case and framing, scriptable backends, a TCP middlebox in front of an HBONE
  * server (to make a pooled connection go silent or answer RST), and a memory sampler.
  */
@@ -9,61 +8,10 @@ import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import v8 from 'node:v8';
 import vm from 'node:vm';
-import { LocalCa } from '../../src/identity/ca.ts';
-import { FilterStatus, type FilterFactory } from '../../src/pipeline/filter.ts';
-import type { ClientIdentity } from './hbone-client.ts';
+import { closeServer, listen } from './servers.ts';
 
 export const KiB = 1024;
 export const MiB = 1024 * 1024;
-
-/** A client workload certificate (`sa/client`) from the topology's CA. */
-export async function clientIdentity(caDir: string, sa = 'client'): Promise<ClientIdentity> {
-  const ca = await LocalCa.load(caDir);
-  const leaf = await ca.issue(`spiffe://cluster.local/ns/demo/sa/${sa}`, 3600_000);
-  return { certPem: leaf.certPem, keyPem: leaf.keyPem, caPem: ca.rootCertPem };
-}
-
-/** A certificate for a destination workload (`sa/echo`), as TLS material for an HboneServer. */
-export async function workloadMaterial(caDir: string, sa = 'echo'): Promise<{ certPem: string; keyPem: string; caPem: string }> {
-  return clientIdentity(caDir, sa);
-}
-
-/** One finished inner request as the waypoint's filter chain saw it. */
-export interface RecordedStream {
-  readonly path: string;
-  readonly code: number;
-  readonly flags: string;
-  readonly details: string;
-  /** Upstream attempts (1 + router retries). */
-  readonly attempts: number;
-}
-
-/**
- * A filter recording every stream's final status and flags and counting tunnels opened and
- * completed. Put `filters` in the topology's bootstrap and `factory` in `extraFilters`.
- */
-export function recorder() {
-  const streams: RecordedStream[] = [];
-  const conns = { opened: 0, completed: 0 };
-  const factory: FilterFactory<unknown> = {
-    name: 'test.recorder',
-    parseConfig: () => ({}),
-    create: () => ({
-      name: 'test.recorder',
-      onConnection() {
-        conns.opened++;
-        return FilterStatus.Continue;
-      },
-      onStreamComplete(s) {
-        streams.push({ path: s.req.url ?? '', code: s.responseCode, flags: s.responseFlags, details: s.responseCodeDetails, attempts: s.attempts });
-      },
-      onConnectionComplete() {
-        conns.completed++;
-      },
-    }),
-  };
-  return { factory, streams, conns, filters: [{ name: 'test.recorder' }, { name: 'envoy.filters.http.router' }] };
-}
 
 /** A response read off the wire, header spelling and framing kept. */
 export interface RawResponse {
@@ -190,24 +138,6 @@ export class HttpReader {
     this.buf = Buffer.alloc(0);
     return { version, status, rawHeaders, headers, body, framing: 'close' };
   }
-}
-
-/** Listen `server` on `ip:port`; resolves once bound. */
-export function listen<T extends net.Server>(server: T, ip: string, port: number): Promise<T> {
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, ip, () => {
-      server.off('error', reject);
-      resolve(server);
-    });
-  });
-}
-
-/** Close a server and every connection it has. */
-export function closeServer(server: net.Server | http.Server, sockets?: Iterable<net.Socket>): Promise<void> {
-  if (sockets) for (const s of sockets) s.destroy();
-  if ('closeAllConnections' in server) server.closeAllConnections();
-  return new Promise((r) => server.close(() => r()));
 }
 
 /**
@@ -391,18 +321,4 @@ export function pattern(size: number, seed = 7): Buffer {
   const b = Buffer.allocUnsafe(size);
   for (let i = 0; i < size; i++) b[i] = (i * 31 + seed) & 0xff;
   return b;
-}
-
-/** Resolve after `ms`. */
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-/** Reject after `ms` with `what` (bounds a hang; never a speed assertion). */
-export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout;
-  return Promise.race([
-    p.finally(() => clearTimeout(timer)),
-    new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${what}: no result within ${ms} ms (hang)`)), ms);
-    }),
-  ]);
 }

@@ -3,13 +3,10 @@
  * what is tunnelled, what each bad CONNECT gets, and that an unreachable endpoint yields a
  * prompt 503 instead of a hang. Addresses: 127.0.22.x.
  */
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import tls from 'node:tls';
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { LocalCa } from '../../src/identity/ca.ts';
 import { connect, hboneSession, parseHttpResponse, readAll, type ClientIdentity } from '../helpers/hbone-client.ts';
+import { identityFrom, spiffe, TestCa } from '../helpers/identity.ts';
 import { startTestTopology, type TestTopology } from '../helpers/topology.ts';
 
 let topo: TestTopology;
@@ -20,9 +17,7 @@ let port: number;
 beforeAll(async () => {
   topo = await startTestTopology(22);
   port = topo.waypoint!.addresses.hbone.port;
-  const ca = await LocalCa.load(topo.caDir);
-  const leaf = await ca.issue('spiffe://cluster.local/ns/demo/sa/client', 3600_000);
-  client = { certPem: leaf.certPem, keyPem: leaf.keyPem, caPem: ca.rootCertPem };
+  client = await identityFrom(topo.caDir);
 });
 afterAll(async () => {
   await topo?.close();
@@ -81,11 +76,10 @@ test('a target this waypoint does not serve is answered 503', async () => {
 });
 
 test('a client certificate from another CA is refused', async () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wp-other-ca-'));
+  const other = await TestCa.create();
   try {
-    const other = await LocalCa.init(dir, 'cluster.local');
-    const leaf = await other.issue('spiffe://cluster.local/ns/demo/sa/client', 3600_000);
-    const bad = { certPem: leaf.certPem, keyPem: leaf.keyPem, caPem: fs.readFileSync(path.join(topo.caDir, 'root-cert.pem'), 'utf8') };
+    const leaf = await other.fresh(spiffe('demo', 'client'));
+    const bad = { ...leaf, caPem: client.caPem };
     // TLS 1.3: the client may finish its side of the handshake before the server's verdict,
     // so accept either a failed connect or a session that dies before any CONNECT is answered.
     const outcome = await hboneSession(WP, port, bad).then(
@@ -94,7 +88,7 @@ test('a client certificate from another CA is refused', async () => {
     );
     expect(['refused', 'closed']).toContain(outcome);
   } finally {
-    fs.rmSync(dir, { recursive: true, force: true });
+    other.close();
   }
 });
 

@@ -6,8 +6,8 @@ import fs from 'node:fs';
 import http from 'node:http';
 import http2 from 'node:http2';
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { LocalCa } from '../../src/identity/ca.ts';
 import { connect, exchange, hboneSession, parseHttpResponse, readAll, type ClientIdentity } from '../helpers/hbone-client.ts';
+import { identityFrom } from '../helpers/identity.ts';
 import { openEntry, startTestTopology, type TestTopology } from '../helpers/topology.ts';
 
 let topo: TestTopology;
@@ -43,9 +43,7 @@ beforeAll(async () => {
         }),
     ),
   );
-  const ca = await LocalCa.load(topo.caDir);
-  const leaf = await ca.issue('spiffe://cluster.local/ns/demo/sa/client', 3600_000);
-  client = { certPem: leaf.certPem, keyPem: leaf.keyPem, caPem: ca.rootCertPem };
+  client = await identityFrom(topo.caDir);
 });
 afterAll(async () => {
   for (const a of apps) {

@@ -9,8 +9,8 @@ import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, expect, test } from 'vitest';
+import { closeServer } from '../helpers/servers.ts';
 import { startTestTopology, type TestTopology } from '../helpers/topology.ts';
-import { closeServer } from './l7/l7-helpers.ts';
 import { runWaypointProcess } from './l7/waypoint-process.ts';
 
 const NET = 47;

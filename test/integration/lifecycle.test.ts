@@ -5,18 +5,18 @@
 import http from 'node:http';
 import tls from 'node:tls';
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { LocalCa } from '../../src/identity/ca.ts';
 import { exchange } from '../helpers/hbone-client.ts';
+import { spiffe, TestCa } from '../helpers/identity.ts';
 import { openEntry, startTestTopology, type TestTopology } from '../helpers/topology.ts';
 
 let topo: TestTopology;
 let apps: http.Server[];
 
 async function serverSerial(): Promise<string> {
-  const ca = await LocalCa.load(topo.caDir);
-  const leaf = await ca.issue('spiffe://cluster.local/ns/demo/sa/probe', 60_000);
+  const ca = await TestCa.load(topo.caDir);
+  const leaf = await ca.fresh(spiffe('demo', 'probe'), 60_000);
   return new Promise((resolve, reject) => {
-    const s = tls.connect({ host: '127.0.29.1', port: topo.waypoint!.addresses.hbone.port, cert: leaf.certPem, key: leaf.keyPem, ca: ca.rootCertPem, ALPNProtocols: ['h2'], checkServerIdentity: () => undefined }, () => {
+    const s = tls.connect({ host: '127.0.29.1', port: topo.waypoint!.addresses.hbone.port, cert: leaf.certPem, key: leaf.keyPem, ca: leaf.caPem, ALPNProtocols: ['h2'], checkServerIdentity: () => undefined }, () => {
       resolve(s.getPeerX509Certificate()!.serialNumber);
       s.destroy();
     });

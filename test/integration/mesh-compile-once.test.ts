@@ -36,7 +36,7 @@ vi.mock(import('../../src/netpol/policy.ts'), async (load) => {
   const m = await load();
   return { ...m, parseNetworkPolicy: (...a: Parameters<typeof m.parseNetworkPolicy>) => (counts.networkPolicy++, m.parseNetworkPolicy(...a)) };
 });
-vi.mock(import('../../src/authz/ext-authz/config.ts'), async (load) => {
+vi.mock(import('../../src/ext-authz/config.ts'), async (load) => {
   const m = await load();
   return { ...m, parseProviderSettings: (...a: Parameters<typeof m.parseProviderSettings>) => (counts.provider++, m.parseProviderSettings(...a)) };
 });

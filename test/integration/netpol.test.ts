@@ -14,125 +14,99 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { ClientHttp2Session, ClientHttp2Stream } from 'node:http2';
+import type { ClientHttp2Stream } from 'node:http2';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Waypoint } from '../../src/app.ts';
 import { defaultBootstrap, overrideBootstrap } from '../../src/config/bootstrap.ts';
-import { ConfigError } from '../../src/errors.ts';
-import { LocalCa } from '../../src/identity/ca.ts';
-import { connect, hboneSession, parseHttpResponse, readAll } from '../helpers/hbone-client.ts';
+import { ConfigError } from '../../src/util/errors.ts';
+import { spiffe } from '../helpers/identity.ts';
+import { namespace, networkPolicy, pod, service, type Doc } from '../helpers/mesh.ts';
 import { samplesOf } from '../helpers/prometheus.ts';
-import { eventually, meshYaml, recorder, spiffe, startHttpBackend, startTcpBackend, type Received, type TcpBackend } from './authz/harness.ts';
+import { RECORDER, startBackend, startTcpBackend, type Backend, type TcpBackend } from '../helpers/recorder.ts';
+import { eventually } from '../helpers/servers.ts';
+import { AuthzWaypoint, meshYaml } from './authz/harness.ts';
 
 const GOOD = spiffe('client', 'good');
 const BAD = spiffe('client', 'bad');
 
-/** A Pod document (service account = its name); `port` = `name: number` of one container port. */
-const pod = (name: string, ns: string, labels: string, ip: string, port?: string) => {
-  const containers = port ? `, containers: [{ name: app, ports: [{ name: ${port.replace(':', ', containerPort:')} }] }]` : '';
-  return `apiVersion: v1\nkind: Pod\nmetadata: { name: ${name}, namespace: ${ns}, labels: ${labels} }\nspec: { serviceAccountName: ${name}${containers} }\nstatus: { podIP: "${ip}" }`;
-};
+/** A Pod (service account = its name); `port`: one named container port. */
+const appPod = (name: string, ns: string, labels: Record<string, string>, ip: string, port?: Record<string, number>) => pod({ name, namespace: ns, labels, sa: name, ip, ports: port });
 
 /**
  * The mesh of network `net` (127.0.<net>.x): namespace `foo` served by the waypoint (TCP service
  * `tcp`, HTTP service `web` with pods web-open and web-locked), client pods `good` and `bad` of
  * namespace `client`, then `policies`.
  */
-function meshText(net: string, ...policies: string[]): string {
-  const tcp = { name: 'tcp', vip: `${net}.100`, podIp: `${net}.11`, ports: ['{ name: tcp, port: 9000, targetPort: 9000 }'] };
+function meshOf(net: string, ...policies: Doc[]): string {
+  const tcp = { name: 'tcp', vip: `${net}.100`, podIp: `${net}.11`, ports: [{ name: 'tcp', port: 9000, targetPort: 9000 }] };
   return meshYaml({
     apps: [tcp],
     docs: [
-      `apiVersion: v1\nkind: Service\nmetadata: { name: web, namespace: foo }\nspec: { clusterIP: "${net}.101", selector: { app: web }, ports: [{ name: http, port: 80, targetPort: web }] }`,
-      pod('web-open', 'foo', '{ app: web, tier: open }', `${net}.12`, 'web: 8080'),
-      pod('web-locked', 'foo', '{ app: web, tier: locked }', `${net}.13`, 'web: 8080'),
-      'apiVersion: v1\nkind: Namespace\nmetadata: { name: client, labels: { team: client } }',
-      pod('good', 'client', '{ role: good }', `${net}.21`),
-      pod('bad', 'client', '{ role: bad }', `${net}.22`),
+      service({ name: 'web', namespace: 'foo', vip: `${net}.101`, ports: [{ name: 'http', port: 80, targetPort: 'web' }] }),
+      appPod('web-open', 'foo', { app: 'web', tier: 'open' }, `${net}.12`, { web: 8080 }),
+      appPod('web-locked', 'foo', { app: 'web', tier: 'locked' }, `${net}.13`, { web: 8080 }),
+      namespace('client', { team: 'client' }),
+      appPod('good', 'client', { role: 'good' }, `${net}.21`),
+      appPod('bad', 'client', { role: 'bad' }, `${net}.22`),
       ...policies,
     ],
   });
 }
 
-const netpol = (name: string, spec: string) => `apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: { name: ${name}, namespace: foo }
-spec:
-${spec}
-`;
+const netpol = (name: string, spec: string) => networkPolicy(name, 'foo', spec);
 
 /** Client pods of namespace `client` with the given role label, on the given named or numbered port. */
-const fromRoles = (roles: string[], port: string) => `  ingress:
-  - from:
-    - namespaceSelector: { matchLabels: { kubernetes.io/metadata.name: client } }
-      podSelector: { matchExpressions: [{ key: role, operator: In, values: [${roles.join(', ')}] }] }
-    ports: [{ port: ${port} }]`;
+const fromRoles = (roles: string[], port: string) => `ingress:
+- from:
+  - namespaceSelector: { matchLabels: { kubernetes.io/metadata.name: client } }
+    podSelector: { matchExpressions: [{ key: role, operator: In, values: [${roles.join(', ')}] }] }
+  ports: [{ port: ${port} }]`;
 
-const TCP_GOOD_ONLY = netpol('tcp', `  podSelector: { matchLabels: { app: tcp } }\n${fromRoles(['good'], '9000')}`);
-const TCP_BAD_ONLY = netpol('tcp', `  podSelector: { matchLabels: { app: tcp } }\n${fromRoles(['bad'], '9000')}`);
-const WEB_OPEN = netpol('web-open', `  podSelector: { matchLabels: { tier: open } }\n${fromRoles(['good'], 'web')}`);
-const WEB_LOCKED = netpol('web-locked', '  podSelector: { matchLabels: { tier: locked } }\n  policyTypes: [Ingress]');
+const TCP_GOOD_ONLY = netpol('tcp', `podSelector: { matchLabels: { app: tcp } }\n${fromRoles(['good'], '9000')}`);
+const TCP_BAD_ONLY = netpol('tcp', `podSelector: { matchLabels: { app: tcp } }\n${fromRoles(['bad'], '9000')}`);
+const WEB_OPEN = netpol('web-open', `podSelector: { matchLabels: { tier: open } }\n${fromRoles(['good'], 'web')}`);
+const WEB_LOCKED = netpol('web-locked', 'podSelector: { matchLabels: { tier: locked } }\npolicyTypes: [Ingress]');
 
-/** A waypoint in a temp dir with its own CA, JSON access log, and the filters under test. */
+/** The authz tests' waypoint with the NetworkPolicy mode on or off, a JSON access log, and the telemetry filters. */
 class NetpolWaypoint {
-  readonly rec = recorder();
-  private readonly sessions = new Map<string, Promise<ClientHttp2Session>>();
-  waypoint!: Waypoint;
-  ca!: LocalCa;
-  readonly dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wp-netpol-'));
-  readonly meshFile = path.join(this.dir, 'mesh.yaml');
-  readonly accessLog = path.join(this.dir, 'access.log');
+  private readonly logDir = fs.mkdtempSync(path.join(os.tmpdir(), 'wp-netpol-'));
+  readonly accessLog = path.join(this.logDir, 'access.log');
+  wp!: AuthzWaypoint;
 
   static async start(ip: string, mesh: string, enforce: boolean): Promise<NetpolWaypoint> {
     const w = new NetpolWaypoint();
-    const caDir = path.join(w.dir, 'ca');
-    w.ca = (await LocalCa.ensure(caDir, 'cluster.local')).ca;
-    fs.writeFileSync(w.meshFile, mesh);
-    const bootstrap = overrideBootstrap(defaultBootstrap(), {
-      listeners: { hbone: `${ip}:0`, admin: `${ip}:0`, readiness: '' },
-      drain: { timeoutMs: 200 },
-      accessLog: { file: w.accessLog, encoding: 'JSON' },
-      networkPolicy: { enforceOnOriginalIdentity: enforce },
-      filters: [{ name: 'istio.peer_metadata' }, { name: 'istio.authz' }, { name: 'istio.stats' }, { name: 'test.authzrec' }, { name: 'envoy.filters.http.router' }],
+    w.wp = await AuthzWaypoint.start({
+      ip,
+      mesh,
+      filters: [{ name: 'istio.peer_metadata' }, { name: 'istio.authz' }, { name: 'istio.stats' }, { name: RECORDER }, { name: 'envoy.filters.http.router' }],
+      bootstrap: { accessLog: { file: w.accessLog, encoding: 'JSON' }, networkPolicy: { enforceOnOriginalIdentity: enforce } },
+    }).catch((err: unknown) => {
+      fs.rmSync(w.logDir, { recursive: true, force: true });
+      throw err;
     });
-    w.waypoint = await Waypoint.start({ bootstrap, meshFile: w.meshFile, caDir, watch: false, extraFilters: [w.rec.factory] });
     return w;
   }
 
+  get rec() {
+    return this.wp.rec;
+  }
+
+  get waypoint() {
+    return this.wp.waypoint;
+  }
+
   async setMesh(text: string): Promise<void> {
-    const before = this.waypoint.mesh.current.version;
-    fs.writeFileSync(this.meshFile, text);
-    await this.waypoint.mesh.reload();
-    if (this.waypoint.mesh.current.version === before) throw new Error('the mesh update was refused');
+    if (!(await this.wp.setMesh(text))) throw new Error('the mesh update was refused');
   }
 
-  session(principal: string, localAddress: string): Promise<ClientHttp2Session> {
-    const key = `${principal}|${localAddress}`;
-    let s = this.sessions.get(key);
-    if (!s) {
-      const hbone = this.waypoint.addresses.hbone;
-      s = this.ca
-        .issue(principal, 3600_000)
-        .then((leaf) => hboneSession(hbone.address, hbone.port, { certPem: leaf.certPem, keyPem: leaf.keyPem, caPem: this.ca.rootCertPem }, { localAddress }));
-      this.sessions.set(key, s);
-    }
-    return s;
-  }
-
-  async connect(principal: string, from: string, authority: string): Promise<{ status: number; body: string; stream: ClientHttp2Stream }> {
-    const r = await connect(await this.session(principal, from), authority);
-    const body = r.status === 200 ? '' : (await readAll(r.stream)).toString();
-    return { status: r.status, body, stream: r.stream };
+  connect(principal: string, from: string, authority: string): Promise<{ status: number; body: string; stream: ClientHttp2Stream }> {
+    return this.wp.connect(principal, authority, from);
   }
 
   /** One HTTP/1.1 GET in a tunnel of its own. */
   async get(principal: string, from: string, authority: string, p = '/'): Promise<{ status: number; body: string }> {
-    const t = await this.connect(principal, from, authority);
-    if (t.status !== 200) throw new Error(`CONNECT ${authority} answered ${t.status}`);
-    const answer = readAll(t.stream);
-    t.stream.write(`GET ${p} HTTP/1.1\r\nhost: web\r\nconnection: close\r\n\r\n`);
-    const r = parseHttpResponse(await answer);
-    return { status: r.status, body: r.body.toString() };
+    const r = await this.wp.http(principal, authority, { path: p, authority: 'web' }, from);
+    return { status: r.status, body: r.body };
   }
 
   /** Access log entries written so far. */
@@ -146,9 +120,8 @@ class NetpolWaypoint {
   }
 
   async close(): Promise<void> {
-    for (const s of this.sessions.values()) await s.then((x) => x.destroy(), () => {});
-    await this.waypoint?.shutdown();
-    fs.rmSync(this.dir, { recursive: true, force: true });
+    await this.wp?.close();
+    fs.rmSync(this.logDir, { recursive: true, force: true });
   }
 }
 
@@ -171,14 +144,14 @@ describe('NetworkPolicy mode on', () => {
   const BAD_IP = `${NET}.22`;
   let wp: NetpolWaypoint;
   let tcp: TcpBackend;
-  let open: { received: Received[]; close(): Promise<void> };
-  let locked: { received: Received[]; close(): Promise<void> };
+  let open: Backend;
+  let locked: Backend;
 
   beforeAll(async () => {
     tcp = await startTcpBackend(`${NET}.11`, 9000);
-    open = await startHttpBackend(`${NET}.12`, 8080);
-    locked = await startHttpBackend(`${NET}.13`, 8080);
-    wp = await NetpolWaypoint.start(`${NET}.1`, meshText(NET, TCP_GOOD_ONLY, WEB_OPEN, WEB_LOCKED), true);
+    open = await startBackend(`${NET}.12`, 8080);
+    locked = await startBackend(`${NET}.13`, 8080);
+    wp = await NetpolWaypoint.start(`${NET}.1`, meshOf(NET, TCP_GOOD_ONLY, WEB_OPEN, WEB_LOCKED), true);
   });
   afterAll(async () => {
     await wp?.close();
@@ -248,7 +221,7 @@ describe('NetworkPolicy mode on', () => {
     const gone = new Promise<void>((resolve) => (kept.stream.destroyed ? resolve() : kept.stream.once('close', () => resolve())));
     kept.stream.on('error', () => {});
 
-    await wp.setMesh(meshText(NET, TCP_BAD_ONLY, WEB_OPEN, WEB_LOCKED));
+    await wp.setMesh(meshOf(NET, TCP_BAD_ONLY, WEB_OPEN, WEB_LOCKED));
     await gone; // closed by the policy change (a hang fails the test)
     const rec = await eventually(() => wp.rec.tunnels.filter((x) => x.peer === GOOD && x.authority === TCP && x.details === 'network_policy_access_denied')[0], 'the closed tunnel');
     expect(rec.inner).toBe('TCP');
@@ -259,7 +232,7 @@ describe('NetworkPolicy mode on', () => {
     now.stream.close();
 
     // No NetworkPolicy left for web: both endpoints serve the bad client again.
-    await wp.setMesh(meshText(NET, TCP_BAD_ONLY));
+    await wp.setMesh(meshOf(NET, TCP_BAD_ONLY));
     const seenLocked = locked.received.length;
     for (let i = 0; i < 12 && locked.received.length === seenLocked; i++) expect((await wp.get(BAD, BAD_IP, WEB)).status).toBe(200);
     expect(locked.received.length).toBeGreaterThan(seenLocked);
@@ -270,12 +243,12 @@ describe('NetworkPolicy mode off (the default)', () => {
   const NET = '127.0.104';
   let wp: NetpolWaypoint;
   let tcp: TcpBackend;
-  let locked: { received: Received[]; close(): Promise<void> };
+  let locked: Backend;
 
   beforeAll(async () => {
     tcp = await startTcpBackend(`${NET}.11`, 9000);
-    locked = await startHttpBackend(`${NET}.13`, 8080);
-    wp = await NetpolWaypoint.start(`${NET}.1`, meshText(NET, TCP_GOOD_ONLY, WEB_LOCKED), false);
+    locked = await startBackend(`${NET}.13`, 8080);
+    wp = await NetpolWaypoint.start(`${NET}.1`, meshOf(NET, TCP_GOOD_ONLY, WEB_LOCKED), false);
   });
   afterAll(async () => {
     await wp?.close();
@@ -302,7 +275,7 @@ describe('start-up refusals', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wp-netpol-'));
     try {
       const meshFile = path.join(dir, 'mesh.yaml');
-      fs.writeFileSync(meshFile, meshText(NET));
+      fs.writeFileSync(meshFile, meshOf(NET));
       const bootstrap = overrideBootstrap(defaultBootstrap(), {
         listeners: { hbone: `${NET}.1:0`, admin: `${NET}.1:0`, readiness: '' },
         networkPolicy: { enforceOnOriginalIdentity: true },
@@ -323,7 +296,7 @@ describe('start-up refusals', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wp-netpol-'));
     try {
       const meshFile = path.join(dir, 'mesh.yaml');
-      const text = meshText(NET, netpol('bad', '  podSelector: {}\n  ingress: [{ ports: [{ port: web, endPort: 9000 }] }]'));
+      const text = meshOf(NET, netpol('bad', 'podSelector: {}\ningress: [{ ports: [{ port: web, endPort: 9000 }] }]'));
       fs.writeFileSync(meshFile, text);
       const line = text.split('\n').findIndex((l) => l.includes('endPort: 9000')) + 1;
       const bootstrap = overrideBootstrap(defaultBootstrap(), { listeners: { hbone: `${NET}.1:0`, admin: `${NET}.1:0`, readiness: '' } });

@@ -13,61 +13,15 @@ import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, downstreamPeerOf, type PeerInfo } from '../../src/peer/peer-info.ts';
 import { decodePeerMetadata, PEER_METADATA_HEADER } from '../../src/peer/peer-metadata-header.ts';
-import type { FilterFactory } from '../../src/pipeline/filter.ts';
 import { connect, hboneSession } from '../helpers/hbone-client.ts';
-import { startTestTopology, type TestTopology } from '../helpers/topology.ts';
-import { addToMesh, clientIdentity, extraEntry, serviceYaml, sleep } from './l7/l7-helpers.ts';
+import { identityFrom } from '../helpers/identity.ts';
+import { servicePort } from '../helpers/mesh.ts';
+import { RECORDER, recorder } from '../helpers/recorder.ts';
+import { addEntry, addToMesh, echoService, startTestTopology, type TestTopology } from '../helpers/topology.ts';
 
 const CLIENT_ID = 'spiffe://cluster.local/ns/demo/sa/client';
 const ECHO_ID = 'spiffe://cluster.local/ns/demo/sa/echo';
-
-interface StreamRec {
-  readonly path: string;
-  readonly down: PeerInfo | undefined;
-  readonly up: PeerInfo | undefined;
-  readonly upstreamHost: string;
-}
-interface TunnelRec {
-  readonly inner: string;
-  readonly authority: string;
-  readonly down: PeerInfo | undefined;
-  readonly up: PeerInfo | undefined;
-}
-
-/** A filter recording the peer slots when each stream and tunnel completes. */
-function peerRecorder() {
-  const streams: StreamRec[] = [];
-  const tunnels: TunnelRec[] = [];
-  const factory: FilterFactory<unknown> = {
-    name: 'test.peerrec',
-    parseConfig: () => ({}),
-    create: () => ({
-      name: 'test.peerrec',
-      onStreamComplete(s) {
-        streams.push({ path: s.path, down: downstreamPeerOf(s), up: s.get(UPSTREAM_PEER), upstreamHost: s.upstreamHost });
-      },
-      onConnectionComplete(c) {
-        tunnels.push({ inner: c.innerProtocol, authority: c.info.authority, down: c.get(DOWNSTREAM_PEER), up: c.get(TCP_UPSTREAM_PEER) });
-      },
-    }),
-  };
-  const until = async <T>(what: string, find: () => T | undefined): Promise<T> => {
-    const end = Date.now() + 5000;
-    for (;;) {
-      const r = find();
-      if (r !== undefined) return r;
-      if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-      await sleep(10);
-    }
-  };
-  return {
-    factory,
-    stream: (path: string) => until(`stream ${path}`, () => streams.find((s) => s.path === path)),
-    tunnel: (authority: string, inner: string) => until(`tunnel ${authority}`, () => tunnels.find((t) => t.authority === authority && t.inner === inner)),
-  };
-}
 
 function get(host: string, port: number, path: string): Promise<{ status: number; servedBy: string; body: string }> {
   return new Promise((resolve, reject) => {
@@ -88,13 +42,13 @@ function echoPod(name: string) {
 
 describe('defaults: workload discovery (127.0.100.x)', () => {
   let topo: TestTopology;
-  const rec = peerRecorder();
+  const rec = recorder();
   const closers: (() => Promise<unknown>)[] = [];
 
   beforeAll(async () => {
     topo = await startTestTopology(100, {
       extraFilters: [rec.factory],
-      bootstrap: { filters: [{ name: 'istio.peer_metadata' }, { name: 'test.peerrec' }, { name: 'envoy.filters.http.router' }] },
+      bootstrap: { filters: [{ name: 'istio.peer_metadata' }, { name: RECORDER }, { name: 'envoy.filters.http.router' }] },
     });
   });
 
@@ -106,7 +60,7 @@ describe('defaults: workload discovery (127.0.100.x)', () => {
   test('downstream peer = the client pod, upstream peer = the echo pod that answered', async () => {
     const res = await get(topo.entry.host, topo.entry.port, '/wds');
     expect(res.status).toBe(200);
-    const r = await rec.stream('/wds');
+    const r = await rec.find('/wds');
     expect(r.down).toMatchObject({ name: 'client', namespace: 'demo', cluster: 'Kubernetes', workload: 'client', type: 'pod', service: 'client', app: 'client', revision: 'latest', identity: CLIENT_ID });
     expect(r.up).toMatchObject(echoPod(res.servedBy));
     // The pod that answered is the endpoint the router chose.
@@ -115,7 +69,7 @@ describe('defaults: workload discovery (127.0.100.x)', () => {
   });
 
   test('the inbound role (destination ztunnel) answers each CONNECT with its workload baggage', async () => {
-    const session = await hboneSession('127.0.100.11', topo.inbounds[0].address.port, await clientIdentity(topo));
+    const session = await hboneSession('127.0.100.11', topo.inbounds[0].address.port, await identityFrom(topo.caDir));
     try {
       const { status, headers, stream } = await connect(session, '127.0.100.11:8080');
       expect(status).toBe(200);
@@ -131,11 +85,11 @@ describe('defaults: workload discovery (127.0.100.x)', () => {
     fs.writeFileSync(topo.meshFile, mesh);
     await topo.waypoint!.mesh.reload();
     expect(topo.waypoint!.mesh.current.resolveTarget('127.0.100.12', 8080)?.kind).toBe('workload');
-    const entry = await extraEntry(topo, 100, '127.0.100.12:8080');
+    const entry = await addEntry(topo, '127.0.100.12:8080');
     closers.push(entry.close);
     const res = await get(entry.host, entry.port, '/pod-ip');
     expect(res).toMatchObject({ status: 200, servedBy: 'echo-2' });
-    const r = await rec.stream('/pod-ip');
+    const r = await rec.find('/pod-ip');
     expect(r.down).toMatchObject({ name: 'client', namespace: 'demo', workload: 'client', identity: CLIENT_ID });
     expect(r.up).toMatchObject(echoPod('echo-2'));
   });
@@ -143,7 +97,7 @@ describe('defaults: workload discovery (127.0.100.x)', () => {
 
 describe('baggage discovery both ways, upstream propagation (127.0.101.x)', () => {
   let topo: TestTopology;
-  const rec = peerRecorder();
+  const rec = recorder();
   const closers: (() => Promise<unknown>)[] = [];
   /** What a peer learned from ztunnel baggage looks like: no pod name (ztunnel sends none), identity from the certificate. */
   const fromBaggage = (workload: string, identity: string, service: string, revision: string) => ({
@@ -163,7 +117,7 @@ describe('baggage discovery both ways, upstream propagation (127.0.101.x)', () =
       bootstrap: {
         filters: [
           { name: 'istio.peer_metadata', config: { downstreamDiscovery: ['baggage'], upstreamDiscovery: ['baggage'], upstreamPropagation: ['istio_headers'] } },
-          { name: 'test.peerrec' },
+          { name: RECORDER },
           { name: 'envoy.filters.http.router' },
         ],
       },
@@ -178,7 +132,7 @@ describe('baggage discovery both ways, upstream propagation (127.0.101.x)', () =
   test('HTTP: downstream from the CONNECT baggage, upstream from the destination ztunnel answer; the pod sees the waypoint metadata', async () => {
     const res = await get(topo.entry.host, topo.entry.port, '/bag');
     expect(res.status).toBe(200);
-    const r = await rec.stream('/bag');
+    const r = await rec.find('/bag');
     expect(r.down).toMatchObject(fromBaggage('client', CLIENT_ID, 'client', 'latest'));
     expect(r.up).toMatchObject(fromBaggage(res.servedBy, ECHO_ID, 'echo', 'v1'));
     const seen = JSON.parse(res.body).headers as Record<string, string>;
@@ -187,8 +141,8 @@ describe('baggage discovery both ways, upstream propagation (127.0.101.x)', () =
   });
 
   test('TCP tunnel: the upstream peer from the baggage of the upstream CONNECT answer', async () => {
-    await addToMesh(topo, serviceYaml('echo-tcp', '127.0.101.101', 'tcp', 9000, 8080));
-    const entry = await extraEntry(topo, 101, '127.0.101.101:9000');
+    await addToMesh(topo, echoService('echo-tcp', '127.0.101.101', servicePort('tcp', 9000, 8080)));
+    const entry = await addEntry(topo, '127.0.101.101:9000');
     closers.push(entry.close);
     const raw = await new Promise<string>((resolve, reject) => {
       const s = net.connect(entry.port, entry.host, () => s.write('GET /tcp HTTP/1.1\r\nHost: echo\r\nConnection: close\r\n\r\n'));
@@ -199,7 +153,7 @@ describe('baggage discovery both ways, upstream propagation (127.0.101.x)', () =
     });
     const servedBy = /x-served-by: (echo-\d)/i.exec(raw)?.[1];
     expect(servedBy).toMatch(/^echo-\d$/);
-    const t = await rec.tunnel('127.0.101.101:9000', 'TCP');
+    const t = await rec.tunnel({ authority: '127.0.101.101:9000', inner: 'TCP' });
     expect(t.down).toMatchObject(fromBaggage('client', CLIENT_ID, 'client', 'latest'));
     expect(t.up).toMatchObject(fromBaggage(servedBy!, ECHO_ID, 'echo', 'v1'));
   });

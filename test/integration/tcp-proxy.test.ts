@@ -10,9 +10,9 @@ import { afterAll, beforeAll, expect, test } from 'vitest';
 import { HboneServer } from '../../src/hbone/server.ts';
 import { DEFAULT_HTTP2 } from '../../src/hbone/settings.ts';
 import { connect, hboneSession, type ClientIdentity } from '../helpers/hbone-client.ts';
-import { clientIdentity, sleep, within, workloadMaterial } from '../helpers/pitfalls.ts';
-import { startTestTopology, type TestTopology } from '../helpers/topology.ts';
-import { addToMesh } from './l7/l7-helpers.ts';
+import { identityFrom, spiffe } from '../helpers/identity.ts';
+import { sleep, within } from '../helpers/servers.ts';
+import { addToMesh, startTestTopology, type TestTopology } from '../helpers/topology.ts';
 
 const POD = '127.0.200.11';
 /** The fake destination's HBONE port (the waypoint's upstream.hbonePort). */
@@ -29,10 +29,10 @@ const held: ServerHttp2Stream[] = [];
 
 beforeAll(async () => {
   topo = await startTestTopology(200, { portName: 'tcp', backends: false, podIps: [POD], bootstrap: { upstream: { hbonePort: DEST_PORT } } });
-  client = await clientIdentity(topo.caDir);
+  client = await identityFrom(topo.caDir);
   dest = new HboneServer({
     name: 'fake-destination',
-    material: await workloadMaterial(topo.caDir, 'echo'),
+    material: await identityFrom(topo.caDir, spiffe('demo', 'echo')),
     http2: DEFAULT_HTTP2,
     verifyPeer: () => undefined,
     onConnect: (stream) => {

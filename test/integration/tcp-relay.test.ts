@@ -5,8 +5,8 @@
  */
 import net from 'node:net';
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { LocalCa } from '../../src/identity/ca.ts';
 import { connect, hboneSession, readAll, type ClientIdentity } from '../helpers/hbone-client.ts';
+import { identityFrom } from '../helpers/identity.ts';
 import { startTestTopology, type TestTopology } from '../helpers/topology.ts';
 
 let topo: TestTopology;
@@ -28,9 +28,7 @@ beforeAll(async () => {
         }),
     ),
   );
-  const ca = await LocalCa.load(topo.caDir);
-  const leaf = await ca.issue('spiffe://cluster.local/ns/demo/sa/client', 3600_000);
-  client = { certPem: leaf.certPem, keyPem: leaf.keyPem, caPem: ca.rootCertPem };
+  client = await identityFrom(topo.caDir);
 });
 afterAll(async () => {
   for (const s of tcpServers) s.close();

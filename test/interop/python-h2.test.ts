@@ -7,8 +7,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { LocalCa } from '../../src/identity/ca.ts';
 import { parseHttpResponse } from '../helpers/hbone-client.ts';
+import { identityFrom, spiffe } from '../helpers/identity.ts';
 import { startTestTopology, type TestTopology } from '../helpers/topology.ts';
 
 const run = promisify(execFile);
@@ -21,8 +21,7 @@ let prefix: string;
 
 beforeAll(async () => {
   topo = await startTestTopology(25);
-  const ca = await LocalCa.load(topo.caDir);
-  const leaf = await ca.issue('spiffe://cluster.local/ns/demo/sa/python', 3600_000);
+  const leaf = await identityFrom(topo.caDir, spiffe('demo', 'python'));
   prefix = path.join(topo.dir, 'python');
   fs.writeFileSync(`${prefix}-cert.pem`, leaf.certPem);
   fs.writeFileSync(`${prefix}-key.pem`, leaf.keyPem);

@@ -29,8 +29,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
-import { clientIdentity, KiB, pattern, sleep, within, workloadMaterial } from '../helpers/pitfalls.ts';
+import { identityFrom, spiffe } from '../helpers/identity.ts';
+import { KiB, pattern } from '../helpers/pitfalls.ts';
 import { samplesOf, scrape } from '../helpers/prometheus.ts';
+import { sleep, within } from '../helpers/servers.ts';
 import { openEntry, startTestTopology, type TestTopology } from '../helpers/topology.ts';
 
 const run = promisify(execFile);
@@ -335,7 +337,7 @@ describe('h2c upstream (127.0.250.x)', () => {
 
 /** Write the PEM files of `sa`'s certificate (from the topology's CA) under `prefix`. */
 async function pemFiles(caDir: string, sa: string, prefix: string): Promise<{ cert: string; key: string; ca: string }> {
-  const m = sa === 'echo' ? await workloadMaterial(caDir) : await clientIdentity(caDir, sa);
+  const m = await identityFrom(caDir, spiffe('demo', sa));
   const files = { cert: `${prefix}-cert.pem`, key: `${prefix}-key.pem`, ca: `${prefix}-ca.pem` };
   fs.writeFileSync(files.cert, m.certPem);
   fs.writeFileSync(files.key, m.keyPem);

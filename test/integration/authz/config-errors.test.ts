@@ -16,7 +16,7 @@ log.level = 'silent';
 
 const NET = '127.0.124';
 const BIN = path.resolve(import.meta.dirname, '../../../bin/waypoint.js');
-const GOOD = meshYaml({ apps: [{ name: 'web', vip: `${NET}.100`, podIp: `${NET}.11`, ports: ['{ name: http, port: 80, targetPort: 8080 }'] }] });
+const GOOD = meshYaml({ apps: [{ name: 'web', vip: `${NET}.100`, podIp: `${NET}.11`, ports: [{ name: 'http', port: 80, targetPort: 8080 }] }] });
 
 /** A policy document whose `ipBlocks[1]` is not an address (an error of the rule compiler). */
 const BAD_IP_BLOCK = `apiVersion: security.istio.io/v1

@@ -23,7 +23,10 @@ import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
 
 import { log } from '../../../src/util/log.ts';
 import { caseMeshText, cases, checkSource, fixtures, serviceOf, type Case, type Check, type FixtureOptions } from '../../helpers/authz-cases.ts';
-import { AuthzInbound, eventually, remapByNets, spiffe, startTcpBackend, type TcpBackend } from './harness.ts';
+import { spiffe } from '../../helpers/identity.ts';
+import { startTcpBackend, type TcpBackend } from '../../helpers/recorder.ts';
+import { eventually } from '../../helpers/servers.ts';
+import { AuthzInbound, remapByNets } from './harness.ts';
 
 const NETS: Readonly<Record<string, string>> = {
   '10.96.0.': '127.0.114.',
@@ -64,7 +67,7 @@ function ztunnelPart(c: Case, check: Check): ZtunnelCheck | string {
     return { principal, src: remap(ip), dst, decision: e.decision, status: e.status };
   }
   if (e.destination_ztunnel_decision !== undefined) {
-    // The waypoint forwards to the destination pod over HBONE, as itself (authz.md §1.1).
+    // The waypoint forwards to the destination pod over HBONE, as itself.
     const { s } = serviceOf(r.dst, r.authority);
     return { principal: WAYPOINT.principal, src: remap(WAYPOINT.podIP), dst: { ip: remap(s.podIP), port: s.ports[0].targetPort }, decision: e.destination_ztunnel_decision, status: undefined };
   }

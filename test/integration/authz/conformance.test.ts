@@ -38,7 +38,9 @@ import {
   type Check,
   type FixtureOptions,
 } from '../../helpers/authz-cases.ts';
-import { AuthzWaypoint, eventually, remapByNets, startHttpBackend, startTcpBackend, type Received } from './harness.ts';
+import { startBackend, startTcpBackend, type Received } from '../../helpers/recorder.ts';
+import { eventually } from '../../helpers/servers.ts';
+import { AuthzWaypoint, remapByNets } from './harness.ts';
 
 /** Fixture /24s → 127.0.16x (each bindable); any other 10.x (only ever in policies) → 127.x. */
 const NETS: Readonly<Record<string, string>> = {
@@ -123,9 +125,9 @@ beforeAll(async () => {
   jwks = JSON.stringify({ keys: [{ ...(await exportJWK(publicKey)), kid: 'e2e', alg: 'RS256', use: 'sig' }] });
   signer = (claims) => new SignJWT(claims).setProtectedHeader({ alg: 'RS256', kid: 'e2e', typ: 'JWT' }).sign(privateKey);
   // Backends on every fixture pod: httpbin, productpage and other speak HTTP, tcp-echo echoes.
-  http.push(await startHttpBackend(remap('10.244.2.10'), 8080));
-  http.push(await startHttpBackend(remap('10.244.2.11'), 9080));
-  http.push(await startHttpBackend(remap('10.244.2.12'), 8080));
+  http.push(await startBackend(remap('10.244.2.10'), 8080));
+  http.push(await startBackend(remap('10.244.2.11'), 9080));
+  http.push(await startBackend(remap('10.244.2.12'), 8080));
   tcp.push(await startTcpBackend(remap('10.244.2.13'), 9000));
   tcp.push(await startTcpBackend(remap('10.244.2.13'), 9001));
   current = caseMeshText(withKeys(inScope[0]), OPTIONS);

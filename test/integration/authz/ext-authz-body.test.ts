@@ -10,11 +10,14 @@
 import { createHash, randomBytes } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { HeaderAppendAction, type CheckRequest } from '../../../src/authz/ext-authz/proto.ts';
+import { HeaderAppendAction, type CheckRequest } from '../../../src/ext-authz/proto.ts';
 import { log } from '../../../src/util/log.ts';
 import { parseHttpResponse, readAll } from '../../helpers/hbone-client.ts';
+import { spiffe } from '../../helpers/identity.ts';
+import { startBackend, type Received } from '../../helpers/recorder.ts';
+import { eventually } from '../../helpers/servers.ts';
 import { startGrpcAuthz, startHttpAuthz, type CheckReply, type SeenHttp } from '../ext-authz/helpers.ts';
-import { AuthzWaypoint, eventually, meshYaml, spiffe, startHttpBackend, type Received } from './harness.ts';
+import { AuthzWaypoint, customPolicy, meshYaml } from './harness.ts';
 
 log.level = 'silent';
 
@@ -24,15 +27,7 @@ const STRICT = `${NET}.100:80`; // gRPC provider, 16 bytes, no partial message
 const PARTIAL = `${NET}.101:80`; // gRPC provider, 16 bytes, partial, packAsBytes
 const HTTPP = `${NET}.102:80`; // HTTP provider with headersToDownstreamOnAllow
 
-const custom = (name: string, service: string, provider: string) => `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: ${name}, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: ${service} }]
-  action: CUSTOM
-  provider: { name: ${provider} }
-  rules: [{ to: [{ operation: { paths: ["/checked/*"] } }] }]
-`;
+const custom = (name: string, service: string, provider: string) => customPolicy(name, service, provider, [{ to: [{ operation: { paths: ['/checked/*'] } }] }]);
 
 const MESH = meshYaml({
   meshConfig: `extensionProviders:
@@ -47,11 +42,11 @@ const MESH = meshYaml({
 - name: http
   envoyExtAuthzHttp: { service: http-authz.foo.svc.cluster.local, port: 9001, timeout: 2s, headersToDownstreamOnAllow: ["x-down-*"] }`,
   apps: [
-    { name: 'ext-authz', vip: `${NET}.120`, podIp: `${NET}.20`, ports: ['{ name: grpc, port: 9000, targetPort: 9000 }'] },
-    { name: 'http-authz', vip: `${NET}.121`, podIp: `${NET}.21`, ports: ['{ name: http, port: 9001, targetPort: 9001 }'] },
-    { name: 'strict', vip: `${NET}.100`, podIp: `${NET}.11`, ports: ['{ name: http, port: 80, targetPort: 8080 }'] },
-    { name: 'partial', vip: `${NET}.101`, podIp: `${NET}.11`, ports: ['{ name: http, port: 80, targetPort: 8080 }'] },
-    { name: 'httpp', vip: `${NET}.102`, podIp: `${NET}.11`, ports: ['{ name: http, port: 80, targetPort: 8080 }'] },
+    { name: 'ext-authz', vip: `${NET}.120`, podIp: `${NET}.20`, ports: [{ name: 'grpc', port: 9000, targetPort: 9000 }] },
+    { name: 'http-authz', vip: `${NET}.121`, podIp: `${NET}.21`, ports: [{ name: 'http', port: 9001, targetPort: 9001 }] },
+    { name: 'strict', vip: `${NET}.100`, podIp: `${NET}.11`, ports: [{ name: 'http', port: 80, targetPort: 8080 }] },
+    { name: 'partial', vip: `${NET}.101`, podIp: `${NET}.11`, ports: [{ name: 'http', port: 80, targetPort: 8080 }] },
+    { name: 'httpp', vip: `${NET}.102`, podIp: `${NET}.11`, ports: [{ name: 'http', port: 80, targetPort: 8080 }] },
   ],
   docs: [custom('strict-custom', 'strict', 'strict'), custom('partial-custom', 'partial', 'partial'), custom('http-custom', 'httpp', 'http')],
 });
@@ -86,7 +81,7 @@ beforeAll(async () => {
   httpAuthz = await startHttpAuthz(`${NET}.21`, 9001, (r: SeenHttp) =>
     r.url.startsWith('/checked/deny') ? { status: 403, body: 'nope' } : { status: 200, headers: { 'x-down-a': '1', 'x-other': '2' } },
   );
-  backend = await startHttpBackend(`${NET}.11`, 8080);
+  backend = await startBackend(`${NET}.11`, 8080);
   wp = await AuthzWaypoint.start({ ip: `${NET}.1`, mesh: MESH });
 });
 afterAll(async () => {

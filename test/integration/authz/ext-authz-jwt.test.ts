@@ -1,6 +1,6 @@
 /**
  * `istio.authz` with the waypoint's own ext_authz client and RequestAuthentication (app.ts wiring),
- * in Istio's order CUSTOM → JWT → AUDIT/DENY/ALLOW (authz.md §2.1, §2.3): a CUSTOM policy checked
+ * in Istio's order CUSTOM → JWT → AUDIT/DENY/ALLOW (istio/istio listener_waypoint.go `buildWaypointHTTPFilters`): a CUSTOM policy checked
  * by a real grpc-js `Authorization/Check` server reached through the mesh (a Service in the mesh
  * file, MeshConfig `extensionProviders`): an allow reaches the backend with the server's header, a
  * denial answers the server's status, headers and body with flag UAEX. A RequestAuthentication
@@ -10,10 +10,12 @@
 import * as grpc from '@grpc/grpc-js';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { describe, expect, test } from 'vitest';
+import type { CheckRequest } from '../../../src/ext-authz/proto.ts';
 import { log } from '../../../src/util/log.ts';
-import type { CheckRequest } from '../../../src/authz/ext-authz/proto.ts';
+import { spiffe } from '../../helpers/identity.ts';
+import type { Backend } from '../../helpers/recorder.ts';
 import { startGrpcAuthz, type CheckReply } from '../ext-authz/helpers.ts';
-import { AuthzWaypoint, HTTP_PORT, meshYaml, servicePolicy, spiffe, startAll, type HttpBackend } from './harness.ts';
+import { AuthzWaypoint, HTTP_PORT, meshYaml, servicePolicy, startAll } from './harness.ts';
 
 log.level = 'silent';
 
@@ -29,7 +31,7 @@ const mesh = (jwks: string) =>
 - name: test-grpc
   envoyExtAuthzGrpc: { service: ext-authz.foo.svc.cluster.local, port: 9000, timeout: 2s }`,
     apps: [
-      { name: 'ext-authz', vip: `${NET}.120`, podIp: `${NET}.20`, ports: ['{ name: grpc, port: 9000, targetPort: 9000 }'] },
+      { name: 'ext-authz', vip: `${NET}.120`, podIp: `${NET}.20`, ports: [{ name: 'grpc', port: 9000, targetPort: 9000 }] },
       { name: 'c', vip: `${NET}.100`, podIp: `${NET}.11`, ports: [HTTP_PORT] },
       { name: 'j', vip: `${NET}.101`, podIp: `${NET}.12`, ports: [HTTP_PORT] },
     ],
@@ -74,8 +76,8 @@ function reply(req: CheckRequest): CheckReply {
 
 let wp: AuthzWaypoint;
 let authz: Awaited<ReturnType<typeof startGrpcAuthz>>;
-let c: HttpBackend;
-let j: HttpBackend;
+let c: Backend;
+let j: Backend;
 let sign: (sub: string) => Promise<string>;
 
 startAll(async (start) => {

@@ -10,10 +10,13 @@ import os from 'node:os';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import type { CheckRequest } from '../../../src/authz/ext-authz/proto.ts';
+import type { CheckRequest } from '../../../src/ext-authz/proto.ts';
 import { log } from '../../../src/util/log.ts';
+import { spiffe } from '../../helpers/identity.ts';
+import { startBackend, type Backend } from '../../helpers/recorder.ts';
+import { eventually } from '../../helpers/servers.ts';
 import { startGrpcAuthz, type CheckReply } from '../ext-authz/helpers.ts';
-import { AuthzWaypoint, eventually, meshYaml, spiffe, startHttpBackend, type HttpBackend } from './harness.ts';
+import { AuthzWaypoint, customPolicy, meshYaml } from './harness.ts';
 
 log.level = 'silent';
 
@@ -31,19 +34,11 @@ extensionProviders:
 - name: grpc
   envoyExtAuthzGrpc: { service: ext-authz.foo.svc.cluster.local, port: 9000, timeout: 5s }`,
   apps: [
-    { name: 'ext-authz', vip: `${NET}.120`, podIp: `${NET}.20`, ports: ['{ name: grpc, port: 9000, targetPort: 9000 }'] },
-    { name: 'web', vip: `${NET}.104`, podIp: `${NET}.12`, ports: ['{ name: http, port: 80, targetPort: 8080 }'] },
+    { name: 'ext-authz', vip: `${NET}.120`, podIp: `${NET}.20`, ports: [{ name: 'grpc', port: 9000, targetPort: 9000 }] },
+    { name: 'web', vip: `${NET}.104`, podIp: `${NET}.12`, ports: [{ name: 'http', port: 80, targetPort: 8080 }] },
   ],
   docs: [
-    `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: web, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: web }]
-  action: CUSTOM
-  provider: { name: grpc }
-  rules: [{}]
-`,
+    customPolicy('web', 'web', 'grpc'),
   ],
 });
 
@@ -56,11 +51,11 @@ function reply(req: CheckRequest): CheckReply {
 
 let wp: AuthzWaypoint;
 let authz: Awaited<ReturnType<typeof startGrpcAuthz>>;
-let web: HttpBackend;
+let web: Backend;
 
 beforeAll(async () => {
   authz = await startGrpcAuthz(`${NET}.20:9000`, reply);
-  web = await startHttpBackend(`${NET}.12`, 8080);
+  web = await startBackend(`${NET}.12`, 8080);
   wp = await AuthzWaypoint.start({ ip: `${NET}.1`, mesh: MESH });
 });
 afterAll(async () => {

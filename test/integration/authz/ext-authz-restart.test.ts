@@ -11,7 +11,9 @@ import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { log } from '../../../src/util/log.ts';
-import { AuthzWaypoint, meshYaml, spiffe, startHttpBackend, startTcpBackend, type HttpBackend, type TcpBackend } from './harness.ts';
+import { spiffe } from '../../helpers/identity.ts';
+import { startBackend, startTcpBackend, type Backend, type TcpBackend } from '../../helpers/recorder.ts';
+import { AuthzWaypoint, customPolicy, meshYaml } from './harness.ts';
 
 log.level = 'silent';
 
@@ -22,15 +24,7 @@ const WEB = `${NET}.104:80`;
 const TCP = `${NET}.100:9000`;
 const SERVER_SCRIPT = fileURLToPath(new URL('../ext-authz/grpc-authz-process.ts', import.meta.url));
 
-const custom = (name: string) => `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: ${name}, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: ${name} }]
-  action: CUSTOM
-  provider: { name: grpc }
-  rules: [{}]
-`;
+const custom = (name: string) => customPolicy(name, name, 'grpc');
 
 const MESH = meshYaml({
   // A timeout well above the bound of the tests: a check waiting on a dead connection shows as a failure.
@@ -38,9 +32,9 @@ const MESH = meshYaml({
 - name: grpc
   envoyExtAuthzGrpc: { service: ext-authz.foo.svc.cluster.local, port: 9000, timeout: 10s }`,
   apps: [
-    { name: 'ext-authz', vip: `${NET}.120`, podIp: `${NET}.20`, ports: ['{ name: grpc, port: 9000, targetPort: 9000 }'] },
-    { name: 'tcpapp', vip: `${NET}.100`, podIp: `${NET}.11`, ports: ['{ name: tcp, port: 9000, targetPort: 9000 }'] },
-    { name: 'web', vip: `${NET}.104`, podIp: `${NET}.12`, ports: ['{ name: http, port: 80, targetPort: 8080 }'] },
+    { name: 'ext-authz', vip: `${NET}.120`, podIp: `${NET}.20`, ports: [{ name: 'grpc', port: 9000, targetPort: 9000 }] },
+    { name: 'tcpapp', vip: `${NET}.100`, podIp: `${NET}.11`, ports: [{ name: 'tcp', port: 9000, targetPort: 9000 }] },
+    { name: 'web', vip: `${NET}.104`, podIp: `${NET}.12`, ports: [{ name: 'http', port: 80, targetPort: 8080 }] },
   ],
   docs: [custom('tcpapp'), custom('web')],
 });
@@ -68,12 +62,12 @@ async function restartProvider(): Promise<void> {
 
 let wp: AuthzWaypoint;
 let provider: ChildProcess;
-let web: HttpBackend;
+let web: Backend;
 let tcp: TcpBackend;
 
 beforeAll(async () => {
   provider = await startProvider();
-  web = await startHttpBackend(`${NET}.12`, 8080);
+  web = await startBackend(`${NET}.12`, 8080);
   tcp = await startTcpBackend(`${NET}.11`, 9000);
   wp = await AuthzWaypoint.start({ ip: `${NET}.1`, mesh: MESH });
 });

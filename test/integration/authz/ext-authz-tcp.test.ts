@@ -10,10 +10,13 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import type { CheckRequest } from '../../../src/authz/ext-authz/proto.ts';
+import type { CheckRequest } from '../../../src/ext-authz/proto.ts';
 import { log } from '../../../src/util/log.ts';
+import { spiffe } from '../../helpers/identity.ts';
+import { RECORDER, startBackend, startTcpBackend, type Received, type TcpBackend } from '../../helpers/recorder.ts';
+import { eventually } from '../../helpers/servers.ts';
 import { startGrpcAuthz, type CheckReply } from '../ext-authz/helpers.ts';
-import { AuthzWaypoint, eventually, meshYaml, spiffe, startHttpBackend, startTcpBackend, type Received, type TcpBackend } from './harness.ts';
+import { AuthzWaypoint, customPolicy, DRY_RUN, meshYaml, servicePolicy } from './harness.ts';
 
 log.level = 'silent';
 
@@ -27,17 +30,9 @@ const TCP_HTTP_PROVIDER = `${NET}.103:9000`;
 const WEB = `${NET}.104:80`;
 const WEB2 = `${NET}.105:80`;
 
-const custom = (name: string, service: string, provider: string, rules = '[{}]') => `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: ${name}, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: ${service} }]
-  action: CUSTOM
-  provider: { name: ${provider} }
-  rules: ${rules}
-`;
-const tcpApp = (name: string, last: number) => ({ name, vip: `${NET}.${last}`, podIp: `${NET}.11`, ports: ['{ name: tcp, port: 9000, targetPort: 9000 }'] });
-const webApp = (name: string, last: number) => ({ name, vip: `${NET}.${last}`, podIp: `${NET}.12`, ports: ['{ name: http, port: 80, targetPort: 8080 }'] });
+const custom = (name: string, service: string, provider: string) => customPolicy(name, service, provider);
+const tcpApp = (name: string, last: number) => ({ name, vip: `${NET}.${last}`, podIp: `${NET}.11`, ports: [{ name: 'tcp', port: 9000, targetPort: 9000 }] });
+const webApp = (name: string, last: number) => ({ name, vip: `${NET}.${last}`, podIp: `${NET}.12`, ports: [{ name: 'http', port: 80, targetPort: 8080 }] });
 
 const MESH = meshYaml({
   meshConfig: `extensionProviders:
@@ -50,9 +45,9 @@ const MESH = meshYaml({
 - name: http
   envoyExtAuthzHttp: { service: dead.foo.svc.cluster.local, port: 9000, timeout: 2s }`,
   apps: [
-    { name: 'ext-authz', vip: `${NET}.120`, podIp: `${NET}.20`, ports: ['{ name: grpc, port: 9000, targetPort: 9000 }'] },
+    { name: 'ext-authz', vip: `${NET}.120`, podIp: `${NET}.20`, ports: [{ name: 'grpc', port: 9000, targetPort: 9000 }] },
     // Nothing listens on the dead provider's pod.
-    { name: 'dead', vip: `${NET}.121`, podIp: `${NET}.21`, ports: ['{ name: grpc, port: 9000, targetPort: 9000 }'] },
+    { name: 'dead', vip: `${NET}.121`, podIp: `${NET}.21`, ports: [{ name: 'grpc', port: 9000, targetPort: 9000 }] },
     tcpApp('asked', 100),
     tcpApp('open', 101),
     tcpApp('closed', 102),
@@ -66,21 +61,8 @@ const MESH = meshYaml({
     custom('closed', 'closed', 'dead-closed'),
     custom('httpprov', 'httpprov', 'http'),
     custom('web', 'web', 'grpc'),
-    `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: web2-deny, namespace: foo }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: web2 }]
-  action: DENY
-  rules: [{ to: [{ operation: { paths: ["/deny"] } }] }]
-`,
-    `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: web2-dry-allow, namespace: foo, annotations: { istio.io/dry-run: "true" } }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: web2 }]
-  rules: [{ to: [{ operation: { paths: ["/dry"] } }] }]
-`,
+    servicePolicy('web2-deny', 'web2', 'action: DENY\nrules: [{ to: [{ operation: { paths: ["/deny"] } }] }]'),
+    servicePolicy('web2-dry-allow', 'web2', 'rules: [{ to: [{ operation: { paths: ["/dry"] } }] }]', { annotations: DRY_RUN }),
   ],
 });
 
@@ -99,11 +81,11 @@ let web: { received: Received[]; close(): Promise<void> };
 beforeAll(async () => {
   authz = await startGrpcAuthz(`${NET}.20:9000`, reply);
   tcp = await startTcpBackend(`${NET}.11`, 9000);
-  web = await startHttpBackend(`${NET}.12`, 8080);
+  web = await startBackend(`${NET}.12`, 8080);
   wp = await AuthzWaypoint.start({
     ip: `${NET}.1`,
     mesh: MESH,
-    filters: [{ name: 'istio.authz' }, { name: 'istio.stats' }, { name: 'test.authzrec' }, { name: 'envoy.filters.http.router' }],
+    filters: [{ name: 'istio.authz' }, { name: 'istio.stats' }, { name: RECORDER }, { name: 'envoy.filters.http.router' }],
   });
 });
 afterAll(async () => {

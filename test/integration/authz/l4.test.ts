@@ -8,9 +8,14 @@
  */
 import type { ClientHttp2Stream } from 'node:http2';
 import { describe, expect, test } from 'vitest';
-import { ConfigError } from '../../../src/errors.ts';
+import { parse } from 'yaml';
+import { ConfigError } from '../../../src/util/errors.ts';
 import { exchange } from '../../helpers/hbone-client.ts';
-import { AuthzWaypoint, eventually, HTTP_PORT, meshYaml, spiffe, startAll, type HttpBackend, type TcpBackend } from './harness.ts';
+import { spiffe } from '../../helpers/identity.ts';
+import { authorizationPolicy, toGateway, type Doc } from '../../helpers/mesh.ts';
+import type { Backend, TcpBackend } from '../../helpers/recorder.ts';
+import { eventually } from '../../helpers/servers.ts';
+import { AuthzWaypoint, HTTP_PORT, meshYaml, startAll } from './harness.ts';
 
 const NET = '127.0.151';
 const GOOD = spiffe('good', 'c');
@@ -21,24 +26,19 @@ const WEB = `${NET}.101:80`;
 const AUTO_TCP = `${NET}.102:7000`;
 const AUTO_WEB = `${NET}.103:80`;
 
-const policy = (name: string, spec: string) => `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: ${name}, namespace: infra }
-spec:
-  targetRefs: [{ kind: Gateway, group: gateway.networking.k8s.io, name: waypoint }]
-${spec}`;
+const policy = (name: string, spec: string) => authorizationPolicy(name, { targetRefs: toGateway(), ...parse(spec) }, { namespace: 'infra' });
 
 /** Namespace `app` uses the waypoint `infra/waypoint`; `policies` are bound to it. */
-const mesh = (...policies: string[]) =>
+const mesh = (...policies: Doc[]) =>
   meshYaml({
     namespace: 'app',
     waypointNamespace: 'infra',
     apps: [
-      { name: 'tcp', vip: `${NET}.100`, podIp: `${NET}.11`, ports: ['{ name: tcp, port: 9000, targetPort: 9000 }', '{ name: tcp-b, port: 9001, targetPort: 9001 }'] },
+      { name: 'tcp', vip: `${NET}.100`, podIp: `${NET}.11`, ports: [{ name: 'tcp', port: 9000, targetPort: 9000 }, { name: 'tcp-b', port: 9001, targetPort: 9001 }] },
       { name: 'web', vip: `${NET}.101`, podIp: `${NET}.12`, ports: [HTTP_PORT] },
       // Undeclared protocols (port names Istio does not know): sniffed.
-      { name: 'auto-tcp', app: 'auto', vip: `${NET}.102`, podIp: `${NET}.13`, ports: ['{ name: db, port: 7000, targetPort: 7000 }'] },
-      { name: 'auto-web', app: 'web', vip: `${NET}.103`, ports: ['{ name: web, port: 80, targetPort: 8080 }'] },
+      { name: 'auto-tcp', app: 'auto', vip: `${NET}.102`, podIp: `${NET}.13`, ports: [{ name: 'db', port: 7000, targetPort: 7000 }] },
+      { name: 'auto-web', app: 'web', vip: `${NET}.103`, ports: [{ name: 'web', port: 80, targetPort: 8080 }] },
     ],
     docs: policies,
   });
@@ -51,7 +51,7 @@ let wp: AuthzWaypoint;
 let tcp: TcpBackend;
 let tcpB: TcpBackend;
 let auto: TcpBackend;
-let web: HttpBackend;
+let web: Backend;
 
 startAll(async (start) => {
   tcp = await start.tcp(`${NET}.11`, 9000);

@@ -7,9 +7,11 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
-import { TunnelRole } from '../../../src/roles/tunnel.ts';
-import { HTTP_PORT, meshYaml, servicePolicy, spiffe, startAll, type AuthzWaypoint, type HttpBackend } from './harness.ts';
+import { spiffe } from '../../helpers/identity.ts';
+import { authorizationPolicy } from '../../helpers/mesh.ts';
+import type { Backend } from '../../helpers/recorder.ts';
+import { addEntry } from '../../helpers/topology.ts';
+import { DRY_RUN, HTTP_PORT, meshYaml, servicePolicy, startAll, type AuthzWaypoint } from './harness.ts';
 
 const NET = '127.0.150';
 const X = spiffe('a', 'x');
@@ -22,7 +24,7 @@ const MESH = meshYaml({
   apps: [
     { name: 's', vip: `${NET}.100`, podIp: `${NET}.11`, ports: [HTTP_PORT] },
     { name: 't', vip: `${NET}.101`, podIp: `${NET}.12`, ports: [HTTP_PORT] },
-    { name: 'g', vip: `${NET}.102`, podIp: `${NET}.13`, ports: ['{ name: grpc, port: 9000, targetPort: 9000 }'] },
+    { name: 'g', vip: `${NET}.102`, podIp: `${NET}.13`, ports: [{ name: 'grpc', port: 9000, targetPort: 9000 }] },
   ],
   docs: [
     // Pitfall I1: only X, only GET, on Service s.
@@ -34,20 +36,9 @@ const MESH = meshYaml({
   to: [{ operation: { methods: ["GET"] } }]`,
     ),
     // Selector policy: ztunnel's, never the waypoint's (it would deny everything on t).
-    `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: t-selector-deny-all, namespace: foo }
-spec:
-  selector: { matchLabels: { app: t } }
-  action: DENY
-  rules: [{}]
-`,
+    authorizationPolicy('t-selector-deny-all', 'selector: { matchLabels: { app: t } }\naction: DENY\nrules: [{}]'),
     // Namespace-wide allow-nothing without targetRefs: also ztunnel's.
-    `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: ns-allow-nothing, namespace: foo }
-spec: {}
-`,
+    authorizationPolicy('ns-allow-nothing', {}),
     servicePolicy(
       't-deny-forbidden',
       't',
@@ -58,21 +49,14 @@ rules:
   when: [{ key: remote.ip, values: ["1.2.3.4"] }]`,
     ),
     servicePolicy('t-audit', 't', 'action: AUDIT\nrules: [{ to: [{ operation: { paths: ["/audited"] } }] }]'),
-    `apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: { name: t-shadow-deny, namespace: foo, annotations: { istio.io/dry-run: "true" } }
-spec:
-  targetRefs: [{ kind: Service, group: "", name: t }]
-  action: DENY
-  rules: [{ to: [{ operation: { paths: ["/shadow"] } }] }]
-`,
+    servicePolicy('t-shadow-deny', 't', 'action: DENY\nrules: [{ to: [{ operation: { paths: ["/shadow"] } }] }]', { annotations: DRY_RUN }),
     servicePolicy('g-only-x', 'g', 'rules: [{ from: [{ source: { principals: ["cluster.local/ns/a/sa/x"] } }] }]'),
   ],
 });
 
 let wp: AuthzWaypoint;
-let s: HttpBackend;
-let t: HttpBackend;
+let s: Backend;
+let t: Backend;
 
 startAll(async (start) => {
   s = await start.http(`${NET}.11`, 8080);
@@ -133,7 +117,7 @@ describe('what a decision leaves for the access log and stats', () => {
   });
 });
 
-test('remote.ip is the right-most X-Forwarded-For address (authz.md §4.4)', async () => {
+test('remote.ip is the right-most X-Forwarded-For address', async () => {
   const xff = async (path: string, values: string[]) => (await wp.http(X, T, { path, headers: values.map((v): [string, string] => ['x-forwarded-for', v]) })).status;
   expect(await xff('/xff?1', ['9.9.9.9, 1.2.3.4'])).toBe(403);
   expect(await xff('/xff?2', ['1.2.3.4, 9.9.9.9'])).toBe(200);
@@ -151,17 +135,9 @@ describe('gRPC (pitfall I1 for gRPC: PERMISSION_DENIED, never a bare 403)', () =
 
   /** A source ztunnel stand-in for `principal` from `ip`, CONNECTing to g, and a gRPC client through it. */
   async function clientAs(principal: string, ip: string): Promise<grpc.Client & { unary: (b: Buffer, cb: (e: grpc.ServiceError | null, v?: Buffer) => void) => void }> {
-    const cert = await WorkloadCertificate.start(wp.ca, principal, 3600_000);
-    const tunnel = await TunnelRole.start({
-      listen: `${ip}:0`,
-      to: `${NET}.1:${wp.waypoint.addresses.hbone.port}`,
-      authority: G,
-      certificate: cert,
-      expectSan: spiffe('foo', 'waypoint'),
-      bind: ip,
-    });
-    const client = new EchoClient(`${ip}:${tunnel.address.port}`, grpc.credentials.createInsecure());
-    closers.push(() => client.close(), () => tunnel.close(), () => cert.close());
+    const entry = await addEntry(wp.topology, G, { principal, clientIp: ip });
+    const client = new EchoClient(`${ip}:${entry.port}`, grpc.credentials.createInsecure());
+    closers.push(() => client.close(), () => entry.close());
     return client as unknown as grpc.Client & { unary: (b: Buffer, cb: (e: grpc.ServiceError | null, v?: Buffer) => void) => void };
   }
   const call = (c: { unary: (b: Buffer, cb: (e: grpc.ServiceError | null, v?: Buffer) => void) => void }, text: string) =>

@@ -1,5 +1,5 @@
 /**
- * Path normalization before authorization, end to end (pitfall I4; authz.md §5.4): DENY `/admin`
+ * Path normalization before authorization, end to end (istio/istio#27409, CVE-2019-9901): DENY `/admin`
  * and `/admin/*`, everything else allowed. Each variant is sent raw over HTTP/1.1 through the
  * waypoint; the test asserts the status and the exact target the backend received, which is the
  * normalized path the policy matched (query kept), under each MeshConfig `pathNormalization` mode.
@@ -11,7 +11,9 @@
  * Addresses: 127.0.152.x.
  */
 import { describe, expect, test } from 'vitest';
-import { HTTP_PORT, meshYaml, servicePolicy, spiffe, startAll, type AuthzWaypoint, type HttpBackend } from './harness.ts';
+import { spiffe } from '../../helpers/identity.ts';
+import type { Backend } from '../../helpers/recorder.ts';
+import { HTTP_PORT, meshYaml, servicePolicy, startAll, type AuthzWaypoint } from './harness.ts';
 
 const NET = '127.0.152';
 const CLIENT = spiffe('foo', 'client');
@@ -25,7 +27,7 @@ const mesh = (normalization?: string) =>
   });
 
 let wp: AuthzWaypoint;
-let backend: HttpBackend;
+let backend: Backend;
 
 startAll(async (start) => {
   backend = await start.http(`${NET}.11`, 8080);

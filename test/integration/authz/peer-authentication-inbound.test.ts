@@ -1,6 +1,6 @@
 /**
  * PeerAuthentication on the `waypoint inbound` role's plaintext listeners, over real sockets
- * (authz.md §7.2): STRICT closes a plaintext client before the app is dialed, PERMISSIVE relays it,
+ * (istio/istio architecture/ambient/peer-authentication.md): STRICT closes a plaintext client before the app is dialed, PERMISSIVE relays it,
  * a port-level exception is honoured, a policy change applies to the next connection, and HBONE
  * CONNECTs are never refused by PeerAuthentication. Addresses: 127.0.187.x only.
  */
@@ -13,11 +13,12 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 
 import { LocalCa } from '../../../src/identity/ca.ts';
 import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
-import { INBOUND_PARTS, InboundRole } from '../../../src/roles/inbound.ts';
+import { INBOUND_PARTS, InboundRole } from '../../../src/ztunnel/inbound.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { connect, hboneSession, readAll } from '../../helpers/hbone-client.ts';
-import { clientIdentity, closeServer, listen } from '../../helpers/pitfalls.ts';
+import { identityFrom, spiffe } from '../../helpers/identity.ts';
+import { closeServer, listen } from '../../helpers/servers.ts';
 
 const POD = '127.0.187.1'; // the pod IP: HBONE listener and plaintext listeners
 const APP = '127.0.187.2'; // where the app listens (--forward)
@@ -123,7 +124,7 @@ describe('waypoint inbound --plaintext with PeerAuthentication', () => {
 
   test('HBONE is always mTLS: a STRICT workload still accepts CONNECTs', async () => {
     state.current = mesh(pa('istio-system', 'default', { mtls: { mode: 'STRICT' } }));
-    const session = await hboneSession(POD, 15008, await clientIdentity(dir, 'sleep'));
+    const session = await hboneSession(POD, 15008, await identityFrom(dir, spiffe('demo', 'sleep')));
     try {
       const { status, stream } = await connect(session, `${POD}:8080`);
       expect(status).toBe(200);

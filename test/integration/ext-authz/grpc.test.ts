@@ -11,14 +11,14 @@ import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { log } from '../../../src/util/log.ts';
-import { createExtAuthzHook, ExtAuthzClient } from '../../../src/authz/ext-authz/index.ts';
+import { createExtAuthzHook, ExtAuthzClient } from '../../../src/ext-authz/index.ts';
 import { HeaderList, type ConnectionContext, type StreamContext } from '../../../src/pipeline/index.ts';
-import type { CheckInput } from '../../../src/authz/ext-authz/types.ts';
+import type { CheckInput } from '../../../src/ext-authz/types.ts';
 import { HboneSessionPool } from '../../../src/hbone/pool.ts';
 import { DEFAULT_HTTP2 } from '../../../src/hbone/settings.ts';
 import { LocalCa } from '../../../src/identity/ca.ts';
 import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
-import { InboundRole } from '../../../src/roles/inbound.ts';
+import { InboundRole } from '../../../src/ztunnel/inbound.ts';
 import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { ClusterManager } from '../../../src/upstream/cluster-manager.ts';
 import { SidecarTransport } from '../../../src/upstream/sidecar-transport.ts';
@@ -58,7 +58,7 @@ const mesh: MeshSnapshot = meshOf(providers, [
 ]);
 
 /** Server behaviour chosen by the request's `x-test` header. */
-function scripted(req: import('../../../src/authz/ext-authz/proto.ts').CheckRequest): CheckReply {
+function scripted(req: import('../../../src/ext-authz/proto.ts').CheckRequest): CheckReply {
   const mode = req.attributes?.request?.http?.headers['x-test'] ?? 'allow';
   switch (mode) {
     case 'deny':

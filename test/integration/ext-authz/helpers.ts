@@ -3,17 +3,17 @@
  * `envoy.service.auth.v3.Authorization/Check` with the project's @bufbuild/protobuf messages), a
  * scriptable HTTP authorization server, a mesh file builder and a plain-TCP `dial`.
  */
-import http from 'node:http';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { create, fromBinary, toBinary, type MessageInitShape } from '@bufbuild/protobuf';
 import * as grpc from '@grpc/grpc-js';
-import { stringify } from 'yaml';
-import { CHECK_METHOD_PATH, CheckRequestSchema, CheckResponseSchema, type CheckRequest, type CheckResponse } from '../../../src/authz/ext-authz/proto.ts';
-import type { Dial } from '../../../src/authz/ext-authz/types.ts';
-import { EXT_AUTHZ_PROVIDERS } from '../../../src/authz/ext-authz/index.ts';
+import { CHECK_METHOD_PATH, CheckRequestSchema, CheckResponseSchema, type CheckRequest, type CheckResponse } from '../../../src/ext-authz/proto.ts';
+import type { Dial } from '../../../src/ext-authz/types.ts';
+import { EXT_AUTHZ_PROVIDERS } from '../../../src/ext-authz/index.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { Endpoint, MeshSnapshot } from '../../../src/state/types.ts';
+import { DATAPLANE_MODE, meshConfig, meshText, namespace, pod, service, servicePort, usesWaypoint, waypointGateway, type Doc } from '../../helpers/mesh.ts';
+import { startBackend, type Received } from '../../helpers/recorder.ts';
 
 /** What the gRPC server saw of one call. */
 export interface SeenCheck {
@@ -80,13 +80,7 @@ export async function startGrpcAuthz(address: string, reply: (req: CheckRequest)
 }
 
 /** One request the HTTP authorization server received. */
-export interface SeenHttp {
-  readonly method: string;
-  readonly url: string;
-  readonly headers: http.IncomingHttpHeaders;
-  readonly rawHeaders: string[];
-  readonly body: string;
-}
+export type SeenHttp = Received;
 
 export interface HttpReply {
   readonly status: number;
@@ -97,32 +91,11 @@ export interface HttpReply {
 
 /** A plain HTTP/1.1 authorization server; `reply` decides per request. */
 export async function startHttpAuthz(ip: string, port: number, reply: (req: SeenHttp) => HttpReply): Promise<{ seen: SeenHttp[]; close: () => Promise<void> }> {
-  const seen: SeenHttp[] = [];
-  const sockets = new Set<net.Socket>();
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const s: SeenHttp = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, rawHeaders: req.rawHeaders, body: Buffer.concat(chunks).toString() };
-      seen.push(s);
-      const r = reply(s);
-      if (r.hang) return;
-      res.writeHead(r.status, r.headers ?? {});
-      res.end(r.body ?? '');
-    });
+  const backend = await startBackend(ip, port, (r) => {
+    const answer = reply(r);
+    return answer.hang ? undefined : { status: answer.status, headers: answer.headers, body: answer.body ?? '' };
   });
-  server.on('connection', (s) => {
-    sockets.add(s);
-    s.once('close', () => sockets.delete(s));
-  });
-  await new Promise<void>((resolve) => server.listen(port, ip, resolve));
-  return {
-    seen,
-    close: () => {
-      for (const s of sockets) s.destroy();
-      return new Promise((r) => server.close(() => r()));
-    },
-  };
+  return { seen: backend.received, close: backend.close };
 }
 
 /** `dial` for endpoints outside the mesh: plain TCP to `address:targetPort`. Counts dials. */
@@ -139,36 +112,15 @@ export function plainDial(): Dial & { count: number } {
 }
 
 /** A Service `name` in `foo` at `vip` with one Pod `pod` on `podIp` (opted out of the mesh unless `hbone`). */
-export function serviceWithPod(name: string, vip: string, podIp: string, port: number, opts: { hbone?: boolean; portName?: string } = {}): object[] {
+export function serviceWithPod(name: string, vip: string, podIp: string, port: number, opts: { hbone?: boolean; portName?: string } = {}): Doc[] {
   return [
-    {
-      apiVersion: 'v1',
-      kind: 'Service',
-      metadata: { name, namespace: 'foo' },
-      spec: { clusterIP: vip, selector: { app: name }, ports: [{ name: opts.portName ?? 'grpc', port, targetPort: port }] },
-    },
-    {
-      apiVersion: 'v1',
-      kind: 'Pod',
-      metadata: { name: `${name}-1`, namespace: 'foo', labels: { app: name, ...(opts.hbone ? {} : { 'istio.io/dataplane-mode': 'none' }) } },
-      spec: { serviceAccountName: name },
-      status: { podIP: podIp },
-    },
+    service({ name, namespace: 'foo', vip, ports: [servicePort(opts.portName ?? 'grpc', port)] }),
+    pod({ name: `${name}-1`, namespace: 'foo', labels: { app: name, ...(opts.hbone ? {} : { [DATAPLANE_MODE]: 'none' }) }, sa: name, ip: podIp }),
   ];
 }
 
 /** A mesh with the waypoint `foo/waypoint`, MeshConfig `extensionProviders` and `objects`. */
 export function meshOf(extensionProviders: readonly object[], objects: readonly object[]): MeshSnapshot {
-  const docs = [
-    { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'istio', namespace: 'istio-system' }, data: { mesh: stringify({ extensionProviders }) } },
-    {
-      apiVersion: 'gateway.networking.k8s.io/v1',
-      kind: 'Gateway',
-      metadata: { name: 'waypoint', namespace: 'foo' },
-      spec: { gatewayClassName: 'istio-waypoint', listeners: [{ name: 'mesh', port: 15008, protocol: 'HBONE' }] },
-    },
-    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'foo', labels: { 'istio.io/use-waypoint': 'waypoint' } } },
-    ...objects,
-  ];
-  return compileMesh({ text: docs.map((d) => stringify(d)).join('---\n'), file: 'ext-authz-test.yaml', parts: [EXT_AUTHZ_PROVIDERS] });
+  const text = meshText(meshConfig({ extensionProviders }), waypointGateway('foo'), namespace('foo', usesWaypoint()), ...objects);
+  return compileMesh({ text, file: 'ext-authz-test.yaml', parts: [EXT_AUTHZ_PROVIDERS] });
 }

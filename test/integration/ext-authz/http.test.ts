@@ -6,8 +6,8 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { log } from '../../../src/util/log.ts';
-import { ExtAuthzClient } from '../../../src/authz/ext-authz/index.ts';
-import type { CheckInput } from '../../../src/authz/ext-authz/types.ts';
+import { ExtAuthzClient } from '../../../src/ext-authz/index.ts';
+import type { CheckInput } from '../../../src/ext-authz/types.ts';
 import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { meshOf, plainDial, serviceWithPod, startHttpAuthz, type HttpReply, type SeenHttp } from './helpers.ts';
 
@@ -106,7 +106,7 @@ describe('HTTP provider', () => {
     expect(seen.headers['x-ext-authz']).toBe('overridden');
     expect(seen.headers['x-ext-authz-additional']).toBe('added');
     expect(seen.headers['content-length']).toBe('0');
-    expect(seen.body).toBe('');
+    expect(seen.body.toString()).toBe('');
   });
 
   test('200: allowed; listed headers set upstream, listed ones added downstream, x-envoy-auth-headers-to-remove honoured', async () => {
@@ -164,7 +164,7 @@ describe('HTTP provider', () => {
   test('includeRequestBodyInCheck: the body (cut at maxRequestBytes) with its content-length, partial flag', async () => {
     await client.check(mesh, 'body', input({ body: { data: Buffer.from('0123456789') } }));
     const seen = server.seen.at(-1)!;
-    expect(seen.body).toBe('01234');
+    expect(seen.body.toString()).toBe('01234');
     expect(seen.headers['content-length']).toBe('5');
     expect(seen.headers['x-envoy-auth-partial-body']).toBe('true');
   });

@@ -9,8 +9,9 @@ import http from 'node:http';
 import http2 from 'node:http2';
 import net from 'node:net';
 import { afterAll, beforeAll, expect, test } from 'vitest';
+import { recorder } from '../../helpers/recorder.ts';
+import { sleep } from '../../helpers/servers.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { recorder, sleep } from './l7-helpers.ts';
 
 let topo: TestTopology;
 const apps: http.Server[] = [];

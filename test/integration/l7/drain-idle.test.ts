@@ -7,8 +7,8 @@
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import type { ClientHttp2Stream } from 'node:http2';
 import { connect, exchange, hboneSession } from '../../helpers/hbone-client.ts';
+import { identityFrom } from '../../helpers/identity.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { clientIdentity } from './l7-helpers.ts';
 
 const NET = 143;
 const DRAIN_MS = 20_000;
@@ -26,7 +26,7 @@ afterAll(async () => {
 const closed = (s: ClientHttp2Stream) => new Promise<number>((resolve) => s.once('close', () => resolve(s.rstCode ?? -1)));
 
 async function tunnel() {
-  const session = await hboneSession(`127.0.${NET}.1`, topo.waypoint!.addresses.hbone.port, await clientIdentity(topo));
+  const session = await hboneSession(`127.0.${NET}.1`, topo.waypoint!.addresses.hbone.port, await identityFrom(topo.caDir));
   const { status, stream } = await connect(session, `127.0.${NET}.100:80`);
   expect(status).toBe(200);
   return { session, stream };

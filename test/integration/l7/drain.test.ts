@@ -7,8 +7,9 @@
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { connect, hboneSession } from '../../helpers/hbone-client.ts';
+import { identityFrom } from '../../helpers/identity.ts';
+import { sleep } from '../../helpers/servers.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { clientIdentity, sleep } from './l7-helpers.ts';
 
 const NET = 91;
 const id = (b: Buffer) => b;
@@ -47,7 +48,7 @@ test('E2: a call in flight when the drain starts completes with its trailers; ne
   const client = new DrainClient(`${topo.entry.host}:${topo.entry.port}`, grpc.credentials.createInsecure()) as unknown as grpc.Client & {
     slow(b: Buffer, cb: (e: grpc.ServiceError | null, v?: Buffer) => void): grpc.ClientUnaryCall;
   };
-  const identity = await clientIdentity(topo);
+  const identity = await identityFrom(topo.caDir);
   try {
     let status: grpc.StatusObject | undefined;
     const result = new Promise<{ err: grpc.ServiceError | null; value?: Buffer }>((resolve) => {

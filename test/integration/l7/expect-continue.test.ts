@@ -9,30 +9,13 @@ import http from 'node:http';
 import http2 from 'node:http2';
 import net from 'node:net';
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { FilterStatus, type FilterFactory } from '../../../src/pipeline/filter.ts';
+import { recorder } from '../../helpers/recorder.ts';
+import { sleep } from '../../helpers/servers.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 const REQUEST_TIMEOUT_MS = 2500;
 
-interface Rec {
-  readonly path: string;
-  readonly code: number;
-  readonly flags: string;
-  readonly details: string;
-  readonly bytesReceived: number;
-}
-const streams: Rec[] = [];
-const recorder: FilterFactory<unknown> = {
-  name: 'test.expect_rec',
-  parseConfig: () => ({}),
-  create: () => ({
-    name: 'test.expect_rec',
-    onRequestHeaders: () => FilterStatus.Continue,
-    onStreamComplete(s) {
-      streams.push({ path: s.path, code: s.responseCode, flags: s.responseFlags, details: s.responseCodeDetails, bytesReceived: s.bytesReceived });
-    },
-  }),
-};
+const rec = recorder();
 
 /** What the backend saw per path: the Expect header and the body bytes it read. */
 const seen = new Map<string, { expect: string | undefined; bytes: number }>();
@@ -77,8 +60,8 @@ function handle(req: http.IncomingMessage, res: http.ServerResponse): void {
 beforeAll(async () => {
   topo = await startTestTopology(82, {
     backends: false,
-    extraFilters: [recorder],
-    bootstrap: { http: { requestTimeoutMs: REQUEST_TIMEOUT_MS }, filters: [{ name: 'test.expect_rec' }, { name: 'envoy.filters.http.router' }] },
+    extraFilters: [rec.factory],
+    bootstrap: { http: { requestTimeoutMs: REQUEST_TIMEOUT_MS }, filters: rec.filters },
   });
   for (const ip of ['127.0.82.11', '127.0.82.12']) {
     const server = http.createServer(handle);
@@ -187,17 +170,7 @@ class RawClient {
 
 const post = (path: string, length: number) => `POST ${path} HTTP/1.1\r\nHost: echo.demo\r\nContent-Type: application/octet-stream\r\nContent-Length: ${length}\r\nExpect: 100-continue\r\n\r\n`;
 
-async function completion(path: string): Promise<Rec> {
-  const end = Date.now() + 5000;
-  for (;;) {
-    const r = streams.find((s) => s.path === path);
-    if (r) return r;
-    if (Date.now() > end) throw new Error(`no completion for ${path}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const completion = (path: string) => rec.find(path);
 
 test('the upstream 100 is relayed, Expect reaches the backend, and the connection stays usable', async () => {
   const c = await RawClient.open();

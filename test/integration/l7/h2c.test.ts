@@ -14,8 +14,8 @@ import http2, { type IncomingHttpHeaders } from 'node:http2';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { parseHttpResponse } from '../../helpers/hbone-client.ts';
+import { closeServer, listen, track } from '../../helpers/servers.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { closeServer, listen, track } from './l7-helpers.ts';
 
 /** An h2c client session to a plain-TCP entry. */
 function h2cClient(host: string, port: number): Promise<http2.ClientHttp2Session> {

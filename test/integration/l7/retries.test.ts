@@ -10,8 +10,9 @@
 import http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { addToMesh, closeServer, extraEntry, listen, recorder, serviceYaml } from './l7-helpers.ts';
+import { servicePort } from '../../helpers/mesh.ts';
+import { recorder, startBackend } from '../../helpers/recorder.ts';
+import { addEntry, addToMesh, echoService, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 const NET = 88;
 const PODS = [`127.0.${NET}.11`, `127.0.${NET}.12`];
@@ -33,24 +34,17 @@ function hit(key: string, host: string): number {
 
 /** The HTTP backend of pod `ip`: /ok, /status/500, /once503 (503 on a key's first hit), /always503. */
 async function httpBackend(ip: string): Promise<void> {
-  const server = http.createServer((req, res) => {
-    const url = new URL(req.url ?? '/', 'http://x');
+  const b = await startBackend(ip, 8080, (r) => {
+    const url = new URL(r.url, 'http://x');
     const key = url.searchParams.get('k') ?? '';
-    let length = 0;
-    req.on('data', (c: Buffer) => (length += c.length));
-    req.on('end', () => {
-      const n = key ? hit(key, ip) : 0;
-      let status = 200;
-      if (url.pathname === '/status/500') status = 500;
-      else if (url.pathname === '/always503') status = 503;
-      else if (url.pathname === '/once503' && n === 1) status = 503;
-      const body = JSON.stringify({ host: ip, length });
-      res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-      res.end(body);
-    });
+    const n = key ? hit(key, ip) : 0;
+    let status = 200;
+    if (url.pathname === '/status/500') status = 500;
+    else if (url.pathname === '/always503') status = 503;
+    else if (url.pathname === '/once503' && n === 1) status = 503;
+    return { status, body: { host: ip, length: r.body.length } };
   });
-  await listen(server, ip, 8080);
-  closers.push(() => closeServer(server));
+  closers.push(b.close);
 }
 
 const id = (b: Buffer) => b;
@@ -96,15 +90,13 @@ beforeAll(async () => {
   await grpcBackend(PODS[0], 9091);
   await addToMesh(
     topo,
-    [
-      serviceYaml('grpc', `127.0.${NET}.102`, 'grpc', 9090, 9090),
-      serviceYaml('dead', `127.0.${NET}.103`, 'http', 81, 8181),
-      serviceYaml('grpc-half', `127.0.${NET}.104`, 'grpc', 9091, 9091),
-    ].join('---\n'),
+    echoService('grpc', `127.0.${NET}.102`, servicePort('grpc', 9090)),
+    echoService('dead', `127.0.${NET}.103`, servicePort('http', 81, 8181)),
+    echoService('grpc-half', `127.0.${NET}.104`, servicePort('grpc', 9091)),
   );
-  const g = await extraEntry(topo, NET, `127.0.${NET}.102:9090`);
-  const d = await extraEntry(topo, NET, `127.0.${NET}.103:81`);
-  const h = await extraEntry(topo, NET, `127.0.${NET}.104:9091`);
+  const g = await addEntry(topo, `127.0.${NET}.102:9090`);
+  const d = await addEntry(topo, `127.0.${NET}.103:81`);
+  const h = await addEntry(topo, `127.0.${NET}.104:9091`);
   closers.push(g.close, d.close, h.close);
   grpcEntry = g;
   deadEntry = d;

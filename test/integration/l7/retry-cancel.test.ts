@@ -14,8 +14,9 @@ import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, expect, test, vi } from 'vitest';
+import { recorder } from '../../helpers/recorder.ts';
+import { sleep } from '../../helpers/servers.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { recorder, sleep } from './l7-helpers.ts';
 
 const NET = 46;
 let topo: TestTopology;

@@ -15,8 +15,12 @@ import http2 from 'node:http2';
 import net from 'node:net';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { connect, hboneSession, parseHttpResponse, readAll } from '../../helpers/hbone-client.ts';
-import { openEntry, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { addToMesh, clientIdentity, closeServer, extraEntry, listen, recorder, serverFirst, serverFirstExchange, serviceYaml, track } from './l7-helpers.ts';
+import { identityFrom } from '../../helpers/identity.ts';
+import { servicePort } from '../../helpers/mesh.ts';
+import { recorder } from '../../helpers/recorder.ts';
+import { closeServer, listen, track } from '../../helpers/servers.ts';
+import { addEntry, addToMesh, echoService, openEntry, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
+import { serverFirst, serverFirstExchange } from './server-first.ts';
 
 const NET = 87;
 const PODS = [`127.0.${NET}.11`, `127.0.${NET}.12`];
@@ -94,10 +98,10 @@ beforeAll(async () => {
     "metadata: { name: waypoint, namespace: demo, labels: { istio.io/waypoint-for: all } }",
   );
   fs.writeFileSync(topo.meshFile, mesh);
-  await addToMesh(topo, `${serviceYaml('first-foo', `127.0.${NET}.101`, 'foo', 5000, 5000)}---\n${serviceYaml('first-tcp', `127.0.${NET}.102`, 'tcp', 5001, 5001)}`);
+  await addToMesh(topo, echoService('first-foo', `127.0.${NET}.101`, servicePort('foo', 5000)), echoService('first-tcp', `127.0.${NET}.102`, servicePort('tcp', 5001)));
   expect(topo.waypoint!.mesh.current.resolveTarget(PODS[0], 8080)?.kind).toBe('workload');
-  const e1 = await extraEntry(topo, NET, FOO_FIRST);
-  const e2 = await extraEntry(topo, NET, TCP_FIRST);
+  const e1 = await addEntry(topo, FOO_FIRST);
+  const e2 = await addEntry(topo, TCP_FIRST);
   closers.push(e1.close, e2.close);
   fooEntry = e1;
   tcpEntry = e2;
@@ -191,7 +195,7 @@ test('G1: the same on a port declared tcp', async () => {
 }, 10_000);
 
 test('workload-addressed CONNECTs (pod IP:port) are sniffed: HTTP is proxied, a server-first protocol greets', async () => {
-  const session = await hboneSession(`127.0.${NET}.1`, topo.waypoint!.addresses.hbone.port, await clientIdentity(topo));
+  const session = await hboneSession(`127.0.${NET}.1`, topo.waypoint!.addresses.hbone.port, await identityFrom(topo.caDir));
   try {
     const { status, stream } = await connect(session, `${PODS[0]}:8080`);
     expect(status).toBe(200);

@@ -13,8 +13,10 @@ import net from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { parseHttpResponse, readAll } from '../../helpers/hbone-client.ts';
-import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { addToMesh, closeServer, extraEntry, listen, recorder, serviceYaml, sleep } from './l7-helpers.ts';
+import { servicePort } from '../../helpers/mesh.ts';
+import { recorder, startBackend } from '../../helpers/recorder.ts';
+import { sleep } from '../../helpers/servers.ts';
+import { addEntry, addToMesh, echoService, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 const id = (b: Buffer) => b;
 const definition = {
@@ -54,23 +56,14 @@ const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f
 /** Backends answering with the request headers (and body length) as JSON once the body is read; `/hang` never answers (its close is recorded). */
 async function backends(net4: number, closers: (() => Promise<unknown>)[], hung: { started: number; closed: number }): Promise<void> {
   for (const ip of [`127.0.${net4}.11`, `127.0.${net4}.12`]) {
-    const server = http.createServer((req, res) => {
-      if (req.url?.startsWith('/hang')) {
-        hung.started++;
-        res.once('close', () => hung.closed++);
-        return;
-      }
-      // The answer comes once the request body has been read.
-      let length = 0;
-      req.on('data', (c: Buffer) => (length += c.length));
-      req.on('end', () => {
-        const body = JSON.stringify({ version: req.httpVersion, headers: req.headers, length });
-        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-        res.end(body);
-      });
+    // The answer comes once the request body has been read.
+    const b = await startBackend(ip, 8080, (r, _req, res) => {
+      if (!r.url.startsWith('/hang')) return { body: { version: r.httpVersion, headers: r.headers, length: r.body.length } };
+      hung.started++;
+      res.once('close', () => hung.closed++);
+      return undefined;
     });
-    await listen(server, ip, 8080);
-    closers.push(() => closeServer(server));
+    closers.push(b.close);
   }
 }
 
@@ -111,8 +104,8 @@ describe('requestTimeoutMs 300, appendForwardedFor, rejectHttp10', () => {
     });
     await backends(NET, closers, hung);
     await grpcBackends(NET, closers, grpcHung);
-    await addToMesh(topo, serviceYaml('quiet', `127.0.${NET}.102`, 'grpc', 9090, 9090));
-    const e = await extraEntry(topo, NET, `127.0.${NET}.102:9090`);
+    await addToMesh(topo, echoService('quiet', `127.0.${NET}.102`, servicePort('grpc', 9090)));
+    const e = await addEntry(topo, `127.0.${NET}.102:9090`);
     closers.push(e.close);
     grpcEntry = e;
   });
@@ -195,8 +188,8 @@ describe('defaults', () => {
     topo = await startTestTopology(NET, { backends: false });
     await backends(NET, closers, hung);
     await grpcBackends(NET, closers, { started: 0, closed: 0 });
-    await addToMesh(topo, serviceYaml('quiet', `127.0.${NET}.102`, 'grpc', 9090, 9090));
-    const e = await extraEntry(topo, NET, `127.0.${NET}.102:9090`);
+    await addToMesh(topo, echoService('quiet', `127.0.${NET}.102`, servicePort('grpc', 9090)));
+    const e = await addEntry(topo, `127.0.${NET}.102:9090`);
     closers.push(e.close);
     grpcEntry = e;
   });

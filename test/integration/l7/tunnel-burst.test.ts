@@ -10,8 +10,8 @@ import type { ChildProcess } from 'node:child_process';
 import http from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, expect, test } from 'vitest';
+import { closeServer } from '../../helpers/servers.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { closeServer } from './l7-helpers.ts';
 import { runWaypointProcess } from './waypoint-process.ts';
 
 const NET = 48;

@@ -11,8 +11,8 @@ import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import WebSocket, { WebSocketServer, type RawData } from 'ws';
 import { FilterStatus, sendLocalReply, type FilterFactory } from '../../../src/pipeline/index.ts';
+import { recorder } from '../../helpers/recorder.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { recorder as l7recorder } from './l7-helpers.ts';
 
 interface Rec {
   readonly path: string;
@@ -468,7 +468,7 @@ describe('an upgrade when one endpoint refuses connections', () => {
   const seen: Seen[] = [];
   const serverCloses: { path: string; code: number }[] = [];
   let backend: Backend;
-  const rec = l7recorder();
+  const rec = recorder();
 
   beforeAll(async () => {
     // Only .11 has an app; the inbound on .12 cannot reach one, so its CONNECTs fail.

@@ -1,6 +1,6 @@
 /**
  * Pitfalls B (tunnel lifecycle: half-close, FIN, early close), HTTP/1.1 inside the tunnel and a
- * TCP port. See ../shared/reference/pitfalls.md §B.
+ * TCP port (istio/ztunnel#1065).
  * Addresses: 127.0.60.x (HTTP service), 127.0.61.x (TCP service).
  */
 import net from 'node:net';
@@ -8,7 +8,10 @@ import type { ClientHttp2Session, ClientHttp2Stream } from 'node:http2';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { log } from '../../../src/util/log.ts';
 import { connect, hboneSession, readAll, type ClientIdentity } from '../../helpers/hbone-client.ts';
-import { HttpReader, KiB, MiB, clientIdentity, closeServer, dispatchBackend, listen, pattern, readHead, recorder, sleep, within } from '../../helpers/pitfalls.ts';
+import { identityFrom } from '../../helpers/identity.ts';
+import { dispatchBackend, HttpReader, KiB, MiB, pattern, readHead } from '../../helpers/pitfalls.ts';
+import { recorder } from '../../helpers/recorder.ts';
+import { closeServer, listen, sleep, within } from '../../helpers/servers.ts';
 import { openEntry, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 /** Write `total` bytes of `chunk` to `stream` with back-pressure until done or the stream is gone; resolves with bytes written. */
@@ -88,7 +91,7 @@ describe('HTTP service (127.0.60.x)', () => {
         ),
       );
     }
-    client = await clientIdentity(topo.caDir);
+    client = await identityFrom(topo.caDir);
     session = await hboneSession('127.0.60.1', topo.waypoint!.addresses.hbone.port, client);
   });
   afterAll(async () => {
@@ -181,7 +184,7 @@ describe('TCP service (127.0.61.x)', () => {
       });
       servers.push(await listen(s, ip, 8080));
     }
-    client = await clientIdentity(topo.caDir);
+    client = await identityFrom(topo.caDir);
   });
   afterAll(async () => {
     for (const s of servers) await closeServer(s, sockets);

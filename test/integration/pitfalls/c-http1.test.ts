@@ -1,12 +1,14 @@
 /**
  * Pitfalls C (HTTP/1.x semantics inside the tunnel): HTTP/1.0 upstreams and clients, header case,
- * header size limits. See ../shared/reference/pitfalls.md §C.
+ * header size limits.
  * Addresses: 127.0.62.x (default limits), 127.0.63.x (http.maxRequestHeadersBytes raised).
  */
 import type http from 'node:http';
 import type net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { HttpReader, KiB, dispatchBackend, readHead, recorder, within, type RawResponse } from '../../helpers/pitfalls.ts';
+import { dispatchBackend, HttpReader, KiB, readHead, type RawResponse } from '../../helpers/pitfalls.ts';
+import { recorder } from '../../helpers/recorder.ts';
+import { within } from '../../helpers/servers.ts';
 import { openEntry, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 type Backend = Awaited<ReturnType<typeof dispatchBackend>>;

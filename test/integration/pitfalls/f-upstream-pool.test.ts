@@ -1,7 +1,7 @@
 /**
  * Pitfalls F (the waypoint's pooled upstream HBONE connections): stale connections to a
  * destination that went silent or answers RST, endpoints leaving the mesh, and GOAWAY from the
- * destination. See ../shared/reference/pitfalls.md §F.
+ * destination (istio/ztunnel#1637, nodejs/undici#3140).
  * Addresses: 127.0.64.x–127.0.67.x, 127.0.69.x. A TCP middlebox on podIP:15009 (the waypoint's configured
  * upstream HBONE port) sits in front of each destination ztunnel (podIP:15008) in F1; F2 runs its
  * own HBONE server on podIP:15010.
@@ -16,7 +16,10 @@ import { relay } from '../../../src/hbone/relay.ts';
 import { DEFAULT_HTTP2 } from '../../../src/hbone/settings.ts';
 import type { ClientHttp2Session } from 'node:http2';
 import { connect, hboneSession, readAll, type ClientIdentity } from '../../helpers/hbone-client.ts';
-import { HttpReader, clientIdentity, closeServer, listen, recorder, sleep, tcpMiddlebox, within, workloadMaterial } from '../../helpers/pitfalls.ts';
+import { identityFrom, spiffe } from '../../helpers/identity.ts';
+import { HttpReader, tcpMiddlebox } from '../../helpers/pitfalls.ts';
+import { recorder } from '../../helpers/recorder.ts';
+import { closeServer, listen, sleep, within } from '../../helpers/servers.ts';
 import { openEntry, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 /** An app on `ip:8080`: `ok <path>`; `?delay=ms` answers later; `?close=1` adds `Connection: close`. */
@@ -176,7 +179,7 @@ describe('F1: reused IP answers RST, TCP service port (127.0.69.x)', () => {
     });
     echo = await listen(net.createServer((s) => s.on('error', () => {}).pipe(s)), '127.0.69.11', 8080);
     box = await tcpMiddlebox('127.0.69.11', 15009, '127.0.69.11', 15008);
-    client = await clientIdentity(topo.caDir);
+    client = await identityFrom(topo.caDir);
   });
   afterAll(async () => {
     await box?.close();
@@ -223,7 +226,7 @@ describe('F2: GOAWAY from the destination (127.0.67.x)', () => {
     appServer = await app('127.0.67.11');
     dest = new HboneServer({
       name: 'f2-destination',
-      material: await workloadMaterial(topo.caDir, 'echo'),
+      material: await identityFrom(topo.caDir, spiffe('demo', 'echo')),
       http2: DEFAULT_HTTP2,
       verifyPeer: () => undefined,
       onConnect: (stream, req) => {

@@ -3,7 +3,6 @@
  * full-size runs belong in bench/): bulk transfers through one tunnel with a slow receiver keep
  * memory bounded and never stall; concurrent tunnels share one HBONE session's connection window;
  * hundreds of HBONE connections torn down abruptly or gracefully leave no bookkeeping behind.
- * See ../shared/reference/pitfalls.md §K.
  * Addresses: 127.0.68.x (bulk), 127.0.70.x (K3).
  */
 import { createHash, randomBytes } from 'node:crypto';
@@ -15,7 +14,10 @@ import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_HTTP2 } from '../../../src/hbone/settings.ts';
 import { connect, type ClientIdentity } from '../../helpers/hbone-client.ts';
-import { HttpReader, KiB, MiB, clientIdentity, closeServer, listen, liveMemory, peakMemoryGrowth, recorder, within } from '../../helpers/pitfalls.ts';
+import { identityFrom } from '../../helpers/identity.ts';
+import { HttpReader, KiB, liveMemory, MiB, peakMemoryGrowth } from '../../helpers/pitfalls.ts';
+import { recorder } from '../../helpers/recorder.ts';
+import { closeServer, listen, within } from '../../helpers/servers.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 const BLOCK = randomBytes(MiB);
@@ -221,7 +223,7 @@ describe('K3: many HBONE connections torn down (127.0.70.x)', () => {
     // One endpoint, so the upstream side is one pooled HBONE connection, warmed up before the baseline.
     topo = await startTestTopology(70, { backends: false, podIps: ['127.0.70.11'], extraFilters: [rec.factory], bootstrap: { filters: rec.filters } });
     apps = await Promise.all(['127.0.70.11'].map(bulkApp));
-    client = await clientIdentity(topo.caDir);
+    client = await identityFrom(topo.caDir);
   });
   afterAll(async () => {
     for (const a of apps) await closeServer(a);

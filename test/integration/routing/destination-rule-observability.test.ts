@@ -9,9 +9,10 @@
  */
 import { afterAll, beforeAll, expect, test, vi } from 'vitest';
 import { log } from '../../../src/util/log.ts';
+import { servicePort } from '../../helpers/mesh.ts';
 import { samplesOf, scrape } from '../../helpers/prometheus.ts';
-import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { addToMesh, extraEntry, serviceYaml, sleep } from '../l7/l7-helpers.ts';
+import { sleep } from '../../helpers/servers.ts';
+import { addEntry, addToMesh, echoService, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 import { httpBackend, send as sendTo, type Entry } from './dr-helpers.ts';
 
 const NET = 55;
@@ -34,8 +35,8 @@ ${rules}`;
 }
 
 const MESH = [
-  serviceYaml('obs', `127.0.${NET}.101`, 'http', 80, 8080),
-  serviceYaml('plain', `127.0.${NET}.102`, 'http', 80, 8080),
+  echoService('obs', `127.0.${NET}.101`, servicePort('http', 80, 8080)),
+  echoService('plain', `127.0.${NET}.102`, servicePort('http', 80, 8080)),
   `apiVersion: networking.istio.io/v1
 kind: DestinationRule
 metadata: { name: obs-policy, namespace: demo }
@@ -50,14 +51,14 @@ spec:
   - backendRefs: [{ name: obs, port: 80 }]`),
   route('broken-route', 'plain', `  - matches: [{ path: { type: PathPrefix, value: no-slash } }]
     backendRefs: [{ name: plain, port: 80 }]`),
-].join('\n---\n');
+];
 
 beforeAll(async () => {
   topo = await startTestTopology(NET, { podIps: PODS, backends: false });
   for (const ip of PODS) await httpBackend(ip, failing, closers);
-  await addToMesh(topo, MESH);
+  await addToMesh(topo, ...MESH);
   for (const [name, octet] of [['obs', 101], ['plain', 102]] as const) {
-    const e = await extraEntry(topo, NET, `127.0.${NET}.${octet}:80`);
+    const e = await addEntry(topo, `127.0.${NET}.${octet}:80`);
     closers.push(e.close);
     entries.set(name, e);
   }

@@ -11,8 +11,10 @@
 import http from 'node:http';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { addToMesh, closeServer, extraEntry, listen, recorder, serviceYaml, sleep, track } from '../l7/l7-helpers.ts';
+import { servicePort, type Doc } from '../../helpers/mesh.ts';
+import { recorder } from '../../helpers/recorder.ts';
+import { closeServer, listen, sleep, track } from '../../helpers/servers.ts';
+import { addEntry, addToMesh, echoService, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 import { httpBackend, send, type Entry, type Reply } from './dr-helpers.ts';
 
 const NET = 53;
@@ -38,10 +40,10 @@ async function tcpBackend(ip: string): Promise<void> {
 }
 
 /** A Service (all three pods) with HTTP port 80 (and 81) → 8080, or a TCP port 90 → 9000. */
-function service(name: string, vip: string, kind: 'http' | 'http2ports' | 'tcp'): string {
-  if (kind === 'tcp') return serviceYaml(name, vip, 'tcp', 90, 9000);
-  const yaml = serviceYaml(name, vip, 'http', 80, 8080);
-  return kind === 'http' ? yaml : yaml.replace('ports: [', 'ports: [{ name: http-alt, port: 81, targetPort: 8080 }, ');
+function service(name: string, vip: string, kind: 'http' | 'http2ports' | 'tcp'): Doc {
+  if (kind === 'tcp') return echoService(name, vip, servicePort('tcp', 90, 9000));
+  const http = servicePort('http', 80, 8080);
+  return kind === 'http' ? echoService(name, vip, http) : echoService(name, vip, servicePort('http-alt', 81, 8080), http);
 }
 
 function drYaml(name: string, host: string, trafficPolicy: string): string {
@@ -111,11 +113,11 @@ beforeAll(async () => {
     await httpBackend(ip, failing, closers, () => connections.set(ip, (connections.get(ip) ?? 0) + 1));
     await tcpBackend(ip);
   }
-  await addToMesh(topo, [...SERVICES.map(([n, o, k]) => service(n, `127.0.${NET}.${o}`, k)), ...RULES].join('---\n'));
+  await addToMesh(topo, ...SERVICES.map(([n, o, k]) => service(n, `127.0.${NET}.${o}`, k)), ...RULES);
   for (const [name, octet, kind] of SERVICES) {
     const ports = kind === 'tcp' ? [90] : kind === 'http2ports' ? [80, 81] : [80];
     for (const port of ports) {
-      const e = await extraEntry(topo, NET, `127.0.${NET}.${octet}:${port}`);
+      const e = await addEntry(topo, `127.0.${NET}.${octet}:${port}`);
       closers.push(e.close);
       entries.set(port === 80 || port === 90 ? name : `${name}:${port}`, e);
     }

@@ -4,7 +4,7 @@
  * answer; a plain HTTP/1.1 client through a tunnel entry that reads the answering pod back.
  */
 import http from 'node:http';
-import { closeServer, listen, track } from '../l7/l7-helpers.ts';
+import { startBackend } from '../../helpers/recorder.ts';
 
 export type Entry = { host: string; port: number };
 
@@ -18,25 +18,12 @@ export interface Reply {
 
 /** An HTTP pod on `ip:8080`; `onConnection` sees each accepted connection; its closer goes to `closers`. */
 export async function httpBackend(ip: string, failing: ReadonlySet<string>, closers: (() => Promise<unknown>)[], onConnection?: () => void): Promise<void> {
-  const server = http.createServer((req, res) => {
-    const url = new URL(req.url ?? '/', 'http://x');
-    req.resume();
-    req.on('end', () => {
-      const answer = () => {
-        const status = url.pathname === '/flaky' && failing.has(ip) ? 500 : 200;
-        const body = JSON.stringify({ host: ip });
-        res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-        res.end(body);
-      };
-      const ms = Number(url.searchParams.get('ms') ?? 0);
-      if (ms > 0) setTimeout(answer, ms);
-      else answer();
-    });
+  const b = await startBackend(ip, 8080, (r) => {
+    const url = new URL(r.url, 'http://x');
+    return { status: url.pathname === '/flaky' && failing.has(ip) ? 500 : 200, body: { host: ip }, delayMs: Number(url.searchParams.get('ms') ?? 0) };
   });
-  if (onConnection) server.on('connection', onConnection);
-  const sockets = track(server);
-  await listen(server, ip, 8080);
-  closers.push(() => closeServer(server, sockets));
+  if (onConnection) b.server.on('connection', onConnection);
+  closers.push(b.close);
 }
 
 /** One GET through `entry`. */

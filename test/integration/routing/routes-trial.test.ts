@@ -11,8 +11,10 @@ import http from 'node:http';
 import http2 from 'node:http2';
 import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
 import { log } from '../../../src/util/log.ts';
+import { DATAPLANE_MODE, meshText, pod, service, servicePort, type Doc } from '../../helpers/mesh.ts';
+import { recorder, startBackend, type Received } from '../../helpers/recorder.ts';
+import { sleep } from '../../helpers/servers.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { closeServer, listen, recorder, sleep, track } from '../l7/l7-helpers.ts';
 
 const NET = 41;
 const IP = (n: number) => `127.0.${NET}.${n}`;
@@ -21,26 +23,21 @@ let topo: TestTopology;
 let baseMesh = '';
 const closers: (() => Promise<unknown>)[] = [];
 /** Requests each backend saw. */
-const seen = new Map<string, { url: string; headers: http.IncomingHttpHeaders }[]>();
+const seen = new Map<string, Received[]>();
 
 /** A plain HTTP backend on `ip:8080`: answers its name, path and headers as JSON (`/status/N` with status N); `silent` never answers. */
 async function backend(pod: string, ip: string, silent = false): Promise<void> {
-  const server = http.createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      const list = seen.get(pod) ?? [];
-      list.push({ url: req.url!, headers: req.headers });
-      seen.set(pod, list);
-      if (silent) return;
-      const body = JSON.stringify({ pod, url: req.url, host: req.headers.host, headers: req.headers, pad: 'x'.repeat(2000) });
-      const status = req.url!.startsWith('/status/') ? Number(req.url!.slice(8)) : 200;
-      res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-      res.end(body);
-    });
-  });
-  const sockets = track(server);
-  await listen(server, ip, 8080);
-  closers.push(() => closeServer(server, sockets));
+  const b = await startBackend(
+    ip,
+    8080,
+    (r) =>
+      silent
+        ? undefined
+        : { status: r.url.startsWith('/status/') ? Number(r.url.slice(8)) : 200, body: { pod, url: r.url, host: r.headers.host, headers: r.headers, pad: 'x'.repeat(2000) } },
+    { afterBody: true },
+  );
+  seen.set(pod, b.received);
+  closers.push(b.close);
 }
 
 interface Res {
@@ -110,32 +107,21 @@ ${rules}
 }
 
 beforeAll(async () => {
-  const filters = [{ name: 'test.l7rec' }, { name: 'envoy.filters.http.router' }];
-  topo = await startTestTopology(NET, { extraFilters: [rec.factory], bootstrap: { filters } });
+  topo = await startTestTopology(NET, { extraFilters: [rec.factory], bootstrap: { filters: rec.filters } });
   const pods: [string, number, boolean][] = [
     ['plain', 21, false],
     ['mslow', 22, true],
     ['mok', 23, false],
   ];
-  const docs: string[] = [];
+  const docs: Doc[] = [];
   for (const [name, n, silent] of pods) {
     await backend(name, IP(n), silent);
-    docs.push(`apiVersion: v1
-kind: Pod
-metadata: { name: ${name}, namespace: demo, labels: { app: ${name}, istio.io/dataplane-mode: none } }
-spec: { containers: [{ name: c, ports: [{ name: http, containerPort: 8080 }] }] }
-status: { podIP: "${IP(n)}" }
----
-apiVersion: v1
-kind: Service
-metadata: { name: ${name}, namespace: demo }
-spec:
-  clusterIP: "${IP(100 + n)}"
-  selector: { app: ${name} }
-  ports: [{ name: http, port: 80, targetPort: 8080 }]
-`);
+    docs.push(
+      pod({ name, namespace: 'demo', labels: { app: name, [DATAPLANE_MODE]: 'none' }, ip: IP(n), ports: { http: 8080 } }),
+      service({ name, namespace: 'demo', vip: IP(100 + n), ports: [servicePort('http', 80, 8080)] }),
+    );
   }
-  baseMesh = `${fs.readFileSync(topo.meshFile, 'utf8')}---\n${docs.join('---\n')}`;
+  baseMesh = `${fs.readFileSync(topo.meshFile, 'utf8')}---\n${meshText(...docs)}`;
   await setRoutes('');
 }, 30_000);
 

@@ -9,13 +9,13 @@ import fs from 'node:fs';
 import http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { LocalCa } from '../../../src/identity/ca.ts';
-import { WorkloadCertificate } from '../../../src/identity/workload-certificate.ts';
-import { TunnelRole } from '../../../src/roles/tunnel.ts';
 import { routesFor } from '../../../src/routing/index.ts';
 import { samplesOf, scrape } from '../../helpers/prometheus.ts';
-import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { closeServer, extraEntry, listen, recorder, sleep, track } from '../l7/l7-helpers.ts';
+import { spiffe } from '../../helpers/identity.ts';
+import { DATAPLANE_MODE, meshText, namespace, pod as podDoc, service, servicePort } from '../../helpers/mesh.ts';
+import { RECORDER, recorder, startBackend, type Received } from '../../helpers/recorder.ts';
+import { sleep } from '../../helpers/servers.ts';
+import { addEntry, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 const NET = 40;
 const IP = (n: number) => `127.0.${NET}.${n}`;
@@ -23,43 +23,39 @@ const rec = recorder();
 let topo: TestTopology;
 let baseMesh = '';
 const closers: (() => Promise<unknown>)[] = [];
-/** Requests each plain backend saw: pod → [{method, url, headers}]. */
-const seen = new Map<string, { method: string; url: string; headers: http.IncomingHttpHeaders; body: string }[]>();
+/** Requests each plain backend saw: pod → [{method, url, headers, body}]. */
+const seen = new Map<string, Received[]>();
 const flaky = new Map<string, number>();
 let otherEntry: { host: string; port: number };
 let grpcEntry: { host: string; port: number };
 
 /** A plain HTTP backend on `ip:8080` named `pod`: records requests; /slow?ms=N waits; /never never answers; /flaky?k= answers 500 on a key's first hit. */
 async function backend(pod: string, ip: string, opts: { silent?: boolean } = {}): Promise<void> {
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const list = seen.get(pod) ?? [];
-      list.push({ method: req.method!, url: req.url!, headers: req.headers, body: Buffer.concat(chunks).toString() });
-      seen.set(pod, list);
-      if (opts.silent) return; // a mirror that never answers
-      const url = new URL(req.url!, 'http://x');
-      const reply = () => {
-        const body = JSON.stringify({ pod, url: req.url, host: req.headers.host, headers: req.headers });
-        let status = 200;
-        if (url.pathname === '/flaky') {
-          const k = url.searchParams.get('k') ?? '';
-          const n = (flaky.get(k) ?? 0) + 1;
-          flaky.set(k, n);
-          if (n === 1) status = 500;
-        }
-        res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), 'x-served-by': pod, 'x-drop-me': 'x' });
-        res.end(body);
+  const b = await startBackend(
+    ip,
+    8080,
+    (r) => {
+      if (opts.silent) return undefined; // a mirror that never answers
+      const url = new URL(r.url, 'http://x');
+      if (url.pathname === '/never') return undefined;
+      let status = 200;
+      if (url.pathname === '/flaky') {
+        const k = url.searchParams.get('k') ?? '';
+        const n = (flaky.get(k) ?? 0) + 1;
+        flaky.set(k, n);
+        if (n === 1) status = 500;
+      }
+      return {
+        status,
+        headers: { 'x-served-by': pod, 'x-drop-me': 'x' },
+        body: { pod, url: r.url, host: r.headers.host, headers: r.headers },
+        delayMs: url.pathname === '/slow' ? Number(url.searchParams.get('ms') ?? 500) : 0,
       };
-      if (url.pathname === '/never') return;
-      if (url.pathname === '/slow') setTimeout(reply, Number(url.searchParams.get('ms') ?? 500));
-      else reply();
-    });
-  });
-  const sockets = track(server);
-  await listen(server, ip, 8080);
-  closers.push(() => closeServer(server, sockets));
+    },
+    { afterBody: true },
+  );
+  seen.set(pod, b.received);
+  closers.push(b.close);
 }
 
 const id = (b: Buffer) => b;
@@ -140,7 +136,7 @@ ${rules}
 const pod = (r: Res) => String(r.headers['x-served-by'] ?? '');
 
 beforeAll(async () => {
-  const filters = [{ name: 'test.l7rec' }, { name: 'istio.peer_metadata' }, { name: 'istio.stats' }, { name: 'envoy.filters.http.router' }];
+  const filters = [{ name: RECORDER }, { name: 'istio.peer_metadata' }, { name: 'istio.stats' }, { name: 'envoy.filters.http.router' }];
   topo = await startTestTopology(NET, { extraFilters: [rec.factory], bootstrap: { filters } });
   await backend('v2', IP(21));
   await backend('slow', IP(22));
@@ -148,20 +144,8 @@ beforeAll(async () => {
   await backend('ext', IP(26));
   await grpcBackend('grpc-v1', IP(24));
   await grpcBackend('grpc-v2', IP(25));
-  const plainPod = (name: string, ns: string, ip: string, app: string) => `apiVersion: v1
-kind: Pod
-metadata: { name: ${name}, namespace: ${ns}, labels: { app: ${app}, istio.io/dataplane-mode: none } }
-spec: { containers: [{ name: c, ports: [{ name: http, containerPort: 8080 }] }] }
-status: { podIP: "${ip}" }
-`;
-  const svc = (name: string, ns: string, vip: string, app: string, port = 80, portName = 'http', targetPort = 8080) => `apiVersion: v1
-kind: Service
-metadata: { name: ${name}, namespace: ${ns} }
-spec:
-  clusterIP: "${vip}"
-  selector: { app: ${app} }
-  ports: [{ name: ${portName}, port: ${port}, targetPort: ${targetPort} }]
-`;
+  const plainPod = (name: string, ns: string, ip: string, app: string) => podDoc({ name, namespace: ns, labels: { app, [DATAPLANE_MODE]: 'none' }, ip, ports: { http: 8080 } });
+  const svc = (name: string, ns: string, vip: string, app: string, port = servicePort('http', 80, 8080)) => service({ name, namespace: ns, vip, selector: { app }, ports: [port] });
   const extra = [
     plainPod('v2', 'demo', IP(21), 'echo-v2'),
     svc('echo-v2', 'demo', IP(101), 'echo-v2'),
@@ -170,35 +154,22 @@ spec:
     plainPod('mirror', 'demo', IP(23), 'mirror'),
     svc('mirror', 'demo', IP(103), 'mirror'),
     plainPod('grpc-v1', 'demo', IP(24), 'grpc-v1'),
-    svc('grpc', 'demo', IP(105), 'grpc-v1', 9090, 'grpc', 9090),
+    svc('grpc', 'demo', IP(105), 'grpc-v1', servicePort('grpc', 9090)),
     plainPod('grpc-v2', 'demo', IP(25), 'grpc-v2'),
-    svc('grpc-v2', 'demo', IP(106), 'grpc-v2', 9090, 'grpc', 9090),
-    `apiVersion: v1\nkind: Namespace\nmetadata: { name: ext }\n`,
+    svc('grpc-v2', 'demo', IP(106), 'grpc-v2', servicePort('grpc', 9090)),
+    namespace('ext'),
     plainPod('ext', 'ext', IP(26), 'ext'),
     svc('ext', 'ext', IP(107), 'ext'),
-    `apiVersion: v1\nkind: Namespace\nmetadata: { name: other }\n`,
-    `apiVersion: v1\nkind: Pod\nmetadata: { name: client, namespace: other, labels: { app: other-client } }\nspec: { serviceAccountName: client }\nstatus: { podIP: "${IP(51)}" }\n`,
+    namespace('other'),
+    podDoc({ name: 'client', namespace: 'other', labels: { app: 'other-client' }, sa: 'client', ip: IP(51) }),
   ];
-  baseMesh = `${fs.readFileSync(topo.meshFile, 'utf8')}---\n${extra.join('---\n')}`;
+  baseMesh = `${fs.readFileSync(topo.meshFile, 'utf8')}---\n${meshText(...extra)}`;
   await setRoutes('');
   // A client in namespace `other` (its own identity and pod IP), for consumer routes.
-  const ca = await LocalCa.load(topo.caDir);
-  const cert = await WorkloadCertificate.start(ca, 'spiffe://cluster.local/ns/other/sa/client', 3600_000);
-  const tunnel = await TunnelRole.start({
-    listen: `${IP(51)}:0`,
-    to: `${IP(1)}:${topo.waypoint!.addresses.hbone.port}`,
-    authority: `${IP(100)}:80`,
-    certificate: cert,
-    expectSan: 'spiffe://cluster.local/ns/demo/sa/waypoint',
-    bind: IP(51),
-    mesh: topo.waypoint!.mesh,
-  });
-  closers.push(async () => {
-    await tunnel.close();
-    cert.close();
-  });
-  otherEntry = { host: tunnel.address.address, port: tunnel.address.port };
-  const g = await extraEntry(topo, NET, `${IP(105)}:9090`);
+  const other = await addEntry(topo, `${IP(100)}:80`, { principal: spiffe('other', 'client'), clientIp: IP(51) });
+  closers.push(other.close);
+  otherEntry = other;
+  const g = await addEntry(topo, `${IP(105)}:9090`);
   closers.push(g.close);
   grpcEntry = g;
 }, 30_000);
@@ -331,7 +302,7 @@ describe('routing', () => {
     for (let i = 0; i < 100 && (seen.get('mirror')?.length ?? 0) === before; i++) await sleep(20);
     const copy = seen.get('mirror')![before];
     expect(copy.url).toBe('/mirrored');
-    expect(copy.body).toBe('payload');
+    expect(copy.body.toString()).toBe('payload');
     expect(copy.headers.host).toBe('echo.demo.svc.cluster.local-shadow');
   });
 

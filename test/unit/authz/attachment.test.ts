@@ -1,10 +1,10 @@
 /**
- * Which policies this waypoint enforces, for which traffic (authz.md §1.2, §1.3; pitfall I1).
+ * Which policies this waypoint enforces, for which traffic (istio/istio pilot/pkg/model/policyattachment.go).
  */
 import { afterEach, describe, expect, test, vi } from 'vitest';
 
 import { AUTHZ, authzFor, compileAuthz } from '../../../src/authz/compile.ts';
-import { ConfigError } from '../../../src/errors.ts';
+import { ConfigError } from '../../../src/util/errors.ts';
 import { log } from '../../../src/util/log.ts';
 import { engine, EXT, HTTPBIN, HTTPBIN_POD, meshWith, OTHER, policy, targetOf, TCP_ECHO, TO_WAYPOINT } from './mesh.ts';
 

@@ -1,5 +1,5 @@
 /**
- * authz.md §9 "Easy-to-miss rules", one test per item, at the engine's level. Items whose
+ * Easy-to-miss AuthorizationPolicy rules, one test per item, at the engine's level. Items whose
  * observable part is a status or a body (16, 17) are asserted here for the decision and details,
  * and end to end by the filter; item 19 (NetworkPolicy) belongs to the CNI.
  */
@@ -13,7 +13,7 @@ import { BAR_A, engine, HTTPBIN_POD, OTHER, policy, TCP_ECHO, TO_WAYPOINT, wp } 
 
 const dryRun = { annotations: { 'istio.io/dry-run': 'true' } };
 
-describe('authz.md §9', () => {
+describe('easy-to-miss rules', () => {
   test('1. waypoints use only targetRefs: selector policies are ztunnel’s', () => {
     const e = engine([
       policy('selector-deny', { selector: { matchLabels: { app: 'httpbin' } }, action: 'DENY', rules: [{}] }),

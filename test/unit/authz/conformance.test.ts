@@ -1,6 +1,5 @@
 /**
- * Decision-level conformance against test/data/authz-cases-sample.yaml (a copy of
- * shared/reference/authz-cases-sample.yaml). For every case, the fixtures plus the case's policies
+ * Decision-level conformance against test/data/authz-cases-sample.yaml. For every case, the fixtures plus the case's policies
  * become one mesh file (every fixture address remapped 10.x → 127.x), compiled by the real mesh
  * compiler; each check whose enforcer is the waypoint is evaluated with the engine for the target
  * the waypoint would resolve, and its decision (plus audit flag, shadow result and forwarded path

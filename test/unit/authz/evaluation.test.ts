@@ -1,5 +1,5 @@
 /**
- * Evaluation order and actions (authz.md §2): CUSTOM → AUDIT → DENY → ALLOW, allow-nothing,
+ * Evaluation order and actions (istio/istio pilot/pkg/security/authz/builder/builder.go): CUSTOM → AUDIT → DENY → ALLOW, allow-nothing,
  * allow-all, dry-run, CUSTOM providers, the reported policy id.
  */
 import { describe, expect, test } from 'vitest';

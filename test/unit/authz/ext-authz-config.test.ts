@@ -4,9 +4,9 @@
  */
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, test } from 'vitest';
-import { applyHeaderMutations, outcomeFromCheckResponse } from '../../../src/authz/ext-authz/check-response.ts';
-import { headerListMatcher, parseDurationMs, parseProviderSettings } from '../../../src/authz/ext-authz/config.ts';
-import { CheckResponseSchema } from '../../../src/authz/ext-authz/proto.ts';
+import { applyHeaderMutations, outcomeFromCheckResponse } from '../../../src/ext-authz/check-response.ts';
+import { headerListMatcher, parseDurationMs, parseProviderSettings } from '../../../src/ext-authz/config.ts';
+import { CheckResponseSchema } from '../../../src/ext-authz/proto.ts';
 
 describe('provider settings', () => {
   test('defaults: timeout 600 s (Istio), statusOnError 403, failOpen false, no body', () => {

@@ -1,5 +1,5 @@
 /**
- * Every Source, Operation and Condition field, with its `not*` form (authz.md §4, §5): each row
+ * Every Source, Operation and Condition field, with its `not*` form (istio/istio pilot/pkg/security/authz/model/generator.go): each row
  * is one ALLOW rule; the listed requests must be allowed (the rule matches) or denied (it does not,
  * so default deny applies).
  */

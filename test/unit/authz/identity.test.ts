@@ -1,5 +1,5 @@
 /**
- * Principals, trust-domain aliases (authz.md §5.2, §5.3; istio/istio trustdomain `bundle_test.go`)
+ * Principals, trust-domain aliases (istio/istio trustdomain `bundle_test.go`)
  * and request principals (§4.1 `requestPrincipals`, split at the last `/`).
  */
 import { describe, expect, test } from 'vitest';

@@ -5,12 +5,24 @@
  * Service authz (127.96.0.30:9000 grpc, an ext_authz server), a Pod behind each, plus the
  * policies and MeshConfig a test passes.
  */
-import { stringify } from 'yaml';
-
 import { compileAuthz, type CompiledAuthz } from '../../../src/authz/compile.ts';
 import type { AuthzResult, RequestAttributes } from '../../../src/authz/types.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { MeshPart, MeshSnapshot, Target } from '../../../src/state/types.ts';
+import {
+  authorizationPolicy,
+  meshConfig as meshConfigDoc,
+  meshText,
+  namespace,
+  pod,
+  service,
+  servicePort,
+  toGateway,
+  usesWaypoint,
+  waypointGateway,
+  type Doc,
+  type ServicePortSpec,
+} from '../../helpers/mesh.ts';
 
 export const HTTPBIN = { ip: '127.96.0.10', port: 8000 };
 export const OTHER = { ip: '127.96.0.12', port: 8000 };
@@ -21,19 +33,8 @@ export const HTTPBIN_POD = { ip: '127.244.2.10', port: 8080 };
 export const SLEEP = 'spiffe://cluster.local/ns/foo/sa/sleep';
 export const BAR_A = 'spiffe://cluster.local/ns/bar/sa/a';
 
-const service = (name: string, ip: string, ports: object[], app = name) => ({
-  apiVersion: 'v1',
-  kind: 'Service',
-  metadata: { name, namespace: 'foo' },
-  spec: { clusterIP: ip, selector: { app }, ports },
-});
-const pod = (name: string, ip: string, app: string) => ({
-  apiVersion: 'v1',
-  kind: 'Pod',
-  metadata: { name, namespace: 'foo', labels: { app } },
-  spec: { serviceAccountName: app },
-  status: { podIP: ip },
-});
+const svc = (name: string, vip: string, ports: ServicePortSpec[]) => service({ name, namespace: 'foo', vip, ports });
+const app = (name: string, ip: string, label: string) => pod({ name, namespace: 'foo', labels: { app: label }, sa: label, ip });
 
 /** MeshConfig fields a test may set. */
 export interface MeshConfigOptions {
@@ -45,58 +46,47 @@ export interface MeshConfigOptions {
 }
 
 /** The base objects (without policies). */
-export function baseObjects(mesh: MeshConfigOptions = {}): object[] {
+export function baseObjects(mesh: MeshConfigOptions = {}): Doc[] {
   const meshConfig: Record<string, unknown> = { trustDomain: mesh.trustDomain ?? 'cluster.local' };
   if (mesh.trustDomainAliases) meshConfig.trustDomainAliases = mesh.trustDomainAliases;
   if (mesh.rootNamespace) meshConfig.rootNamespace = mesh.rootNamespace;
   if (mesh.pathNormalization) meshConfig.pathNormalization = { normalization: mesh.pathNormalization };
   if (mesh.extensionProviders) meshConfig.extensionProviders = mesh.extensionProviders;
   return [
-    { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'istio', namespace: 'istio-system' }, data: { mesh: stringify(meshConfig) } },
-    {
-      apiVersion: 'gateway.networking.k8s.io/v1',
-      kind: 'Gateway',
-      metadata: { name: 'waypoint', namespace: 'foo', labels: { 'istio.io/waypoint-for': 'all' } },
-      spec: { gatewayClassName: 'istio-waypoint', listeners: [{ name: 'mesh', port: 15008, protocol: 'HBONE' }] },
-    },
-    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'foo', labels: { 'istio.io/use-waypoint': 'waypoint' } } },
-    service('httpbin', HTTPBIN.ip, [{ name: 'http', port: 8000, targetPort: 8080 }]),
-    service('other', OTHER.ip, [{ name: 'http', port: 8000, targetPort: 8080 }]),
-    service('tcp-echo', TCP_ECHO.ip, [
+    meshConfigDoc(meshConfig),
+    waypointGateway('foo', { for: 'all' }),
+    namespace('foo', usesWaypoint()),
+    svc('httpbin', HTTPBIN.ip, [servicePort('http', 8000, 8080)]),
+    svc('other', OTHER.ip, [servicePort('http', 8000, 8080)]),
+    svc('tcp-echo', TCP_ECHO.ip, [
       { name: 'tcp', port: 9000, appProtocol: 'tcp' },
       { name: 'tcp2', port: 9001, appProtocol: 'tcp' },
     ]),
-    service('authz', '127.96.0.30', [{ name: 'grpc', port: 9000 }]),
+    svc('authz', '127.96.0.30', [{ name: 'grpc', port: 9000 }]),
     {
       apiVersion: 'networking.istio.io/v1',
       kind: 'ServiceEntry',
       metadata: { name: 'ext', namespace: 'foo' },
       spec: { hosts: ['ext.example.com'], addresses: [EXT.ip], ports: [{ number: 443, name: 'http', protocol: 'HTTP' }], resolution: 'STATIC' },
     },
-    pod('httpbin-1', HTTPBIN_POD.ip, 'httpbin'),
-    pod('other-1', '127.244.2.12', 'other'),
-    pod('tcp-echo-1', '127.244.2.13', 'tcp-echo'),
+    app('httpbin-1', HTTPBIN_POD.ip, 'httpbin'),
+    app('other-1', '127.244.2.12', 'other'),
+    app('tcp-echo-1', '127.244.2.13', 'tcp-echo'),
   ];
 }
 
 /** A snapshot of the base mesh plus `policies` (any kept objects), compiled with `parts`. */
 export function meshWith(policies: readonly object[], mesh: MeshConfigOptions = {}, parts: readonly MeshPart<unknown>[] = []): MeshSnapshot {
-  const text = [...baseObjects(mesh), ...policies].map((o) => stringify(o)).join('---\n');
-  return compileMesh({ text, file: 'authz-test.yaml', parts });
+  return compileMesh({ text: meshText(...baseObjects(mesh), ...policies), file: 'authz-test.yaml', parts });
 }
 
 /** An AuthorizationPolicy object. */
 export function policy(name: string, spec: object, opts: { namespace?: string; annotations?: Record<string, string> } = {}): object {
-  return {
-    apiVersion: 'security.istio.io/v1',
-    kind: 'AuthorizationPolicy',
-    metadata: { name, namespace: opts.namespace ?? 'foo', ...(opts.annotations ? { annotations: opts.annotations } : {}) },
-    spec,
-  };
+  return authorizationPolicy(name, spec, opts);
 }
 
 /** `targetRefs` to the waypoint's Gateway. */
-export const TO_WAYPOINT = [{ group: 'gateway.networking.k8s.io', kind: 'Gateway', name: 'waypoint' }];
+export const TO_WAYPOINT = toGateway();
 
 /** Resolve a target or fail the test. */
 export function targetOf(snap: MeshSnapshot, at: { ip: string; port: number }): Target {

@@ -1,5 +1,5 @@
 /**
- * Path normalization (authz.md §5.4) and pitfall I4 (pitfalls.md: istio/istio#27409,
+ * Path normalization and its bypasses (istio/istio#27409,
  * envoyproxy/envoy#6435 / CVE-2019-9901): DENY `/admin` and `/admin/*`, otherwise allow; each
  * attack path is normalized as Envoy does for the mesh's mode, the decision is taken on the
  * normalized path, and that same path (plus the query) is what the backend receives.

@@ -1,23 +1,17 @@
 /**
- * PeerAuthentication as ztunnel applies it (authz.md §7.1, §7.2): scopes and precedence, oldest
+ * PeerAuthentication as ztunnel applies it (istio/api peer_authentication.proto; istio/istio architecture/ambient/peer-authentication.md): scopes and precedence, oldest
  * wins within a scope, UNSET inherits, portLevelMtls, DISABLE as PERMISSIVE, root-namespace
  * selector policies ignored; invalid ones refused with file, line and field.
  */
-import { stringify } from 'yaml';
 import { describe, expect, test } from 'vitest';
 
-import { compilePeerAuthentication, PEER_AUTHENTICATION, peerAuthenticationFor } from '../../../src/authz/peer-authentication.ts';
-import { ConfigError } from '../../../src/errors.ts';
+import { compilePeerAuthentication, PEER_AUTHENTICATION, peerAuthenticationFor } from '../../../src/ztunnel/peer-authentication.ts';
+import { ConfigError } from '../../../src/util/errors.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { MeshSnapshot, Workload } from '../../../src/state/types.ts';
+import { meshText, namespace, pod, waypointGateway } from '../../helpers/mesh.ts';
 
-const pod = (name: string, ns: string, ip: string, app: string) => ({
-  apiVersion: 'v1',
-  kind: 'Pod',
-  metadata: { name, namespace: ns, labels: { app } },
-  spec: { serviceAccountName: app },
-  status: { podIP: ip },
-});
+const app = (name: string, ns: string, ip: string, label: string) => pod({ name, namespace: ns, labels: { app: label }, sa: label, ip });
 
 interface PaOptions {
   readonly selector?: Record<string, string>;
@@ -39,21 +33,16 @@ const pa = (ns: string, name: string, o: PaOptions = {}) => ({
 
 /** The test mesh plus `policies`, with its PeerAuthentication part compiled (which validates them). */
 function mesh(...policies: object[]): MeshSnapshot {
-  const docs = [
-    {
-      apiVersion: 'gateway.networking.k8s.io/v1',
-      kind: 'Gateway',
-      metadata: { name: 'waypoint', namespace: 'foo' },
-      spec: { gatewayClassName: 'istio-waypoint', listeners: [{ name: 'mesh', port: 15008, protocol: 'HBONE' }] },
-    },
-    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'foo' } },
-    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'bar' } },
-    pod('web', 'foo', '127.0.186.10', 'web'),
-    pod('db', 'foo', '127.0.186.11', 'db'),
-    pod('api', 'bar', '127.0.186.12', 'api'),
+  const text = meshText(
+    waypointGateway('foo'),
+    namespace('foo'),
+    namespace('bar'),
+    app('web', 'foo', '127.0.186.10', 'web'),
+    app('db', 'foo', '127.0.186.11', 'db'),
+    app('api', 'bar', '127.0.186.12', 'api'),
     ...policies,
-  ];
-  return compileMesh({ text: docs.map((d) => stringify(d)).join('---\n'), file: 'pa-test.yaml', parts: [PEER_AUTHENTICATION] });
+  );
+  return compileMesh({ text, file: 'pa-test.yaml', parts: [PEER_AUTHENTICATION] });
 }
 
 const wl = (m: MeshSnapshot, ip: string): Workload => m.workloadByIp(ip)!;

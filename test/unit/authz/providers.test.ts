@@ -5,7 +5,7 @@
  */
 import { describe, expect, test } from 'vitest';
 import { extAuthzProviders, lookupProviderService } from '../../../src/authz/providers.ts';
-import { findProviderService } from '../../../src/authz/ext-authz/endpoints.ts';
+import { findProviderService } from '../../../src/ext-authz/endpoints.ts';
 import { meshWith } from './mesh.ts';
 
 const serviceEntry = (namespace: string, host: string, ip: string) => ({

@@ -1,5 +1,5 @@
 /**
- * TCP services through the waypoint (authz.md §6.1; Istio builder testdata `tcp/allow-only-http-*`,
+ * TCP services through the waypoint (Istio builder testdata `tcp/allow-only-http-*`,
  * `tcp/deny-both-http-tcp-*`; istio.io authz-tcp task): ALLOW rules that use an HTTP-only field
  * are dropped (fail closed); DENY and AUDIT rules lose only their HTTP-only values (wider).
  * Also pitfall I2: L4-only policies bound to the waypoint apply to TCP and HTTP alike.

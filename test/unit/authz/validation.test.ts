@@ -1,6 +1,6 @@
 /**
  * What Istio's admission validation rejects is a ConfigError naming the policy and the field
- * (authz.md §1.2 step 4, §2.1, §2.3, §2.4, §3 "Things validation rejects").
+ * (istio/istio pkg/config/validation/validation.go).
  */
 import { describe, expect, test } from 'vitest';
 

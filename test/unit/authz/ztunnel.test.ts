@@ -1,18 +1,18 @@
 /**
  * The ztunnel flavour of rule compilation (istiod `convertAuthorizationPolicy`/`handleRule` +
- * ztunnel `Authorization::matches`, authz.md §6.2) and selector attachment (GLOBAL / NAMESPACE /
- * WORKLOAD_SELECTOR scopes, authz.md §1.1, §1.3), through `compileZtunnelAuthz` over a compiled
+ * ztunnel `Authorization::matches`) and selector attachment (GLOBAL / NAMESPACE /
+ * WORKLOAD_SELECTOR scopes), through `compileZtunnelAuthz` over a compiled
  * mesh. The waypoint's engine is checked to still ignore every policy here.
  */
-import { stringify } from 'yaml';
 import { describe, expect, test } from 'vitest';
 
 import { compileAuthz } from '../../../src/authz/compile.ts';
-import { compileZtunnelAuthz, rejectionReason, ZTUNNEL_AUTHZ, ztunnelAuthzFor } from '../../../src/authz/selector.ts';
+import { compileZtunnelAuthz, rejectionReason, ZTUNNEL_AUTHZ, ztunnelAuthzFor } from '../../../src/ztunnel/authz.ts';
 import type { AuthzResult, RequestAttributes } from '../../../src/authz/types.ts';
-import { ConfigError } from '../../../src/errors.ts';
+import { ConfigError } from '../../../src/util/errors.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { MeshPart, MeshSnapshot } from '../../../src/state/types.ts';
+import { authorizationPolicy, meshConfig as meshConfigDoc, meshText, namespace, pod, usesWaypoint, waypointGateway } from '../../helpers/mesh.ts';
 
 const WEB = '127.0.114.10'; // foo/web (app: web, tier: front)
 const DB = '127.0.114.11'; // foo/db (app: db)
@@ -21,40 +21,24 @@ const SLEEP = 'spiffe://cluster.local/ns/foo/sa/sleep';
 const BAR_A = 'spiffe://cluster.local/ns/bar/sa/a';
 const FOOBAR_A = 'spiffe://cluster.local/ns/foobar/sa/a';
 
-const pod = (name: string, ns: string, ip: string, labels: Record<string, string>) => ({
-  apiVersion: 'v1',
-  kind: 'Pod',
-  metadata: { name, namespace: ns, labels },
-  spec: { serviceAccountName: name },
-  status: { podIP: ip },
-});
+const app = (name: string, ns: string, ip: string, labels: Record<string, string>) => pod({ name, namespace: ns, labels, sa: name, ip });
 
 /** The test mesh plus `policies`, compiled with ztunnel's authorization part (`parts`). */
 function mesh(policies: object[], meshConfig: Record<string, unknown> = {}, parts: readonly MeshPart<unknown>[] = [ZTUNNEL_AUTHZ]): MeshSnapshot {
-  const docs = [
-    { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'istio', namespace: 'istio-system' }, data: { mesh: stringify({ trustDomain: 'cluster.local', ...meshConfig }) } },
-    {
-      apiVersion: 'gateway.networking.k8s.io/v1',
-      kind: 'Gateway',
-      metadata: { name: 'waypoint', namespace: 'foo', labels: { 'istio.io/waypoint-for': 'all' } },
-      spec: { gatewayClassName: 'istio-waypoint', listeners: [{ name: 'mesh', port: 15008, protocol: 'HBONE' }] },
-    },
-    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'foo', labels: { 'istio.io/use-waypoint': 'waypoint' } } },
-    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'bar' } },
-    pod('web', 'foo', WEB, { app: 'web', tier: 'front' }),
-    pod('db', 'foo', DB, { app: 'db' }),
-    pod('api', 'bar', API, { app: 'web' }),
+  const text = meshText(
+    meshConfigDoc({ trustDomain: 'cluster.local', ...meshConfig }),
+    waypointGateway('foo', { for: 'all' }),
+    namespace('foo', usesWaypoint()),
+    namespace('bar'),
+    app('web', 'foo', WEB, { app: 'web', tier: 'front' }),
+    app('db', 'foo', DB, { app: 'db' }),
+    app('api', 'bar', API, { app: 'web' }),
     ...policies,
-  ];
-  return compileMesh({ text: docs.map((d) => stringify(d)).join('---\n'), file: 'ztunnel-test.yaml', parts });
+  );
+  return compileMesh({ text, file: 'ztunnel-test.yaml', parts });
 }
 
-const ap = (ns: string, name: string, spec: object, annotations?: Record<string, string>) => ({
-  apiVersion: 'security.istio.io/v1',
-  kind: 'AuthorizationPolicy',
-  metadata: { name, namespace: ns, ...(annotations ? { annotations } : {}) },
-  spec,
-});
+const ap = (ns: string, name: string, spec: object, annotations?: Record<string, string>) => authorizationPolicy(name, spec, { namespace: ns, annotations });
 const onWeb = { selector: { matchLabels: { app: 'web' } } };
 
 /** Decide a connection to `dstIp:port` from `principal` (undefined: plaintext) at `src`. */

@@ -5,17 +5,15 @@
  * and undeclared ports, re-checks of tracked tunnels on mesh updates, and requests on an old
  * tunnel decided with the current snapshot. End to end: test/integration/authz/.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Registry } from 'prom-client';
 import { describe, expect, test } from 'vitest';
 import { authzFactory, authzFilterFactory, remoteAddress } from '../../../filters/authz/index.ts';
-import { AUTHZ_RESULT, REQUEST_JWT, TCP_AUTHZ_RESULT, type CustomCheck, type ExtAuthzDecision, type ExtAuthzHook, type RequestAttributes } from '../../../src/authz/index.ts';
-import { ConnectionContext, FilterChain, FilterStatus, HeaderList, StreamContext, grpcMessageEncode, type ConnectInfo, type Filter, type FilterEnv } from '../../../src/pipeline/index.ts';
+import { AUTHZ, AUTHZ_RESULT, REQUEST_JWT, TCP_AUTHZ_RESULT, type CustomCheck, type ExtAuthzDecision, type ExtAuthzHook, type RequestAttributes } from '../../../src/authz/index.ts';
+import { FilterStatus, grpcMessageEncode, type ConnectInfo, type ConnectionContext, type Filter, type FilterEnv, type StreamContext } from '../../../src/pipeline/index.ts';
 import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { log } from '../../../src/util/log.ts';
-import { AUTHZ } from '../../../src/authz/index.ts';
 import { HTTPBIN, HTTPBIN_POD, TCP_ECHO, meshWith as compiledMesh, policy, wp, type MeshConfigOptions } from '../authz/mesh.ts';
-import { admitAndRun, headOf, terminal } from '../pipeline/fakes.ts';
+import { FilterHarness, type ClientResponse } from '../../helpers/filter-harness.ts';
 
 /** The test mesh with its AuthorizationPolicies compiled in (the part the filter reads). */
 const meshWith = (policies: readonly object[], mesh?: MeshConfigOptions): MeshSnapshot => compiledMesh(policies, mesh, [AUTHZ]);
@@ -51,56 +49,10 @@ function create(mesh: { current: MeshSnapshot }, extAuthz?: ExtAuthzHook): Filte
   return factory.create(factory.parseConfig(undefined), env);
 }
 
+/** A tunnel from foo/sleep (127.244.1.5) to `at`, admitted under `snap`. */
 function connection(snap: MeshSnapshot, at: { ip: string; port: number }, over: Partial<ConnectInfo> = {}): ConnectionContext {
-  const target = snap.resolveTarget(at.ip, at.port);
-  if (!target) throw new Error(`no target ${at.ip}:${at.port}`);
-  const info: ConnectInfo = {
-    peer: { uri: CLIENT, trustDomain: 'cluster.local', namespace: 'foo', serviceAccount: 'sleep' },
-    downstreamAddress: '127.244.1.5',
-    downstreamPort: 40000,
-    authority: `${at.ip}:${at.port}`,
-    targetIp: at.ip,
-    targetPort: at.port,
-    forwarded: '',
-    baggage: '',
-    traceparent: '',
-    ...over,
-  };
-  return new ConnectionContext(info, snap, target, target.kind === 'service' ? target.port.protocol : 'UNKNOWN');
-}
-
-/** A response that records what was written. */
-interface FakeRes {
-  headersSent: boolean;
-  destroyed: boolean;
-  status: number;
-  headers: string[];
-  body: string;
-  trailers: Record<string, string>;
-}
-function fakeRes(): FakeRes & Partial<ServerResponse> {
-  const r = {
-    headersSent: false,
-    destroyed: false,
-    status: 0,
-    headers: [] as string[],
-    body: '',
-    trailers: {} as Record<string, string>,
-    writeHead(status: number, headers: string[]) {
-      r.status = status;
-      r.headers = headers;
-      r.headersSent = true;
-      return r;
-    },
-    end(body?: string) {
-      r.body = body ?? '';
-      return r;
-    },
-    addTrailers(t: Record<string, string>) {
-      r.trailers = t;
-    },
-  };
-  return r as unknown as FakeRes & Partial<ServerResponse>;
+  const info = { peer: { uri: CLIENT, trustDomain: 'cluster.local', namespace: 'foo', serviceAccount: 'sleep' }, downstreamAddress: '127.244.1.5', ...over };
+  return new FilterHarness([], snap).connection({ at, info });
 }
 
 interface Req {
@@ -108,17 +60,10 @@ interface Req {
   url?: string;
   headers?: [string, string][];
 }
-/** Run the request phase for one request on `conn`; returns the phase status, the stream and its response. */
-async function request(filter: Filter, conn: ConnectionContext, r: Req = {}): Promise<{ status: FilterStatus; stream: StreamContext; res: FakeRes }> {
-  const raw = (r.headers ?? [['host', 'httpbin.foo:8000']]).flat();
-  const headers: Record<string, string> = {};
-  for (const [k, v] of r.headers ?? [['host', 'httpbin.foo:8000']]) headers[k] = headers[k] === undefined ? v : `${headers[k]}, ${v}`;
-  const req = { method: r.method ?? 'GET', url: r.url ?? '/', httpVersion: '1.1', headers, rawHeaders: raw } as unknown as IncomingMessage;
-  const res = fakeRes();
-  const chain = new FilterChain([filter, terminal('router', [], [])]);
-  const stream = new StreamContext(conn, chain, req, res as unknown as ServerResponse, headOf(req));
-  const status = await admitAndRun(chain, stream);
-  return { status, stream, res };
+/** Run the request phase for one request on `conn`; returns the phase status, the stream and what the client received. */
+async function request(filter: Filter, conn: ConnectionContext, r: Req = {}): Promise<{ status: FilterStatus; stream: StreamContext; res: ClientResponse }> {
+  const { status, stream, response } = await new FilterHarness(filter, conn.mesh).request(conn, { ...r, headers: r.headers ?? [['host', 'httpbin.foo:8000']] });
+  return { status, stream, res: response };
 }
 
 /** An ext_authz hook answering `decision` and recording what it was asked. */
@@ -175,9 +120,8 @@ describe('HTTP requests', () => {
     // Set the slot the way an authn filter listed before would.
     const jwtFilter: Filter = { name: 'jwt', onRequestHeaders: (s) => (s.set(REQUEST_JWT, { payload: { iss: 'i', sub: 's' } }), FilterStatus.Continue) };
     // (HTTP/1.0: a request without Host passes the connection manager.)
-    const req = { method: 'GET', url: '/', httpVersion: '1.0', headers: {}, rawHeaders: [] } as unknown as IncomingMessage;
-    const chain = new FilterChain([jwtFilter, filter, terminal('router', [], [])]);
-    await admitAndRun(chain, new StreamContext(conn, chain, req, fakeRes() as unknown as ServerResponse, headOf(req)));
+    const harness = new FilterHarness([jwtFilter, filter], snap);
+    await harness.run(harness.stream(conn, { version: '1.0' }));
     expect(h.calls[0].attrs.jwt).toEqual({ payload: { iss: 'i', sub: 's' } });
     expect(h.calls[0].attrs.host).toBeUndefined();
   });
@@ -278,7 +222,7 @@ describe('CUSTOM', () => {
     const { res, stream, status } = await request(create({ current: snap }, hook({ allow: false, status: 401, body: 'go away', headers: { 'www-authenticate': 'Bearer' } })), connection(snap, HTTPBIN));
     expect(status).toBe(FilterStatus.StopAndReply);
     expect([res.status, res.body]).toEqual([401, 'go away']);
-    expect(new HeaderList(res.headers).get('www-authenticate')).toBe('Bearer');
+    expect(res.headers.get('www-authenticate')).toBe('Bearer');
     expect([stream.responseFlags, stream.responseCodeDetails]).toEqual(['UAEX', 'ext_authz_denied']);
   });
 

@@ -3,7 +3,6 @@
  * their order, IPv4-mapped source addresses, the certificate identity fallback, propagation of the
  * waypoint's own metadata, header stripping, malformed headers and baggage (pitfall H5), and config.
  */
-import type { IncomingMessage } from 'node:http';
 import os from 'node:os';
 import type { IncomingHttpHeaders } from 'node:http2';
 import fc from 'fast-check';
@@ -13,10 +12,10 @@ import { createPeerMetadataFilter, parsePeerMetadataConfig, peerMetadataFactory,
 import { peerBaggage, selfMetadata } from '../../../filters/peer-metadata/self.ts';
 import { formatBaggage } from '../../../src/peer/baggage.ts';
 import { parseBaggage } from '../../../src/peer/baggage-parse.ts';
-import { DOWNSTREAM_PEER, EMPTY_PEER, REQUEST_DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, downstreamPeerOf, type PeerInfo } from '../../../src/peer/peer-info.ts';
+import { DOWNSTREAM_PEER, EMPTY_PEER, REQUEST_DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, downstreamPeerOf, sourceWorkloadAt, type PeerInfo } from '../../../src/peer/peer-info.ts';
 import { decodePeerMetadata, encodePeerMetadata, PEER_METADATA_HEADER, PEER_METADATA_ID_HEADER } from '../../../src/peer/peer-metadata-header.ts';
 import { FilterChain } from '../../../src/pipeline/chain.ts';
-import { ConnectionContext, StreamContext, type ConnectInfo } from '../../../src/pipeline/context.ts';
+import type { ConnectInfo, ConnectionContext, StreamContext } from '../../../src/pipeline/context.ts';
 import type { Filter, FilterEnv } from '../../../src/pipeline/filter.ts';
 import { HeaderList } from '../../../src/pipeline/headers.ts';
 import { FilterRegistry } from '../../../src/pipeline/registry.ts';
@@ -25,7 +24,8 @@ import type { Endpoint, MeshSnapshot } from '../../../src/state/types.ts';
 import { log } from '../../../src/util/log.ts';
 import { caught } from '../../helpers/config-error.ts';
 import { ISTIO_124_HEADER, ISTIO_124_PEER } from '../peer/fixtures.ts';
-import { INFO, headOf, terminal } from '../pipeline/fakes.ts';
+import { FilterHarness } from '../../helpers/filter-harness.ts';
+import { INFO, terminal } from '../pipeline/fakes.ts';
 
 const MESH = `apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -114,12 +114,11 @@ function make(config?: unknown, mesh: MeshSnapshot = snap): { filter: Filter; ch
 }
 
 function connection(info: Partial<ConnectInfo> = {}, mesh: MeshSnapshot = snap): ConnectionContext {
-  return new ConnectionContext({ ...INFO, ...info }, mesh, { kind: 'service' } as never, 'HTTP');
+  return new FilterHarness([], mesh).connection({ info, mesh });
 }
 
 function stream(chain: FilterChain, conn: ConnectionContext, headers: Record<string, string> = {}): StreamContext {
-  const req = { headers: { ...headers }, rawHeaders: Object.entries(headers).flat(), httpVersion: '1.1', method: 'GET', url: '/' } as unknown as IncomingMessage;
-  return new StreamContext(conn, chain, req, {} as never, headOf(req));
+  return new FilterHarness(chain, conn.mesh).stream(conn, { headers });
 }
 
 /** One request through every phase the chain has: connection, request headers, upstream request, response headers. */
@@ -131,7 +130,8 @@ function exchange(
   chain.runConnection(conn);
   const s = stream(chain, conn, opts.request);
   chain.runRequestHeaders(s);
-  const upstream = new HeaderList(Object.entries(opts.request ?? {}).flat());
+  // What the router sends upstream: the stream's header list after the request phases.
+  const upstream = s.requestHeaders;
   chain.runUpstreamRequest(s, upstream);
   if (opts.endpoint !== null) s.endpoint = opts.endpoint ?? echoEndpoint(opts.mesh);
   s.upstreamConnectHeaders = opts.connectHeaders;
@@ -150,12 +150,24 @@ describe('defaults (Istio waypoint: workload discovery both ways, no propagation
     expect(s.get(UPSTREAM_PEER)).toMatchObject({ ...ECHO, cluster: 'Kubernetes' });
   });
 
-  test('only the phases the defaults need are implemented; x-envoy-peer-metadata passes through untouched', () => {
+  test('only the phases the defaults need are implemented; x-envoy-peer-metadata is neither believed nor passed on', () => {
     const { filter, chain } = make();
+    expect(Object.keys(filter).sort()).toEqual(['name', 'onConnection', 'onRequestHeaders', 'onResponseHeaders', 'onUpstreamConnected']);
+    const fromClient = { [PEER_METADATA_HEADER]: ISTIO_124_HEADER, [PEER_METADATA_ID_HEADER]: 'sidecar~1.2.3.4~x.y~y.svc.cluster.local', 'x-keep': 'k' };
+    const { stream: s, upstream, response } = exchange(chain, { request: fromClient, response: ['X-Envoy-Peer-Metadata', ISTIO_124_HEADER, 'x-keep', 'k'] });
+    // Not believed: the peers still come from mesh state.
+    expect(downstreamPeerOf(s)).toMatchObject(CLIENT);
+    expect(s.get(UPSTREAM_PEER)).toMatchObject(ECHO);
+    // The waypoint is the trust boundary: stripped toward the app and toward the client.
+    expect(upstream.raw).toEqual(['x-keep', 'k']);
+    expect(response.raw).toEqual(['x-keep', 'k']);
+  });
+
+  test('stripIncomingPeerMetadata: false (debugging) lets them pass untouched, still not believed', () => {
+    const { filter, chain } = make({ stripIncomingPeerMetadata: false });
     expect(Object.keys(filter).sort()).toEqual(['name', 'onConnection', 'onResponseHeaders', 'onUpstreamConnected']);
     const fromClient = { [PEER_METADATA_HEADER]: ISTIO_124_HEADER, [PEER_METADATA_ID_HEADER]: 'sidecar~1.2.3.4~x.y~y.svc.cluster.local' };
     const { stream: s, upstream, response } = exchange(chain, { request: fromClient, response: [PEER_METADATA_HEADER, ISTIO_124_HEADER] });
-    // Not believed: the peers still come from mesh state.
     expect(downstreamPeerOf(s)).toMatchObject(CLIENT);
     expect(s.get(UPSTREAM_PEER)).toMatchObject(ECHO);
     expect(upstream.get(PEER_METADATA_HEADER)).toBe(ISTIO_124_HEADER);
@@ -186,6 +198,19 @@ describe('defaults (Istio waypoint: workload discovery both ways, no propagation
     const { chain } = make();
     const { conn } = exchange(chain, { info: { downstreamAddress: '10.9.9.9' } });
     expect(conn.get(DOWNSTREAM_PEER)).toEqual({ ...UNKNOWN, identity: CERT });
+  });
+
+  test('a workload at the source address counts only with the certificate identity it has (an east-west gateway, a borrowed address)', () => {
+    const { chain } = make({ downstreamDiscovery: ['workload_discovery', 'baggage'] });
+    const other = 'spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway';
+    const peer = { ...INFO.peer, uri: other };
+    expect(exchange(chain, { info: { peer } }).conn.get(DOWNSTREAM_PEER)).toEqual({ ...UNKNOWN, identity: other });
+    expect(sourceWorkloadAt(snap, '10.0.0.1', other)).toBeUndefined();
+    expect(sourceWorkloadAt(snap, '::ffff:10.0.0.1', CERT)?.name).toBe('client');
+    expect(sourceWorkloadAt(snap, '10.0.0.1', '')).toBeUndefined();
+    // The next method decides: the CONNECT's baggage.
+    const down = exchange(chain, { info: { peer, baggage: 'k8s.namespace.name=demo,k8s.deployment.name=web,service.name=web' } }).conn.get(DOWNSTREAM_PEER);
+    expect(down).toMatchObject({ workload: 'web', service: 'web', identity: other });
   });
 
   test('no endpoint (local reply before one was picked): no upstream peer', () => {
@@ -296,12 +321,11 @@ describe('istio_headers discovery', () => {
     const conn = connection();
     chain.runConnection(conn);
     expect(conn.get(DOWNSTREAM_PEER)).toMatchObject(CLIENT);
-    const withHeaders = stream(chain, conn, mx);
+    const withHeaders = stream(chain, conn, { ...mx, 'x-other': '1' });
     chain.runRequestHeaders(withHeaders);
-    expect(downstreamPeerOf(withHeaders)).toEqual(ISTIO_124_PEER);
-    const upstream = new HeaderList([...Object.entries(mx).flat(), 'x-other', '1']);
-    chain.runUpstreamRequest(withHeaders, upstream);
-    expect(upstream.raw).toEqual(['x-other', '1']);
+    expect(downstreamPeerOf(withHeaders)).toEqual({ ...ISTIO_124_PEER, identity: CERT });
+    // Removed in the request phase: no later filter, route or upstream sees them.
+    expect(withHeaders.requestHeaders.raw).toEqual(['x-other', '1']);
     // The next request on the same tunnel without headers: the tunnel's peer.
     const plain = stream(chain, conn);
     chain.runRequestHeaders(plain);
@@ -325,7 +349,7 @@ describe('istio_headers discovery', () => {
     expect(known.upstream.get(PEER_METADATA_HEADER)).toBeUndefined();
     expect(known.upstream.get(PEER_METADATA_ID_HEADER)).toBeUndefined();
     const unknown = exchange(chain, { request: mx, info: { downstreamAddress: '10.9.9.9' } });
-    expect(downstreamPeerOf(unknown.stream)).toEqual(ISTIO_124_PEER);
+    expect(downstreamPeerOf(unknown.stream)).toEqual({ ...ISTIO_124_PEER, identity: CERT });
   });
 
   test('upstream [istio_headers, workload_discovery]: the response header wins and is removed; without it, the endpoint', () => {
@@ -351,7 +375,13 @@ describe('istio_headers discovery', () => {
   test('repeated header values: the first is used', () => {
     const { chain } = make({ downstreamDiscovery: ['istio_headers'] });
     const { stream: s } = exchange(chain, { request: { [PEER_METADATA_HEADER]: `${ISTIO_124_HEADER}, ${encodePeerMetadata({ ...UNKNOWN, namespace: 'second' })}` } });
-    expect(downstreamPeerOf(s)).toEqual(ISTIO_124_PEER);
+    expect(downstreamPeerOf(s)).toEqual({ ...ISTIO_124_PEER, identity: CERT });
+  });
+
+  test('a downstream header peer claiming another IDENTITY gets the client certificate identity', () => {
+    const { chain } = make({ downstreamDiscovery: ['istio_headers'] });
+    const forged = encodePeerMetadata({ ...UNKNOWN, namespace: 'kube-system', workload: 'forged', identity: 'spiffe://cluster.local/ns/kube-system/sa/admin' });
+    expect(downstreamPeerOf(exchange(chain, { request: { [PEER_METADATA_HEADER]: forged } }).stream)).toMatchObject({ workload: 'forged', identity: CERT });
   });
 });
 
@@ -512,7 +542,7 @@ describe('malformed input never throws and degrades to the next method (H5)', ()
     const { chain } = make({ downstreamDiscovery: ['istio_headers'] });
     const a = downstreamPeerOf(exchange(chain, { request: { [PEER_METADATA_HEADER]: ISTIO_124_HEADER } }).stream);
     const b = downstreamPeerOf(exchange(chain, { request: { [PEER_METADATA_HEADER]: ISTIO_124_HEADER } }).stream);
-    expect(a).toEqual(ISTIO_124_PEER);
+    expect(a).toEqual({ ...ISTIO_124_PEER, identity: CERT });
     expect(b).toBe(a);
   });
 
@@ -532,7 +562,7 @@ describe('config', () => {
       upstreamDiscovery: ['workload_discovery'],
       downstreamPropagation: [],
       upstreamPropagation: [],
-      stripIncomingPeerMetadata: false,
+      stripIncomingPeerMetadata: true,
     });
     expect(Object.isFrozen(parsePeerMetadataConfig({}))).toBe(true);
     expect(Object.isFrozen(parsePeerMetadataConfig({}).downstreamDiscovery)).toBe(true);
@@ -542,7 +572,7 @@ describe('config', () => {
     const c = parsePeerMetadataConfig({ downstreamDiscovery: [{ workload_discovery: {} }, { baggage: null }], upstreamDiscovery: [], upstreamPropagation: [{ istio_headers: {} }] });
     expect(c.downstreamDiscovery).toEqual(['workload_discovery', 'baggage']);
     expect(c.upstreamPropagation).toEqual(['istio_headers']);
-    const { filter } = make({ downstreamDiscovery: [], upstreamDiscovery: [] });
+    const { filter } = make({ downstreamDiscovery: [], upstreamDiscovery: [], stripIncomingPeerMetadata: false });
     expect(Object.keys(filter)).toEqual(['name']);
   });
 

@@ -2,9 +2,8 @@
  * `istio.stats` with fake contexts: label derivation as Envoy's waypoint does it (§4.2), the
  * exported series with their full label sets, TCP periodic reports, and bounded label sets.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Registry } from 'prom-client';
-import { describe, expect, test } from 'vitest';
+import { afterAll, describe, expect, test } from 'vitest';
 import {
   DEFAULT_STATS_CONFIG,
   ENVOY_DEFAULT_BUCKETS,
@@ -16,12 +15,11 @@ import {
 } from '../../../filters/stats/index.ts';
 import { destinationLabels, grpcStatusLabel, isGrpcContentType, principalNamespace, sourceLabels } from '../../../filters/stats/labels.ts';
 import { DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, type PeerInfo } from '../../../src/peer/peer-info.ts';
-import { ConnectionContext, StreamContext, type ConnectInfo } from '../../../src/pipeline/context.ts';
-import type { FilterChain } from '../../../src/pipeline/chain.ts';
-import type { MeshSnapshot, Service, Target } from '../../../src/state/types.ts';
+import type { ConnectInfo, ConnectionContext, StreamContext } from '../../../src/pipeline/index.ts';
+import type { Service, Target } from '../../../src/state/types.ts';
 import { log } from '../../../src/util/log.ts';
 import { parsePrometheus, type Sample } from '../../helpers/prometheus.ts';
-import { INFO, headOf } from '../pipeline/fakes.ts';
+import { CLIENT_INFO, FilterHarness } from '../../helpers/filter-harness.ts';
 
 const CLIENT: PeerInfo = Object.freeze({
   name: 'client-7d9f-x2',
@@ -172,18 +170,20 @@ describe('config', () => {
 
 // ---- the filter over fake contexts ------------------------------------------------------------
 
-const MESH = {} as MeshSnapshot;
-const CHAIN = {} as FilterChain;
+const harness = new FilterHarness([]);
+afterAll(() => harness.close());
 
-function conn(target: Target = WEB_TARGET, info: ConnectInfo = INFO): ConnectionContext {
-  return new ConnectionContext(info, MESH, target, target.kind === 'service' ? target.port.protocol : 'UNKNOWN');
+function conn(target: Target = WEB_TARGET, info: ConnectInfo = CLIENT_INFO): ConnectionContext {
+  return harness.connection({ target, info });
 }
 
-function stream(c: ConnectionContext, opts: { url?: string; headers?: Record<string, string>; grpc?: boolean } = {}): StreamContext {
-  const headers: Record<string, string> = { ...opts.headers };
-  if (opts.grpc) headers['content-type'] = 'application/grpc';
-  const req = { headers, httpVersion: opts.grpc ? '2.0' : '1.1', method: 'GET', url: opts.url ?? '/' } as unknown as IncomingMessage;
-  return new StreamContext(c, CHAIN, req, {} as ServerResponse, headOf(req));
+function stream(c: ConnectionContext, opts: { url?: string; headers?: Record<string, string> } = {}): StreamContext {
+  return harness.stream(c, opts);
+}
+
+/** A gRPC request (HTTP/2, content-type application/grpc). */
+function grpcStream(c: ConnectionContext): Promise<StreamContext> {
+  return harness.h2Stream(c, { grpc: true });
 }
 
 function setup(config: Partial<StatsConfig> = {}): { registry: Registry; filter: StatsFilter } {
@@ -260,7 +260,7 @@ describe('the filter', () => {
     const { registry, filter } = setup({ tcpReportingDurationMs: 0 });
     const c = conn();
     c.set(DOWNSTREAM_PEER, CLIENT);
-    const s = stream(c, { grpc: true });
+    const s = await grpcStream(c);
     s.set(UPSTREAM_PEER, SERVER);
     s.responseCode = 200;
     s.grpcStatus = '7';
@@ -285,7 +285,7 @@ describe('the filter', () => {
   test('gRPC message counts are reported periodically while the stream is open, then the rest at its end', async () => {
     const { registry, filter } = setup({ tcpReportingDurationMs: 60_000 });
     const c = conn();
-    const s = stream(c, { grpc: true });
+    const s = await grpcStream(c);
     filter.onRequestHeaders(s);
     s.set(UPSTREAM_PEER, SERVER);
     s.requestMessages = 2;
@@ -465,7 +465,7 @@ describe('the filter', () => {
 
   test('two chains on one registry share the instruments (no double registration)', () => {
     const registry = new Registry();
-    const env = { mesh: { current: MESH }, log, metrics: registry };
+    const env = { mesh: { current: harness.mesh }, log, metrics: registry };
     statsFactory.create(DEFAULT_STATS_CONFIG, env);
     expect(() => statsFactory.create(DEFAULT_STATS_CONFIG, env)).not.toThrow();
     expect(registry.getMetricsAsArray().filter((m) => m.name.startsWith('istio_'))).toHaveLength(11);

@@ -11,6 +11,7 @@ import {
   parseSpiffeId,
   peerSpiffeId,
   spiffeUrisOf,
+  svidIdentity,
   trustDomainAllowed,
 } from '../../../src/identity/spiffe.ts';
 
@@ -71,7 +72,7 @@ test('SAN extraction decodes values Node prints quoted', async () => {
   expect(peerSpiffeId(cert)?.namespace).toBe('a,b');
 });
 
-test('SAN extraction with several names picks spiffe URIs; peerSpiffeId the first valid one', async () => {
+test('SAN extraction with several names lists the spiffe URIs; several URI SANs are no SPIFFE identity', async () => {
   const keys = (await crypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-256' }, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
   const names = [
     { type: 'dns', value: 'a.example, URI:spiffe://evil/ns/x/sa/y' },
@@ -88,7 +89,30 @@ test('SAN extraction with several names picks spiffe URIs; peerSpiffeId the firs
   });
   const cert = new X509Certificate(generated.toString('pem'));
   expect(spiffeUrisOf(cert)).toEqual(['spiffe://bad/ns/only', 'spiffe://td/ns/q"x/sa/y', 'spiffe://td/ns/second/sa/z']);
-  expect(peerSpiffeId(cert)).toEqual({ uri: 'spiffe://td/ns/q"x/sa/y', trustDomain: 'td', namespace: 'q"x', serviceAccount: 'y' });
+  // SPIFFE X509-SVID §2: exactly one URI SAN (the DNS name that mimics one does not count).
+  expect(peerSpiffeId(cert)).toBeUndefined();
+  expect(svidIdentity(cert)).toEqual({ problem: 'the certificate has 4 URI SANs; a SPIFFE certificate has exactly one' });
+});
+
+test('exactly one URI SAN, plus any DNS names, is an identity; one URI SAN that is not an Istio SPIFFE id is not', async () => {
+  const keys = (await crypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-256' }, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
+  const make = async (names: { type: 'dns' | 'url'; value: string }[]) =>
+    new X509Certificate(
+      (await x509.X509CertificateGenerator.createSelfSigned({ name: 'CN=svid', keys, extensions: [new x509.SubjectAlternativeNameExtension(names)] })).toString('pem'),
+    );
+  const one = await make([
+    { type: 'dns', value: 'a.example' },
+    { type: 'url', value: 'spiffe://td/ns/a/sa/b' },
+  ]);
+  expect(svidIdentity(one)).toEqual({ id: parseSpiffeId('spiffe://td/ns/a/sa/b') });
+  const two = await make([
+    { type: 'url', value: 'spiffe://td/ns/a/sa/b' },
+    { type: 'url', value: 'spiffe://td/ns/admin/sa/root' },
+  ]);
+  expect(peerSpiffeId(two)).toBeUndefined();
+  expect(svidIdentity(two)).toEqual({ problem: 'the certificate has 2 URI SANs; a SPIFFE certificate has exactly one' });
+  const odd = await make([{ type: 'url', value: 'spiffe://td/workload' }]);
+  expect((svidIdentity(odd) as { problem: string }).problem).toMatch(/invalid SPIFFE id/);
 });
 
 test('no certificate, or no SAN', async () => {

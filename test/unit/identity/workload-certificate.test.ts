@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { LocalCa, type CertificateIssuer } from '../../../src/identity/ca.ts';
 import { WorkloadCertificate, type CertificateMaterial } from '../../../src/identity/workload-certificate.ts';
+import { issueOddLeaf } from '../../integration/transport/certs.ts';
 
 const SPIFFE = 'spiffe://cluster.local/ns/istio-system/sa/waypoint';
 let dir: string;
@@ -106,4 +107,13 @@ test('fromPrefix names the missing or mismatched file', async () => {
   await expect(WorkloadCertificate.fromPrefix(prefix, path.join(dir, 'nope.pem'))).rejects.toThrow(`${path.join(dir, 'nope.pem')} does not exist`);
   fs.writeFileSync(`${prefix}-key.pem`, (await ca.issue(SPIFFE, 60_000)).keyPem);
   await expect(WorkloadCertificate.fromPrefix(prefix, caFile)).rejects.toThrow(`${prefix}-key.pem does not match ${prefix}-cert.pem`);
+});
+
+test('fromPrefix refuses a certificate with two URI SANs (SPIFFE X509-SVID: exactly one)', async () => {
+  const prefix = path.join(dir, 'two-uris');
+  const caFile = path.join(dir, 'ca', 'root-cert.pem');
+  const leaf = await issueOddLeaf(path.join(dir, 'ca'), [SPIFFE, 'spiffe://cluster.local/ns/istio-system/sa/istiod']);
+  fs.writeFileSync(`${prefix}-cert.pem`, leaf.certPem);
+  fs.writeFileSync(`${prefix}-key.pem`, leaf.keyPem);
+  await expect(WorkloadCertificate.fromPrefix(prefix, caFile)).rejects.toThrow(`${prefix}-cert.pem carries no SPIFFE identity: the certificate has 2 URI SANs; a SPIFFE certificate has exactly one`);
 });

@@ -12,7 +12,10 @@ describe('classify', () => {
     ['SSH-2.0-OpenSSH\r\n', 'TCP'],
     ['\x16\x03\x01\x02\x00', 'TCP'],
     ['GET / HTTP/2.0\r\n', 'TCP'],
-    ['GET /\r\n', 'TCP'],
+    ['GET /\r\n', 'HTTP/0.9'],
+    ['POST /a/b?c\r\n', 'HTTP/0.9'],
+    ['GET key\r\n', 'TCP'],
+    ['FOO /x\r\n', 'TCP'],
   ])('%j → %s', (input, expected) => {
     expect(classify(b(input))).toBe(expected);
   });
@@ -41,7 +44,7 @@ describe('sniff', () => {
   test('silence past the detection timeout means TCP, nothing consumed', async () => {
     const s = new PassThrough();
     const r = await sniff(s, 20);
-    expect(r).toEqual({ protocol: 'TCP', head: undefined });
+    expect(r).toEqual({ protocol: 'TCP', head: undefined, ended: false });
     s.write('late');
     expect(s.read()?.toString()).toBe('late');
   });
@@ -52,7 +55,15 @@ describe('sniff', () => {
     s.end('GE');
     const r = await result;
     expect(r.protocol).toBe('TCP');
+    expect(r.ended).toBe(true);
     expect(r.head?.toString()).toBe('GE');
+  });
+
+  test('a client that ends before sending any byte: ended, no head', async () => {
+    const s = new PassThrough();
+    const result = sniff(s, 0);
+    s.end();
+    expect(await result).toEqual({ protocol: 'TCP', head: undefined, ended: true });
   });
 
   test('a stream destroyed before a decision is closed', async () => {

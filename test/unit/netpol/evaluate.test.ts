@@ -1,5 +1,5 @@
 /**
- * NetworkPolicy semantics on the original client (shared/reference/authz.md §8.1): isolation and
+ * NetworkPolicy semantics on the original client (kubernetes/api networking/v1/types.go): isolation and
  * default deny, union of policies, policyTypes defaults, every peer form (podSelector alone = the
  * policy's namespace, namespaceSelector alone, both in one peer = AND, separate peers = OR),
  * matchExpressions operators, namespaces by `kubernetes.io/metadata.name` (declared or not), ipBlock
@@ -13,6 +13,7 @@ import { originalSource, type OriginalSource } from '../../../src/netpol/source.
 import type { ConnectInfo } from '../../../src/pipeline/context.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import type { MeshSnapshot, Workload } from '../../../src/state/types.ts';
+import { meshText, namespace, pod as podDoc, waypointGateway } from '../../helpers/mesh.ts';
 
 const NET = '127.0.102';
 
@@ -26,37 +27,26 @@ const PODS: Record<string, [string, Record<string, string>, string, Record<strin
   'z/a': ['z', { pod: 'a' }, `${NET}.6`], // namespace z has no Namespace object
 };
 
-function meshText(policies: string[]): string {
-  const docs = [
-    `apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: { name: waypoint, namespace: x }
-spec: { gatewayClassName: istio-waypoint, listeners: [{ name: mesh, port: 15008, protocol: HBONE }] }`,
-    `apiVersion: v1
-kind: Namespace
-metadata: { name: x, labels: { team: a } }`,
-    `apiVersion: v1
-kind: Namespace
-metadata: { name: y, labels: { team: b, env: prod } }`,
+function meshOf(policies: string[]): string {
+  const pods = Object.entries(PODS).map(([ref, [ns, labels, ip, ports]]) => {
+    const name = ref.split('/')[1];
+    return podDoc({ name, namespace: ns, labels, sa: `sa-${name}`, ip, ports });
+  });
+  return meshText(
+    waypointGateway('x'),
+    namespace('x', { team: 'a' }),
+    namespace('y', { team: 'b', env: 'prod' }),
     `apiVersion: networking.istio.io/v1
 kind: WorkloadEntry
 metadata: { name: vm, namespace: x, labels: { pod: a } }
 spec: { address: "${NET}.7", serviceAccount: vm }`,
-  ];
-  for (const [ref, [ns, labels, ip, ports]] of Object.entries(PODS)) {
-    const name = ref.split('/')[1];
-    const containers = ports ? `, containers: [{ name: app, ports: [${Object.entries(ports).map(([n, p]) => `{ name: ${n}, containerPort: ${p} }`).join(', ')}] }]` : '';
-    docs.push(`apiVersion: v1
-kind: Pod
-metadata: { name: ${name}, namespace: ${ns}, labels: ${JSON.stringify(labels)} }
-spec: { serviceAccountName: sa-${name}${containers} }
-status: { podIP: "${ip}" }`);
-  }
-  return [...docs, ...policies].join('\n---\n');
+    ...pods,
+    ...policies,
+  );
 }
 
 function snapshotOf(...policies: string[]): MeshSnapshot {
-  return compileMesh({ text: meshText(policies), file: 'mesh.yaml', parts: [NETWORK_POLICIES] });
+  return compileMesh({ text: meshOf(policies), file: 'mesh.yaml', parts: [NETWORK_POLICIES] });
 }
 
 function pod(snap: MeshSnapshot, ref: string): Workload {

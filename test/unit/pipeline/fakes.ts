@@ -1,52 +1,40 @@
 /**
- * Minimal contexts and recording filters for pipeline unit tests. Phases that never touch
- * `req`/`res`/`mesh`/`target` get empty stand-ins; tests of local replies pass a real request.
+ * Contexts and recording filters for pipeline unit tests: contexts come from the filter harness
+ * (test/helpers/filter-harness.ts); tests that hand-build a request pass it to {@link fakeStream}.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { admitRequest, requestHead } from '../../../src/inner-http/conn-manager.ts';
 import {
-  ConnectionContext,
   FilterStatus,
   HeaderList,
   StreamContext,
   sendLocalReply,
   type ConnectInfo,
+  type ConnectionContext,
   type Filter,
   type FilterChain,
   type PhaseResult,
   type RequestHead,
   type TerminalFilter,
 } from '../../../src/pipeline/index.ts';
-import type { MeshSnapshot, Target } from '../../../src/state/types.ts';
+import { CLIENT_INFO, FilterHarness } from '../../helpers/filter-harness.ts';
 
-export const INFO: ConnectInfo = Object.freeze({
-  peer: { uri: 'spiffe://cluster.local/ns/demo/sa/client', trustDomain: 'cluster.local', namespace: 'demo', serviceAccount: 'client' },
-  downstreamAddress: '10.0.0.1',
-  downstreamPort: 40000,
-  authority: '10.96.0.10:8080',
-  targetIp: '10.96.0.10',
-  targetPort: 8080,
-  forwarded: '',
-  baggage: '',
-  traceparent: '',
-});
+/** The default tunnel of the filter harness: `demo/client` to Service `demo/echo`. */
+export const INFO: ConnectInfo = CLIENT_INFO;
 
+/** A tunnel over the filter harness's default mesh. */
 export function fakeConnection(): ConnectionContext {
-  return new ConnectionContext(INFO, {} as MeshSnapshot, {} as Target, 'HTTP');
+  return new FilterHarness([]).connection();
 }
 
 /**
- * A stream over `req`/`res`. Its head is read from `req` as the connection manager reads it (a
- * real request, or a stand-in with `rawHeaders`); a stand-in without them gets its `headers`
- * record as the header list.
+ * A stream on `chain`: without `req`, a GET / over Node's own request and response objects (the
+ * filter harness); with `req`, over that request (a real one, or a stand-in whose head is read as
+ * the connection manager reads it, see {@link headOf}).
  */
-export function fakeStream(
-  chain: FilterChain,
-  req: IncomingMessage = { headers: {}, httpVersion: '1.1', method: 'GET', url: '/' } as IncomingMessage,
-  res: ServerResponse = {} as ServerResponse,
-  conn: ConnectionContext = fakeConnection(),
-): StreamContext {
-  return new StreamContext(conn, chain, req, res, headOf(req));
+export function fakeStream(chain: FilterChain, req?: IncomingMessage, res?: ServerResponse, conn: ConnectionContext = fakeConnection()): StreamContext {
+  if (!req) return new FilterHarness(chain).stream(conn);
+  return new StreamContext(conn, chain, req, res ?? ({} as ServerResponse), headOf(req));
 }
 
 /** The request head of a real request or a stand-in (see {@link fakeStream}). */

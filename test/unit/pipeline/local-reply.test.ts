@@ -1,6 +1,6 @@
 /**
  * StreamContext.respond / sendLocalReply over a real node:http exchange on 127.0.30.1, and the
- * Envoy status table of local replies (telemetry/response-flags.ts).
+ * Envoy status table of local replies (pipeline/response-flags.ts).
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -10,7 +10,7 @@ import type { StreamContext } from '../../../src/pipeline/context.ts';
 import type { Filter } from '../../../src/pipeline/filter.ts';
 import { HeaderList } from '../../../src/pipeline/headers.ts';
 import { respond, sendLocalReply } from '../../../src/pipeline/local-reply.ts';
-import { LOCAL_REPLY_BODY, LOCAL_REPLY_STATUS, ResponseFlag } from '../../../src/telemetry/response-flags.ts';
+import { LOCAL_REPLY_BODY, LOCAL_REPLY_STATUS, ResponseFlag } from '../../../src/pipeline/response-flags.ts';
 import { fakeStream, terminal } from './fakes.ts';
 
 const HOST = '127.0.30.1';

@@ -1,6 +1,6 @@
 /** FilterRegistry.build: validation of the configured filter list and chain compilation. */
 import { describe, expect, test } from 'vitest';
-import { ConfigError } from '../../../src/errors.ts';
+import { ConfigError } from '../../../src/util/errors.ts';
 import type { Filter, FilterEnv, FilterFactory, TerminalFilter } from '../../../src/pipeline/filter.ts';
 import { Registry } from 'prom-client';
 import { FilterRegistry } from '../../../src/pipeline/registry.ts';

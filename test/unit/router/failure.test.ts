@@ -1,7 +1,7 @@
 /** Upstream failures → status, Envoy response flag and details (one table for HTTP, upgrades and TCP). */
 import { describe, expect, test } from 'vitest';
 import { HboneConnectError } from '../../../src/hbone/pool.ts';
-import { LOCAL_REPLY_STATUS } from '../../../src/telemetry/response-flags.ts';
+import { LOCAL_REPLY_STATUS } from '../../../src/pipeline/response-flags.ts';
 import { UpstreamOverflowError } from '../../../src/upstream/cluster-state.ts';
 import { CONNECT_FAILURE, CONNECTION_OVERFLOW, isConnectFailure, NO_HEALTHY_UPSTREAM, upstreamFailure } from '../../../src/upstream/failure.ts';
 import { UpstreamResetError } from '../../../src/upstream/h2-upstream.ts';

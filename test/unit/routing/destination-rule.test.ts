@@ -7,7 +7,7 @@
  */
 import { stringify } from 'yaml';
 import { describe, expect, test } from 'vitest';
-import { ConfigError } from '../../../src/errors.ts';
+import { ConfigError } from '../../../src/util/errors.ts';
 import { compileDestinationRules, DESTINATION_RULES, destinationRulesFor } from '../../../src/routing/destination-rule.ts';
 import { compileMesh, compileMeshStepwise } from '../../../src/state/compile.ts';
 import { PartCompileError } from '../../../src/state/parts.ts';

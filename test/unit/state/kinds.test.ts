@@ -4,7 +4,7 @@
  * checked; a workload controller whose Pods are missing is only warned about.
  */
 import { describe, expect, test } from 'vitest';
-import { ConfigError } from '../../../src/errors.ts';
+import { ConfigError } from '../../../src/util/errors.ts';
 import { readObjects } from '../../../src/state/source.ts';
 
 const one = (apiVersion: string, kind: string) => `apiVersion: ${apiVersion}\nkind: ${kind}\nmetadata: { name: x, namespace: demo }\n`;

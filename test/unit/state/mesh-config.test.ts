@@ -1,6 +1,6 @@
 import { describe, expect, test } from 'vitest';
 
-import { ConfigError } from '../../../src/errors.ts';
+import { ConfigError } from '../../../src/util/errors.ts';
 import { DEFAULT_MESH_CONFIG, parseMeshConfig } from '../../../src/state/mesh-config.ts';
 import { caught } from '../../helpers/config-error.ts';
 

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, test, vi } from 'vitest';
 import { AUTHZ, authzFor } from '../../../src/authz/index.ts';
-import { ConfigError } from '../../../src/errors.ts';
+import { ConfigError } from '../../../src/util/errors.ts';
 import { ROUTES } from '../../../src/routing/index.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import { definePart } from '../../../src/state/parts.ts';

@@ -1,6 +1,6 @@
 import { describe, expect, test } from 'vitest';
 
-import { ConfigError } from '../../../src/errors.ts';
+import { ConfigError } from '../../../src/util/errors.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
 import { caught } from '../../helpers/config-error.ts';
 

@@ -3,7 +3,7 @@ import { describe, expect, test } from 'vitest';
 import { HeaderList, type StreamContext } from '../../../src/pipeline/index.ts';
 import { GENERATED_COOKIE, hashRequestOf } from '../../../src/router/upstream-request.ts';
 import { cookieValue, queryParameter, requestHash as hashOf } from '../../../src/upstream/hash-policy.ts';
-import type { HashKey } from '../../../src/upstream/traffic-policy.ts';
+import type { HashKey } from '../../../src/routing/traffic-policy.ts';
 import { uint64ToHex, xxHash64 } from '../../../src/upstream/xxhash.ts';
 
 function stream(o: { headers?: Record<string, string | string[]>; path?: string; forwarded?: string; client?: string; port?: number } = {}) {

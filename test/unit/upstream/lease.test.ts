@@ -9,7 +9,7 @@ import type { Target } from '../../../src/state/types.ts';
 import { ClusterState } from '../../../src/upstream/cluster-state.ts';
 import { LoadBalancer } from '../../../src/upstream/load-balancer.ts';
 import { leaseEndpoint } from '../../../src/upstream/pick-endpoint.ts';
-import { defaultTrafficPolicy, UNLIMITED_POOL, type ClusterTrafficPolicy, type HashKey } from '../../../src/upstream/traffic-policy.ts';
+import { defaultTrafficPolicy, UNLIMITED_POOL, type ClusterTrafficPolicy, type HashKey } from '../../../src/routing/traffic-policy.ts';
 
 const snapshot = MeshStore.fromText(`apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway

@@ -2,7 +2,7 @@
 import { describe, expect, test } from 'vitest';
 import type { Endpoint, Workload } from '../../../src/state/types.ts';
 import { OutlierDetector } from '../../../src/upstream/outlier-detector.ts';
-import type { OutlierDetectionPolicy } from '../../../src/upstream/traffic-policy.ts';
+import type { OutlierDetectionPolicy } from '../../../src/routing/traffic-policy.ts';
 
 const ep = (address: string): Endpoint => ({ workload: {} as Workload, address, targetPort: 8080, tunnel: 'HBONE', authority: `${address}:8080` });
 const A = ep('10.0.0.1');

@@ -1,0 +1,107 @@
+/**
+ * The layering rules of README "How it works" (the same table), checked by `npm test`
+ * (dependency-cruiser: `npm run lint:layers`).
+ *
+ * Each folder of src/ is a layer with one public entry, index.ts. A layer imports only the entries
+ * of the layers listed for it below (its own files import each other directly, never through their
+ * own index.ts); filters/* see only the filter API and the engines' entries; nothing imports in a
+ * cycle. Lower layers never import higher ones: the table is in layer order.
+ */
+const LAYERS = {
+  util: [], // log, freeze, errors, listen, slices
+  identity: ['util'], // SPIFFE ids, the local CA, workload certificates
+  config: ['util', 'identity'], // the bootstrap file
+  state: ['util', 'identity'], // mesh state: parse, validate, compiled parts, immutable snapshots, store
+  pipeline: ['util', 'identity', 'state'], // the filter API: contexts, chain, local replies, response flags
+  peer: ['util', 'identity', 'state', 'pipeline'], // peer metadata (baggage, x-envoy-peer-metadata) and its slots
+  authz: ['util', 'identity', 'state', 'pipeline', 'peer'], // AuthorizationPolicy engine (no I/O)
+  authn: ['util', 'identity', 'state', 'pipeline', 'peer', 'authz'], // RequestAuthentication (JWT)
+  netpol: ['util', 'identity', 'state', 'pipeline', 'peer'], // NetworkPolicy
+  routing: ['util', 'identity', 'state', 'pipeline', 'peer'], // HTTPRoute/GRPCRoute, DestinationRule traffic policy
+  telemetry: ['util', 'identity', 'state', 'pipeline', 'peer'], // access log, metrics
+  hbone: ['util', 'identity', 'state'], // HBONE server, session pool, relay, HTTP/2 settings
+  upstream: ['util', 'identity', 'state', 'pipeline', 'peer', 'routing', 'hbone'], // clusters, LB, pools, h2 upstream, failures
+  'ext-authz': ['util', 'identity', 'state', 'pipeline', 'authz', 'hbone', 'upstream'], // ext_authz client (gRPC/HTTP)
+  router: ['util', 'identity', 'state', 'pipeline', 'peer', 'netpol', 'routing', 'telemetry', 'hbone', 'upstream'], // HTTP router, TCP proxy
+  'inner-http': ['util', 'identity', 'state', 'pipeline', 'telemetry', 'hbone'], // HTTP connection manager inside a tunnel
+  listener: ['util', 'identity', 'state', 'pipeline', 'netpol', 'telemetry', 'hbone', 'inner-http'], // CONNECT → filter chain
+  ztunnel: ['util', 'identity', 'state', 'pipeline', 'peer', 'authz', 'netpol', 'hbone', 'upstream'], // tunnel/inbound role stand-ins
+  admin: ['util', 'state', 'routing', 'telemetry', 'upstream'], // admin server (stats, config_dump)
+};
+// Above the table: src/app.ts (wires the waypoint) < src/demo/ < src/cli/, which may import every
+// layer's entry.
+// Filters see the filter API and the engines' entries only.
+const FILTER_MAY_USE = ['util', 'identity', 'state', 'pipeline', 'peer', 'authz', 'authn', 'netpol'];
+
+const entry = (layer) => `^src/${layer}/index\\.ts$`;
+const layerRules = Object.entries(LAYERS).map(([layer, allowed]) => ({
+  name: `layer-${layer}`,
+  comment: `src/${layer}/ may import only ${allowed.length ? allowed.map((l) => `src/${l}/index.ts`).join(', ') : 'nothing else of src/'}`,
+  severity: 'error',
+  from: { path: `^src/${layer}/` },
+  to: { path: '^(src|filters)/', pathNot: [`^src/${layer}/`, ...allowed.map(entry)] },
+}));
+
+module.exports = {
+  forbidden: [
+    { name: 'no-circular', severity: 'error', comment: 'no import cycles', from: {}, to: { circular: true } },
+    { name: 'resolvable', severity: 'error', comment: 'every import resolves to a file', from: {}, to: { couldNotResolve: true } },
+    ...layerRules,
+    {
+      name: 'only-via-entry',
+      comment: 'another layer is reached only through its index.ts',
+      severity: 'error',
+      from: { path: '^src/([^/]+)/' },
+      to: { path: '^src/[^/]+/', pathNot: ['^src/[^/]+/index\\.ts$', '^src/$1/'] },
+    },
+    {
+      name: 'only-via-entry-top',
+      comment: 'src/app.ts and filters/ reach a layer only through its index.ts',
+      severity: 'error',
+      from: { path: '^(src/[^/]+\\.ts$|filters/)' },
+      to: { path: '^src/[^/]+/', pathNot: '^src/[^/]+/index\\.ts$' },
+    },
+    {
+      name: 'not-own-entry',
+      comment: "a layer's files import each other directly, not through their own index.ts",
+      severity: 'error',
+      from: { path: '^src/([^/]+)/', pathNot: '^src/[^/]+/index\\.ts$' },
+      to: { path: '^src/$1/index\\.ts$' },
+    },
+    {
+      name: 'top-app-demo-cli',
+      comment: 'src/app.ts < src/demo/ < src/cli/',
+      severity: 'error',
+      from: { path: '^src/(app\\.ts$|demo/)' },
+      to: { path: '^src/cli/' },
+    },
+    {
+      name: 'top-app-below-demo',
+      comment: 'src/app.ts < src/demo/',
+      severity: 'error',
+      from: { path: '^src/app\\.ts$' },
+      to: { path: '^src/demo/' },
+    },
+    {
+      name: 'filters-see-the-filter-api',
+      comment: `filters/ import only ${FILTER_MAY_USE.map((l) => `src/${l}/index.ts`).join(', ')}`,
+      severity: 'error',
+      from: { path: '^filters/' },
+      to: { path: '^src/', pathNot: FILTER_MAY_USE.map(entry) },
+    },
+    {
+      name: 'filters-are-independent',
+      comment: 'a filter does not import another filter',
+      severity: 'error',
+      from: { path: '^filters/([^/]+)/' },
+      to: { path: '^filters/([^/]+)/', pathNot: ['^filters/$1/'] },
+    },
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    exclude: { path: '^(node_modules|test|bench)/' },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: 'tsconfig.json' },
+    enhancedResolveOptions: { extensions: ['.ts', '.js'], exportsFields: ['exports'], conditionNames: ['import', 'node', 'default'] },
+  },
+};

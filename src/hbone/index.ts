@@ -1,0 +1,12 @@
+/**
+ * HBONE (HTTP/2 CONNECT over mutual TLS): the server the waypoint and the inbound role accept tunnels
+ * on, the client session pool toward HBONE servers, the byte relay with half-close, and the HTTP/2
+ * and TLS settings they share.
+ */
+export { HboneSessionPool, HboneConnectError } from './pool.ts';
+export { HboneServer, type HboneRequest, respondAndClose } from './server.ts';
+export type { Http2Params, TlsMaterial } from './settings.ts';
+export { DEFAULT_HTTP2, http2Settings } from './settings.ts';
+export { joinWritev } from './writev-fix.ts';
+export { teardown, relay } from './relay.ts';
+export { resetStream, asHttp1Socket, endStreamReceived, resetOf, watchEndStream, type StreamReset } from './stream-end.ts';

@@ -1,0 +1,5 @@
+/**
+ * The HTTP servers that run inside HBONE tunnels (HTTP/1.x and h2c, fed CONNECT streams by the
+ * listener) and the HTTP connection manager's checks every inner request passes before the filters.
+ */
+export { InnerHttpServer } from './server.ts';

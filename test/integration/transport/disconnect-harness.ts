@@ -1,0 +1,265 @@
+/**
+ * Shared by the disconnect-leak test and the soak tests: a topology whose waypoint runs in a
+ * child process (waypoint-child.ts, with forced GC), backends that answer with large bodies, a
+ * well-behaved client, and a client that asks for large responses, stops reading its socket and
+ * then goes away (the kernel answers the waypoint's unread data with a TCP RST).
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import http2 from 'node:http2';
+import path from 'node:path';
+import { Duplex } from 'node:stream';
+import tls from 'node:tls';
+import { expect } from 'vitest';
+import { LocalCa } from '../../../src/identity/ca.ts';
+import type { ClientIdentity } from '../../helpers/hbone-client.ts';
+import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
+
+/** What the child reports for `'measure'`. */
+export interface Measure {
+  readonly rss: number;
+  readonly heapUsed: number;
+  readonly heapTotal: number;
+  /** Memory of objects outside the JS heap, every Buffer included. */
+  readonly external: number;
+  readonly arrayBuffers: number;
+  readonly fds: number;
+  readonly live: { hboneSessions: number; hboneSockets: number; httpTunnels: number; upstreamConnections: number };
+}
+
+export interface DisconnectRig {
+  readonly net: number;
+  /** The topology's directory (CA in `ca/`); a client identity's PEM files are written as `py-cert.pem` / `py-key.pem`. */
+  readonly dir: string;
+  readonly port: number;
+  readonly client: ClientIdentity;
+  readonly child: ChildProcess;
+  measure(): Promise<Measure>;
+  /** SIGTERM the child; resolves with the ms until it exited. */
+  terminate(): Promise<number>;
+  close(): Promise<void>;
+}
+
+/** Bytes of each `/big` response. */
+export const BIG = 16 * 1024 * 1024;
+
+/**
+ * Start the rig in `127.0.<net>.x`. The child waypoint gets a short keepalive so a dead peer is
+ * noticed in a test's time (defaults: 10 s / 20 s), and a long drain so a shutdown held by a
+ * leaked socket would show; `bootstrap` sections replace those.
+ */
+export async function startRig(net: number, bootstrap: Record<string, unknown> = {}): Promise<DisconnectRig> {
+  const topo: TestTopology = await startTestTopology(net, { backends: false, startWaypoint: false });
+  const chunk = Buffer.alloc(256 * 1024, 'b');
+  const apps: http.Server[] = [];
+  let child: ChildProcess | undefined;
+  const close = async () => {
+    child?.kill('SIGKILL');
+    for (const a of apps) {
+      a.closeAllConnections();
+      a.close();
+    }
+    await topo.close();
+  };
+  try {
+    for (const ip of [`127.0.${net}.11`, `127.0.${net}.12`]) {
+      const app = http.createServer((req, res) => {
+        if (req.url !== '/big') return res.end('small');
+        res.writeHead(200, { 'content-length': BIG });
+        let sent = 0;
+        const pump = () => {
+          while (sent < BIG && !res.destroyed) {
+            sent += chunk.length;
+            if (!res.write(chunk)) return void res.once('drain', pump);
+          }
+          res.end();
+        };
+        pump();
+      });
+      await new Promise<void>((r) => app.listen(8080, ip, r));
+      apps.push(app);
+    }
+    const ca = await LocalCa.load(topo.caDir);
+    const leaf = await ca.issue('spiffe://cluster.local/ns/demo/sa/client', 3600_000);
+    const client = { certPem: leaf.certPem, keyPem: leaf.keyPem, caPem: ca.rootCertPem };
+    fs.writeFileSync(path.join(topo.dir, 'py-cert.pem'), leaf.certPem);
+    fs.writeFileSync(path.join(topo.dir, 'py-key.pem'), leaf.keyPem);
+    const patch = {
+      listeners: { hbone: `127.0.${net}.1:15008`, admin: `127.0.${net}.1:0`, readiness: '' },
+      upstream: { hbonePort: 15008 },
+      http2: { keepaliveIntervalMs: 300, keepaliveTimeoutMs: 600 },
+      drain: { timeoutMs: 20_000 },
+      ...bootstrap,
+    };
+    const c = fork(path.join(import.meta.dirname, 'waypoint-child.ts'), [topo.meshFile, topo.caDir, JSON.stringify(patch)], {
+      execArgv: ['--expose-gc'],
+      // A fixed glibc mmap threshold: large freed buffers go back to the kernel at once instead of
+      // staying in the heap (glibc raises the threshold after each large free), so RSS shows what
+      // is really held.
+      env: { ...process.env, WAYPOINT_LOG_LEVEL: 'error', MALLOC_MMAP_THRESHOLD_: '131072', MALLOC_TRIM_THRESHOLD_: '131072', MALLOC_ARENA_MAX: '1' },
+      stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+    });
+    child = c;
+    const port = await new Promise<number>((resolve, reject) => {
+      c.once('message', (m: { ready?: number }) => (m.ready ? resolve(m.ready) : reject(new Error(`unexpected ${JSON.stringify(m)}`))));
+      c.once('exit', (code) => reject(new Error(`waypoint child exited with ${code} before it was ready`)));
+    });
+    const measure = () =>
+      new Promise<Measure>((resolve) => {
+        c.once('message', (m: Measure) => resolve(m));
+        c.send('measure');
+      });
+    const terminate = () =>
+      new Promise<number>((resolve) => {
+        const t = performance.now();
+        c.once('exit', () => resolve(performance.now() - t));
+        c.kill('SIGTERM');
+      });
+    return { net, dir: topo.dir, port, client, child: c, measure, terminate, close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
+
+/**
+ * An HBONE client whose socket reading we control: the HTTP/2 session runs over a JS duplex fed
+ * from the TLS socket, so pausing the TLS socket really stops reading (a TLS socket handed to
+ * http2 directly is read natively). It advertises large windows, as ztunnel does, so the waypoint
+ * may send a lot before flow control stops it.
+ */
+async function openClient(rig: DisconnectRig): Promise<{ session: http2.ClientHttp2Session; socket: tls.TLSSocket }> {
+  const socket = tls.connect({
+    host: `127.0.${rig.net}.1`,
+    port: rig.port,
+    cert: rig.client.certPem,
+    key: rig.client.keyPem,
+    ca: rig.client.caPem,
+    ALPNProtocols: ['h2'],
+    checkServerIdentity: () => undefined,
+  });
+  socket.on('error', () => {});
+  await new Promise((r) => socket.once('secureConnect', r));
+  const wire = new Duplex({
+    read() {
+      socket.resume();
+    },
+    write(c: Buffer, _e, cb) {
+      socket.write(c, cb);
+    },
+    final(cb) {
+      socket.end();
+      cb();
+    },
+  });
+  socket.on('data', (c: Buffer) => {
+    if (!wire.push(c)) socket.pause();
+  });
+  socket.once('close', () => wire.destroy());
+  const session = http2.connect(`https://127.0.${rig.net}.1`, {
+    createConnection: () => wire as never,
+    settings: { initialWindowSize: BIG },
+  });
+  session.on('error', () => {});
+  await new Promise((r) => session.once('connect', r));
+  session.setLocalWindowSize(1 << 30);
+  return { session, socket };
+}
+
+function request(session: http2.ClientHttp2Session, rig: DisconnectRig, path: string): http2.ClientHttp2Stream {
+  const stream = session.request({ ':method': 'CONNECT', ':authority': `127.0.${rig.net}.100:80` }, { endStream: false });
+  stream.on('error', () => {});
+  stream.once('response', () => stream.write(`GET ${path} HTTP/1.1\r\nhost: echo\r\n\r\n`));
+  return stream;
+}
+
+/** `streams` large downloads read to the end, then a clean close (warms up every code path). */
+export async function politeRound(rig: DisconnectRig, streams: number): Promise<void> {
+  const { session, socket } = await openClient(rig);
+  await Promise.all(
+    Array.from({ length: streams }, () => {
+      const s = request(session, rig, '/big');
+      let got = 0;
+      return new Promise<void>((resolve) => {
+        s.on('data', (c: Buffer) => {
+          got += c.length;
+          if (got >= BIG) {
+            s.close();
+            resolve();
+          }
+        });
+        s.once('close', () => resolve());
+      });
+    }),
+  );
+  session.close();
+  await new Promise((r) => socket.once('close', r));
+}
+
+/**
+ * `streams` large downloads; once data flows the client stops reading, lets the waypoint fill
+ * every buffer it can, then destroys its socket with unread data (a TCP RST).
+ */
+export async function vanishingRound(rig: DisconnectRig, streams: number): Promise<void> {
+  const { session, socket } = await openClient(rig);
+  let got = 0;
+  for (let i = 0; i < streams; i++) request(session, rig, '/big').on('data', (c: Buffer) => (got += c.length));
+  const until = Date.now() + 5000;
+  while (got < streams * 256 * 1024 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+  socket.pause();
+  await new Promise((r) => setTimeout(r, 500));
+  socket.destroy();
+  session.destroy();
+}
+
+const MB = 1024 * 1024;
+
+/**
+ * A polite round and two vanishing rounds (warm-up: the allocator keeps its high-water mark, so
+ * RSS is compared with a baseline taken after them), then `rounds` of vanishing clients with
+ * `streams` downloads each. Afterwards, with GC forced, the waypoint holds no session, socket or
+ * tunnel, and its file descriptors, buffers (`external`, which includes every Buffer) and RSS are
+ * back near the baseline; SIGTERM then exits long before the drain would end.
+ */
+export async function checkNoLeak(rig: DisconnectRig, { rounds, streams }: { rounds: number; streams: number }): Promise<Measure[]> {
+  const idle = async () => {
+    let m: Measure | undefined;
+    await expect
+      .poll(
+        async () => {
+          m = await rig.measure();
+          return m.live;
+        },
+        { timeout: 15_000, interval: 300 },
+      )
+      .toMatchObject({ hboneSessions: 0, hboneSockets: 0, httpTunnels: 0 });
+    return m!;
+  };
+  await politeRound(rig, streams);
+  for (let i = 0; i < 2; i++) await vanishingRound(rig, streams);
+  const base = await idle();
+  const trace: Measure[] = [base];
+
+  let peak = base;
+  for (let i = 0; i < rounds; i++) {
+    await vanishingRound(rig, streams);
+    const m = await rig.measure();
+    trace.push(m);
+    if (m.external > peak.external) peak = m;
+  }
+  // The rounds did pin buffers while the peers were not yet declared dead (else this check could
+  // not tell a leak from nothing happening).
+  expect(peak.external - base.external).toBeGreaterThan(16 * MB);
+
+  const after = await idle();
+  trace.push(after);
+  // Pooled upstream connections may stay (idle release is minutes): a few descriptors of slack.
+  expect(after.fds - base.fds).toBeLessThanOrEqual(4);
+  expect((after.external - base.external) / MB).toBeLessThan(8);
+  expect((after.rss - base.rss) / MB).toBeLessThan(64);
+
+  // Bounds a hang only: a leaked socket would hold the shutdown for the whole 20 s drain.
+  expect(await rig.terminate()).toBeLessThan(8_000);
+  return trace;
+}
