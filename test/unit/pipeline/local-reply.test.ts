@@ -84,6 +84,7 @@ const ENVOY_STATUS: Record<string, number> = {
   DPE: 400,
   UAEX: 403,
   SI: 408, // stream idle timeout: "stream timeout"
+  OM: 503, // stop_accepting_requests: "envoy overloaded" (conn_manager_impl.cc)
 };
 
 describe('LOCAL_REPLY_STATUS', () => {
