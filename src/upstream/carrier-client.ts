@@ -27,6 +27,10 @@ class CarrierClient extends Client implements BufferHolder {
       connect: ((o: object, cb: (err: Error | null, s: Duplex | null) => void) =>
         connect(o, (err, s) => {
           socket.current = s;
+          // A closed socket's buffers are not held here (the client outlives its connections).
+          s?.once('close', () => {
+            if (socket.current === s) socket.current = null;
+          });
           cb(err, s);
         })) as unknown as Client.Options['connect'],
     } as Client.Options);
