@@ -4,8 +4,7 @@
  * out), under a 48 MiB budget, with a well-behaved client sending a request every 100 ms through
  * it all. Each round: the waypoint's buffered bytes stay within the budget (new CONNECTs get 503
  * past its first threshold, the largest streams are reset past it), every probe is answered
- * within 5 s (200, or 503 `envoy overloaded`) and the probe is served again once the hogs were
- * reset; after the hogs close, the gauge is 0 and Buffer memory back at the baseline. RSS stops
+ * within 5 s (200, or refused) and the probe is served again once the hogs were reset; after the hogs close, the gauge is 0 and Buffer memory back at the baseline. RSS stops
  * growing over the rounds (the allocator keeps what it freed for the next round; a leak would
  * grow with them). Addresses: 127.0.208.x.
  */
@@ -17,7 +16,7 @@ import { openEntry, startTestTopology, type TestTopology } from '../helpers/topo
 import { Apps, hog, identity, KiB, liveMemory, metric, MiB, settled, stallingSession, until } from '../integration/overload-rig.ts';
 
 const NET = 208;
-const ROUNDS = 5;
+const ROUNDS = 20;
 /** Four HBONE connections of 100 streams (the waypoint's SETTINGS_MAX_CONCURRENT_STREAMS). */
 const SESSIONS = 4;
 const PER_SESSION = 100;
@@ -62,7 +61,7 @@ class Probe {
     }
   }
 
-  /** One request: its status, 0 for a connection refused or reset, -1 after 5 s without an answer. */
+  /** One request: its status, 0 for a connection closed or refused (a refused CONNECT), -1 after 5 s without an answer. */
   private async once(): Promise<number> {
     try {
       this.socket ??= await openEntry(topo);
@@ -132,6 +131,7 @@ test(`${ROUNDS} rounds of ${SESSIONS * PER_SESSION} stalled downloads within a $
       if (o.status === 'fulfilled') hogs.push(o.value);
       else refused++; // 503 past the first threshold
     }
+    opened.length = 0;
     const gauge = await settled(topo);
     // Under the budget once the refresh after the last growth has run (resets bring it under the first threshold).
     expect(gauge, `round ${round}: buffered bytes`).toBeLessThanOrEqual(BUDGET);
@@ -141,26 +141,30 @@ test(`${ROUNDS} rounds of ${SESSIONS * PER_SESSION} stalled downloads within a $
     console.log(
       `round ${round}: ${hogs.length} hogs admitted, ${refused} refused, ${resets} reset so far; gauge ${(gauge / MiB).toFixed(1)} MiB; ` +
         `Buffer memory +${((grown.arrayBuffers - base.arrayBuffers) / MiB).toFixed(1)} MiB, RSS +${((grown.rss - base.rss) / MiB).toFixed(1)} MiB; ` +
-        `probe ${p.statuses.filter((x) => x === 200).length}×200 ${p.statuses.filter((x) => x === 503).length}×503, slowest ${p.slowest.toFixed(0)} ms`,
+        `probe ${p.statuses.filter((x) => x === 200).length}×200 ${p.statuses.filter((x) => x === 503).length}×503 ${p.statuses.filter((x) => x === 0).length}×refused, slowest ${p.slowest.toFixed(0)} ms`,
     );
     // Everything in the process (clients' and the inbound role's windows too) stays within a small
     // multiple of the budget: 400 streams of 4 MiB windows held 1.85 GB.
     expect(grown.arrayBuffers - base.arrayBuffers, `round ${round}: Buffer memory`).toBeLessThan(BUDGET + SESSIONS * PER_SESSION * 192 * KiB);
     for (const s of sessions) s.destroy();
+    // Destroyed client streams keep what they received (64 KiB each, never read): let go of them.
+    hogs.length = 0;
+    sessions.length = 0;
     await until(async () => (await metric(topo, 'envoy_overload_buffered_bytes')) === 0, 10_000, 'the gauge back at 0');
     await p.stop();
     probe = undefined;
-    // Every probe got an answer within 5 s: 200, or 503 while refusing.
-    expect(p.statuses.filter((x) => x !== 200 && x !== 503), `round ${round}: probe failures`).toEqual([]);
+    // Every probe got an answer within 5 s: 200, or a refusal while refusing (503 inside a tunnel;
+    // a refused CONNECT, which the tunnel role turns into a closed connection as ztunnel does).
+    expect(p.statuses.filter((x) => x === -1), `round ${round}: probes without an answer in 5 s`).toEqual([]);
     // Given back once the closed streams' last callbacks have run.
     let after = await liveMemory();
-    for (let i = 0; i < 20 && after.arrayBuffers - base.arrayBuffers >= 4 * MiB; i++) {
+    for (let i = 0; i < 20 && after.arrayBuffers - base.arrayBuffers >= 2 * MiB; i++) {
       await new Promise((r) => setTimeout(r, 250));
       after = await liveMemory();
     }
     rss.push(after.rss);
     console.log(`round ${round} closed: Buffer memory +${((after.arrayBuffers - base.arrayBuffers) / MiB).toFixed(1)} MiB, RSS +${((after.rss - base.rss) / MiB).toFixed(1)} MiB`);
-    expect((after.arrayBuffers - base.arrayBuffers) / MiB, `round ${round}: Buffer memory after close`).toBeLessThan(32);
+    expect((after.arrayBuffers - base.arrayBuffers) / MiB, `round ${round}: Buffer memory after close`).toBeLessThan(4);
   }
   console.log(`RSS after each round: ${rss.map((r) => ((r - base.rss) / MiB).toFixed(0)).join(', ')} MiB over the baseline`);
   expect((rss[ROUNDS - 1] - rss[1]) / MiB, 'RSS growth after the second round').toBeLessThan(64);
