@@ -28,7 +28,7 @@ export { defineSlot, type Slot } from './slots.ts';
 export { downstreamClosed, grpcMessageEncode, httpToGrpcStatus, resetDownstream, respond, responseComplete, sendLocalReply } from './local-reply.ts';
 export { asksForContinue, bodyAfterBuffer, bufferRequestBody, discardUnreadBody, requestHasBody } from './request-body.ts';
 export { FilterChain } from './chain.ts';
-export { heldBy, OverloadManager, OVERLOAD_BODY, OVERLOAD_DETAILS, type BufferAccount, type BufferHolder, type OverloadSettings } from './overload.ts';
+export { heldBy, OverloadManager, RelayAccount, OVERLOAD_BODY, OVERLOAD_DETAILS, type BufferAccount, type BufferHolder, type OverloadSettings } from './overload.ts';
 export { FilterRegistry } from './registry.ts';
 // Envoy's response flags and the status each local failure answers with (one table).
 export { ResponseFlag, type ResponseFlagName, LOCAL_REPLY_STATUS } from './response-flags.ts';

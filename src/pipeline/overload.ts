@@ -44,6 +44,28 @@ export interface BufferAccount {
   accounted: number;
 }
 
+/** The account of bytes relayed between two sides (a TCP tunnel, an upgraded WebSocket): what both hold; `reset` ends the relay. */
+export class RelayAccount implements BufferAccount {
+  accounted = 0;
+  private readonly a: BufferHolder;
+  private readonly b: BufferHolder;
+  private readonly reset: () => void;
+
+  constructor(a: BufferHolder, b: BufferHolder, reset: () => void) {
+    this.a = a;
+    this.b = b;
+    this.reset = reset;
+  }
+
+  bufferedBytes(): number {
+    return heldBy(this.a) + heldBy(this.b);
+  }
+
+  overloadReset(): void {
+    this.reset();
+  }
+}
+
 /** Settings of an {@link OverloadManager} (bytes, fractions of the budget, ms). */
 export interface OverloadSettings {
   /** The budget: bytes all exchanges together may hold in their buffers. */

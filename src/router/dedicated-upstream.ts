@@ -32,7 +32,8 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { relay, teardown, joinWritev } from '../hbone/index.ts';
 import type { Target } from '../state/index.ts';
-import { ResponseFlag, asksForContinue, downstreamClosed, HeaderList, resetDownstream, respond, sendLocalReply, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
+import { ResponseFlag, asksForContinue, downstreamClosed, HeaderList, type OverloadManager, OVERLOAD_DETAILS, RelayAccount } from '../pipeline/index.ts';
+import { resetDownstream, respond, sendLocalReply, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
 import { replyIfAllRefused } from '../netpol/index.ts';
 import { connectResponseHeaders, type ClusterManager, isConnectFailure, NO_HEALTHY_UPSTREAM, upstreamFailure, type UpstreamLease } from '../upstream/index.ts';
 import { log } from '../util/index.ts';
@@ -58,6 +59,8 @@ export interface DedicatedRequest {
    * on another endpoint when there is one. Nothing was sent yet, so this is always safe.
    */
   readonly connectRetries: number;
+  /** The buffered-bytes budget an upgraded exchange's relay counts in, if any. */
+  readonly overload?: OverloadManager;
 }
 
 /**
@@ -308,7 +311,19 @@ class DedicatedExchange {
     upstream.once('aborted', failed('upstream'));
     downstream.on('error', failed('downstream'));
     downstream.once('aborted', failed('downstream'));
+    // Counted in the overload budget while it relays; reset under overload with flag `OM`.
+    const overload = this.r.overload;
+    const account = overload
+      ? new RelayAccount(downstream, upstream, () => {
+          s.addFlag(ResponseFlag.OverloadManager);
+          s.responseCodeDetails = OVERLOAD_DETAILS;
+          teardown(downstream);
+          teardown(upstream);
+        })
+      : undefined;
+    if (account) overload!.open(account);
     void relay(downstream, upstream).then((result) => {
+      if (account) overload!.close(account);
       s.bytesReceived += result.bytesReceived;
       s.bytesSent += result.bytesSent;
       if (result.error && s.responseFlags === ResponseFlag.None) {

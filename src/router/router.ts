@@ -175,6 +175,7 @@ class Router implements TerminalFilter {
         requestTimeoutMs: route.requestTimeoutMs,
         maxResponseHeadersBytes: this.clusters.maxResponseHeadersBytes,
         connectRetries: route.onConnectFailure ? route.attempts : 0,
+        overload: this.overload,
       };
       return forwardDedicated(stream, this.clusters, r);
     }

@@ -22,7 +22,7 @@ import type { Duplex } from 'node:stream';
 import { relay, resetStream, respondAndClose, teardown } from '../hbone/index.ts';
 import { CONNECTION_ADMISSION } from '../netpol/index.ts';
 import { originalClient } from '../peer/index.ts';
-import { type BufferAccount, type ConnectionContext, heldBy, type OverloadManager, ResponseFlag, type ResponseFlagName } from '../pipeline/index.ts';
+import { type ConnectionContext, type OverloadManager, RelayAccount, ResponseFlag, type ResponseFlagName } from '../pipeline/index.ts';
 import {
   connectResponseHeaders,
   exchangePeer,
@@ -85,7 +85,7 @@ export class TcpProxy {
     conn.upstreamHost = lease.ep.authority;
     // Envoy's tcp_proxy on a full `max_connections` circuit breaker: the connection is refused.
     if (!lease.admitted) return refuse(stream, conn, answered, CONNECTION_OVERFLOW);
-    let account: TunnelAccount | undefined;
+    let account: RelayAccount | undefined;
     try {
       const upstream = await this.dial(stream, lease);
       if (upstream === 'gone') return;
@@ -101,7 +101,8 @@ export class TcpProxy {
         conn.bytesReceived += head.length;
         upstream.write(head);
       }
-      account = this.overload ? new TunnelAccount(conn, stream, upstream) : undefined;
+      // Reset under overload: both sides torn down (the relay then ends), logged and counted with `OM`.
+      account = this.overload ? new RelayAccount(stream, upstream, () => overloadReset(conn, stream, upstream)) : undefined;
       if (account) this.overload!.open(account);
       // The destination cut the tunnel before its end: Envoy's tcp_proxy flags UR and resets the
       // downstream (envoyproxy/envoy source/common/tcp_proxy/tcp_proxy.cc `onUpstreamEvent`); relay() resets it.
@@ -147,29 +148,10 @@ export class TcpProxy {
   }
 }
 
-/** A relayed tunnel's share of the overload budget: what its two sides hold. */
-class TunnelAccount implements BufferAccount {
-  accounted = 0;
-  private readonly conn: ConnectionContext;
-  private readonly downstream: Duplex;
-  private readonly upstream: Duplex;
-
-  constructor(conn: ConnectionContext, downstream: Duplex, upstream: Duplex) {
-    this.conn = conn;
-    this.downstream = downstream;
-    this.upstream = upstream;
-  }
-
-  bufferedBytes(): number {
-    return heldBy(this.downstream) + heldBy(this.upstream);
-  }
-
-  /** Reset both sides (the relay then ends); the tunnel is logged and counted with flag `OM`. */
-  overloadReset(): void {
-    this.conn.responseFlags = ResponseFlag.OverloadManager;
-    teardown(this.downstream);
-    teardown(this.upstream);
-  }
+function overloadReset(conn: ConnectionContext, downstream: Duplex, upstream: Duplex): void {
+  conn.responseFlags = ResponseFlag.OverloadManager;
+  teardown(downstream);
+  teardown(upstream);
 }
 
 /** The client reset or closed the tunnel's stream: nothing is to be relayed any more. */
