@@ -19,7 +19,7 @@ import { HboneSessionPool, HboneServer } from './hbone/index.ts';
 import { LocalCa, defaultCaDir, parseTtl, WorkloadCertificate } from './identity/index.ts';
 import { InnerHttpServer } from './inner-http/index.ts';
 import { refuseDownstreamPeer, waypointConnectHandler } from './listener/index.ts';
-import { type FilterChain, type Filter, type FilterEnv, type FilterFactory, FilterRegistry, OverloadManager } from './pipeline/index.ts';
+import { type FilterChain, type Filter, type FilterEnv, type FilterFactory, FilterRegistry, OverloadManager, type OverloadSettings } from './pipeline/index.ts';
 import { NETWORK_POLICIES } from './netpol/index.ts';
 import { routerFactory, TcpProxy } from './router/index.ts';
 import { compileDestinationRules, DESTINATION_RULES, destinationRulesFor, ROUTES, type LbAlgorithm } from './routing/index.ts';
@@ -312,6 +312,8 @@ export class Waypoint {
       mesh: this.mesh.current.toJSON(),
       certificate: { identity: this.mesh.current.waypoint.identity, notAfter: this.certificate.current.notAfter.toISOString(), caDir: this.caDir },
       upstream: { hboneConnections: this.sessions.connectionCount },
+      // The budget in force (its default is derived from the heap limit) and what is held now.
+      overload: { ...this.overload.settings, bufferedBytes: this.overload.bufferedBytes },
       routing: routingConfigDump(this.mesh.current, this.clusters),
       listeners: { hbone: addr(this.addresses.hbone), admin: addr(this.addresses.admin), readiness: this.addresses.readiness && addr(this.addresses.readiness) },
     };
@@ -361,7 +363,7 @@ export function waypointParts(authn: RequestAuthn, clusters: ClusterTable, fallb
 }
 
 /** The overload manager's settings; the budget defaults to a quarter of V8's heap limit (see config/bootstrap.ts). */
-export function overloadSettings(cfg: BootstrapConfig) {
+function overloadSettings(cfg: BootstrapConfig): OverloadSettings {
   const o = cfg.overload;
   return { ...o, maxBufferedBytes: o.maxBufferedBytes ?? Math.floor(v8.getHeapStatistics().heap_size_limit / 4) };
 }

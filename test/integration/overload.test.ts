@@ -9,6 +9,7 @@
  * Addresses: 127.0.205.x (bound), 127.0.206.x (budget, HTTP), 127.0.207.x (budget, TCP).
  */
 import type { ClientHttp2Stream } from 'node:http2';
+import v8 from 'node:v8';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { connect, exchange, type ClientIdentity } from '../helpers/hbone-client.ts';
 import { openEntry, startTestTopology, type TestTopology } from '../helpers/topology.ts';
@@ -27,6 +28,12 @@ describe('stalled downloads: about one window each, all given back at close', ()
   afterAll(async () => {
     await topo?.close();
     apps.close();
+  });
+
+  test('the budget in force is on /config_dump: by default a quarter of the V8 heap limit', async () => {
+    const a = topo.waypoint!.addresses.admin;
+    const dump = (await (await fetch(`http://${a.address}:${a.port}/config_dump`)).json()) as { overload: Record<string, number> };
+    expect(dump.overload).toMatchObject({ maxBufferedBytes: Math.floor(v8.getHeapStatistics().heap_size_limit / 4), stopAcceptingRequests: 0.9, resetHighMemoryStreams: 1 });
   });
 
   test(`${N} clients that never read: the gauge and the process's Buffer memory grow by at most ${BOUND / KiB} KiB each; back to the baseline after they close`, async () => {
