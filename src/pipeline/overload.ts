@@ -42,11 +42,20 @@ export interface BufferAccount {
   overloadReset(): void;
   /** What the manager counted for it at its last refresh (the manager's field). */
   accounted: number;
+  /**
+   * The manager's links in its list of live accounts (undefined while not counted). An intrusive
+   * list rather than a Set, which one add and one delete per request kept from letting finished
+   * requests die young (measured at saturation: +20 % CPU per request, +150 MiB RSS).
+   */
+  prevAccount: BufferAccount | undefined;
+  nextAccount: BufferAccount | undefined;
 }
 
 /** The account of bytes relayed between two sides (a TCP tunnel, an upgraded WebSocket): what both hold; `reset` ends the relay. */
 export class RelayAccount implements BufferAccount {
   accounted = 0;
+  prevAccount: BufferAccount | undefined = undefined;
+  nextAccount: BufferAccount | undefined = undefined;
   private readonly a: BufferHolder;
   private readonly b: BufferHolder;
   private readonly reset: () => void;
@@ -93,7 +102,9 @@ export class OverloadManager {
   private readonly stopBytes: number;
   private readonly resetBytes: number;
   private readonly minimumAccount: number;
-  private readonly accounts = new Set<BufferAccount>();
+  /** The sentinel of the circular list of live accounts (see {@link BufferAccount.prevAccount}). */
+  private readonly accounts: BufferAccount;
+  private count = 0;
   /** Reused between refreshes (accounts big enough to be reset). */
   private readonly candidates: BufferAccount[] = [];
   private timer: NodeJS.Timeout | undefined = undefined;
@@ -117,6 +128,9 @@ export class OverloadManager {
     this.stopBytes = settings.maxBufferedBytes * settings.stopAcceptingRequests;
     this.resetBytes = settings.maxBufferedBytes * settings.resetHighMemoryStreams;
     this.minimumAccount = 2 ** settings.minimumAccountToTrackPowerOfTwo;
+    const head: BufferAccount = { bufferedBytes: () => 0, overloadReset: () => {}, accounted: 0, prevAccount: undefined, nextAccount: undefined };
+    head.prevAccount = head.nextAccount = head;
+    this.accounts = head;
   }
 
   /** False while `stop_accepting_requests` is active: new CONNECTs and requests get 503 `OM`. */
@@ -126,7 +140,7 @@ export class OverloadManager {
 
   /** Live accounts. */
   get accountCount(): number {
-    return this.accounts.size;
+    return this.count;
   }
 
   /** Count a refusal under `stop_accepting_requests` (`tunnel`: a CONNECT). */
@@ -137,8 +151,14 @@ export class OverloadManager {
 
   /** Start counting `a` (sampled from the next refresh on). */
   open(a: BufferAccount): void {
+    if (a.nextAccount !== undefined) return;
     a.accounted = 0;
-    this.accounts.add(a);
+    const head = this.accounts;
+    a.prevAccount = head;
+    a.nextAccount = head.nextAccount;
+    head.nextAccount!.prevAccount = a;
+    head.nextAccount = a;
+    this.count++;
     if (this.timer === undefined) {
       this.timer = setInterval(refreshManager, this.settings.refreshIntervalMs, this);
       this.timer.unref();
@@ -147,7 +167,13 @@ export class OverloadManager {
 
   /** Stop counting `a` (its exchange is over); idempotent. */
   close(a: BufferAccount): void {
-    if (!this.accounts.delete(a)) return;
+    const prev = a.prevAccount;
+    const next = a.nextAccount;
+    if (prev === undefined || next === undefined) return;
+    prev.nextAccount = next;
+    next.prevAccount = prev;
+    a.prevAccount = a.nextAccount = undefined;
+    this.count--;
     this.bufferedBytes -= a.accounted;
     a.accounted = 0;
   }
@@ -155,7 +181,8 @@ export class OverloadManager {
   /** Sample every account, then set the actions (see the module comment). */
   refresh(): void {
     let total = 0;
-    for (const a of this.accounts) {
+    const head = this.accounts;
+    for (let a = head.nextAccount!; a !== head; a = a.nextAccount!) {
       const n = a.bufferedBytes();
       a.accounted = n;
       total += n;
@@ -166,7 +193,7 @@ export class OverloadManager {
     this.resetting = total > this.resetBytes || (this.resetting && total > this.stopBytes);
     if (this.resetting) this.shed();
     this.stopAccepting = this.bufferedBytes > this.stopBytes;
-    if (this.accounts.size === 0 && this.timer !== undefined) {
+    if (this.count === 0 && this.timer !== undefined) {
       clearInterval(this.timer);
       this.timer = undefined;
     }
@@ -175,7 +202,8 @@ export class OverloadManager {
   /** Reset the largest accounts until the total is under the first threshold. */
   private shed(): void {
     const c = this.candidates;
-    for (const a of this.accounts) if (a.accounted >= this.minimumAccount) c.push(a);
+    const head = this.accounts;
+    for (let a = head.nextAccount!; a !== head; a = a.nextAccount!) if (a.accounted >= this.minimumAccount) c.push(a);
     c.sort(largestFirst);
     let n = 0;
     for (const a of c) {

@@ -64,6 +64,8 @@ export class RequestForwarder implements AttemptOwner, BufferAccount {
   /** The budget this request counts in (from its first attempt to its end), if any. */
   private readonly overload: OverloadManager | undefined;
   accounted: number;
+  prevAccount: BufferAccount | undefined;
+  nextAccount: BufferAccount | undefined;
 
   constructor(
     stream: StreamContext,
@@ -97,6 +99,8 @@ export class RequestForwarder implements AttemptOwner, BufferAccount {
     this.responseFrames = grpc ? new GrpcFrameCounter() : null;
     this.overload = overload;
     this.accounted = 0;
+    this.prevAccount = undefined;
+    this.nextAccount = undefined;
     stream.abortUpstream = this;
   }
 

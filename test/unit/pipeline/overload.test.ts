@@ -9,6 +9,8 @@ const KiB = 1024;
 
 class Fake implements BufferAccount {
   accounted = 0;
+  prevAccount: BufferAccount | undefined = undefined;
+  nextAccount: BufferAccount | undefined = undefined;
   held: number;
   resetCount = 0;
   readonly name: string;
@@ -48,6 +50,25 @@ describe('OverloadManager', () => {
     m.close(a);
     expect(m.bufferedBytes).toBe(50 * KiB);
     m.close(b);
+    expect(m.bufferedBytes).toBe(0);
+    expect(m.accountCount).toBe(0);
+  });
+
+  test('an account opened twice counts once; closing one never opened changes nothing; the others stay counted', () => {
+    m = new OverloadManager(SETTINGS);
+    const [a, b, c] = [new Fake('a', 10 * KiB), new Fake('b', 20 * KiB), new Fake('c', 40 * KiB)];
+    m.open(a);
+    m.open(b);
+    m.open(a);
+    m.close(c);
+    expect(m.accountCount).toBe(2);
+    m.open(c);
+    m.close(b);
+    m.refresh();
+    expect(m.bufferedBytes).toBe(50 * KiB);
+    m.close(a);
+    m.close(c);
+    m.refresh();
     expect(m.bufferedBytes).toBe(0);
     expect(m.accountCount).toBe(0);
   });
