@@ -25,8 +25,7 @@ import { log } from '../../../src/util/log.ts';
 import { exchange, hboneSession, type ClientIdentity } from '../../helpers/hbone-client.ts';
 import { parseHttpResponse, readAll } from '../../helpers/hbone-client.ts';
 import { parsePrometheus } from '../../helpers/prometheus.ts';
-import { addToMesh, serviceYaml } from '../l7/l7-helpers.ts';
-import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
+import { addToMesh, echoService, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 import { h2peer } from './h2-peer.ts';
 
 const NET = 231;
@@ -196,8 +195,8 @@ test('undeclared port with an L7-only AuthorizationPolicy: a request sent 300 ms
   const sniffed = `127.0.${NET}.101:8081`;
   await addToMesh(
     topo,
-    `${serviceYaml('sniffed', `127.0.${NET}.101`, 'foo', 8081, 8080)}---
-apiVersion: security.istio.io/v1
+    echoService('sniffed', `127.0.${NET}.101`, { name: 'foo', port: 8081, targetPort: 8080 }),
+    `apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: { name: get-only, namespace: demo }
 spec:
