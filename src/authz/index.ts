@@ -16,7 +16,7 @@
  */
 export { authzFor, compileAuthz, ruleId, type CompiledAuthz, type TargetAuthz } from './compile.ts';
 export { Evaluator, rbacDeniedDetails, type CompiledRule } from './evaluator.ts';
-export { headersFromRaw, headersFromRecord, withHeaderEdits } from './headers.ts';
+export { headersFromRaw } from './headers.ts';
 export { normalizeRequestPath, type NormalizedPath, type PathNormalization } from './path-normalize.ts';
 export { canonicalGroup, parsePolicy, type AuthorizationPolicy, type TargetRef } from './policy.ts';
 export { lookupProviderService, type ExtAuthzProvider } from './providers.ts';
