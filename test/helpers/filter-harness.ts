@@ -14,6 +14,7 @@ import http from 'node:http';
 import http2 from 'node:http2';
 import net from 'node:net';
 import { duplexPair } from 'node:stream';
+import { requestPathNormalizer } from '../../src/authz/index.ts';
 import { admitRequest, requestHead } from '../../src/inner-http/conn-manager.ts';
 import {
   ConnectionContext,
@@ -229,7 +230,8 @@ export class FilterHarness {
 
   /** Run the request phase of `stream` (connection manager checks, then the chain). */
   async run(stream: StreamContext): Promise<FilterStatus> {
-    const refused = admitRequest(stream, { rejectHttp10: false });
+    // As app.ts: `:path` normalized per the snapshot's MeshConfig `pathNormalization` before any filter.
+    const refused = admitRequest(stream, { rejectHttp10: false, normalizePath: requestPathNormalizer({ current: stream.conn.mesh }) });
     if (refused) {
       sendLocalReply(stream, refused.status, refused.body, refused.flag, refused.details);
       return FilterStatus.StopAndReply;
