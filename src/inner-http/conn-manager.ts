@@ -5,7 +5,8 @@
  *
  * - the request head read once from Node's request: pseudo-headers become fields, every other
  *   header goes in the one mutable HeaderList filters edit (hop-by-hop headers removed);
- * - the checks, each refused with a local reply carrying Envoy's details: HTTP/1.0 when refused
+ * - the checks, each refused with a local reply carrying Envoy's details: HTTP/0.9 (400
+ *   `http1.codec_error`), HTTP/1.0 when refused
  *   (426), a method that is not upper case, a missing (HTTP/1.1, HTTP/2) or repeated Host, a
  *   request target that is neither origin-form nor absolute-form (400); an absolute-form target
  *   (`GET http://host/p`) becomes origin-form with the URI's authority, as Envoy does with
@@ -60,7 +61,7 @@ export function requestHead(req: DownstreamRequest): RequestHead {
     else if (n.length === 10 && n.toLowerCase() === 'connection') connection = connection === undefined ? raw[i + 1] : `${connection},${raw[i + 1]}`;
   }
   return {
-    protocol: req.httpVersion === '1.0' ? 'HTTP/1.0' : 'HTTP/1.1',
+    protocol: req.httpVersion === '1.1' ? 'HTTP/1.1' : `HTTP/${req.httpVersion}`,
     method: (req as IncomingMessage).method ?? 'GET',
     path: req.url ?? '/',
     authority: host ?? '',
@@ -96,6 +97,7 @@ export function unreadableHead(protocol: string): RequestHead {
 // --- the checks ---------------------------------------------------------------------------
 
 const BAD_REQUEST = 'Bad Request';
+const HTTP09_BODY = 'HTTP/0.9 requests are not supported\n';
 
 /** Set the stream's connection-manager facts: the stat prefix and the request id (kept or generated). */
 export function prepareStream(stream: StreamContext): void {
@@ -110,6 +112,9 @@ export function prepareStream(stream: StreamContext): void {
  */
 export function admitRequest(stream: StreamContext, opts: ConnManagerOptions): Refusal | undefined {
   prepareStream(stream);
+  // HTTP/0.9 (a request line without version, which Node's parser takes as one): neither HTTP/1
+  // nor TCP on an HTTP port, refused like any request the codec cannot take.
+  if (stream.protocol === 'HTTP/0.9') return { status: 400, body: HTTP09_BODY, flag: ResponseFlag.DownstreamProtocolError, details: 'http1.codec_error', close: true };
   if (stream.protocol === 'HTTP/1.0' && opts.rejectHttp10) {
     return { status: 426, body: 'Upgrade Required', flag: ResponseFlag.DownstreamProtocolError, details: 'http1.0_not_allowed', close: true };
   }
