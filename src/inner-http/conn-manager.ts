@@ -4,7 +4,8 @@
  * `mutateRequestHeaders`), run before any filter:
  *
  * - the request head read once from Node's request: pseudo-headers become fields, every other
- *   header goes in the one mutable HeaderList filters edit (hop-by-hop headers removed);
+ *   header goes in the one mutable HeaderList filters edit (hop-by-hop headers removed, TE kept
+ *   only as `trailers`);
  * - the checks, each refused with a local reply carrying Envoy's details: HTTP/0.9 (400
  *   `http1.codec_error`), HTTP/1.0 when refused
  *   (426), a method that is not upper case, a missing (HTTP/1.1, HTTP/2) or repeated Host, a
@@ -49,23 +50,31 @@ export interface Refusal {
 
 // --- the request head ---------------------------------------------------------------------
 
+const TE_TRAILERS = /(?:^|[\s,])trailers(?:$|[\s,;])/i;
+
 /** Read the head of a request once (see the module comment). */
 export function requestHead(req: DownstreamRequest): RequestHead {
   if (req.httpVersion === '2.0') return h2Head(req as Http2ServerRequest);
   const raw = req.rawHeaders;
   let host: string | undefined;
   let connection: string | undefined;
+  let teTrailers = false;
   for (let i = 0; i < raw.length; i += 2) {
     const n = raw[i];
     if (n.length === 4 && host === undefined && n.toLowerCase() === 'host') host = raw[i + 1];
     else if (n.length === 10 && n.toLowerCase() === 'connection') connection = connection === undefined ? raw[i + 1] : `${connection},${raw[i + 1]}`;
+    else if (n.length === 2 && n.toLowerCase() === 'te') teTrailers ||= TE_TRAILERS.test(raw[i + 1]);
   }
+  const headers = stripHopByHop(raw, connection);
+  // TE is hop-by-hop, but its `trailers` token is kept (Envoy's HCM sanitizes TE to `trailers`;
+  // gRPC needs it upstream), in the list filters see and edit.
+  if (teTrailers) headers.push('te', 'trailers');
   return {
     protocol: req.httpVersion === '1.1' ? 'HTTP/1.1' : `HTTP/${req.httpVersion}`,
     method: (req as IncomingMessage).method ?? 'GET',
     path: req.url ?? '/',
     authority: host ?? '',
-    headers: new HeaderList(stripHopByHop(raw, connection)),
+    headers: new HeaderList(headers),
   };
 }
 
