@@ -139,8 +139,9 @@ class Router implements TerminalFilter {
     else if (dedicated === undefined && headers.get('expect') !== undefined) {
       // undici and the h2c upstream cannot relay `Expect`: answer 100 here (Node's h2 layer
       // already answered HTTP/2 clients; HTTP/1.0 clients get none, as from Node).
+      const answer = expectsContinue(stream);
       headers.remove('expect');
-      if (expectsContinue(stream)) (stream.res as ServerResponse).writeContinue();
+      if (answer) (stream.res as ServerResponse).writeContinue();
     }
     stream.chain.runUpstreamRequest(stream, headers);
     if (dedicated) {
