@@ -21,7 +21,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Http2ServerRequest } from 'node:http2';
-import { HeaderList, ResponseFlag, stripHopByHop, type DownstreamRequest, type RequestHead, type StreamContext } from '../pipeline/index.ts';
+import { HeaderList, ResponseFlag, stripHopByHop, type ResponseFlagName, type DownstreamRequest, type RequestHead, type StreamContext } from '../pipeline/index.ts';
 import { clusterName } from '../state/index.ts';
 
 /**
@@ -43,7 +43,7 @@ export interface ConnManagerOptions {
 export interface Refusal {
   readonly status: number;
   readonly body: string;
-  readonly flag: string;
+  readonly flag: ResponseFlagName;
   readonly details: string;
   readonly close: boolean;
 }
