@@ -19,6 +19,7 @@ import net from 'node:net';
 import { duplexPair } from 'node:stream';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
+import { requestPathNormalizer } from '../../src/authz/index.ts';
 import { admitRequest, requestHead } from '../../src/inner-http/index.ts';
 import {
   ConnectionContext,
@@ -324,7 +325,8 @@ export class FilterHarness {
 
   /** Run the request phase of `stream` (connection manager checks, then the chain). */
   async run(stream: StreamContext): Promise<FilterStatus> {
-    const refused = admitRequest(stream, { rejectHttp10: false });
+    // As app.ts: `:path` normalized per the snapshot's MeshConfig `pathNormalization` before any filter.
+    const refused = admitRequest(stream, { rejectHttp10: false, normalizePath: requestPathNormalizer({ current: stream.conn.mesh }) });
     if (refused) {
       sendLocalReply(stream, refused.status, refused.body, refused.flag, refused.details);
       return FilterStatus.StopAndReply;

@@ -86,7 +86,7 @@ describe('HTTP requests', () => {
     expect(a.headers?.get('x-dup')).toBe('a,b');
     expect(a.jwt).toBeUndefined();
     expect(h.calls[0].custom).toEqual({ provider: 'grpc-authz', policy: 'ns[foo]-policy[ext]-rule[0]' });
-    expect(stream.forwardPath).toBe('/b-?q=1');
+    expect(stream.path).toBe('/b-?q=1');
     expect(stream.get(AUTHZ_RESULT)).toMatchObject({ decision: 'ALLOW', custom: { provider: 'grpc-authz' } });
   });
 
@@ -121,16 +121,16 @@ describe('HTTP requests', () => {
     expect([stream.responseFlags, stream.responseCodeDetails]).toEqual(['DPE', 'invalid_method']);
   });
 
-  test('paths: normalized and forwarded even with no policy; malformed → 400; unchanged → no forwardPath', async () => {
+  test('paths: normalized by the connection manager before authz even with no policy; malformed → 400 (no flag, as Envoy)', async () => {
     const snap = meshWith([]);
     const filter = create(snap);
     const conn = connection(snap, HTTPBIN);
     const a = await request(filter, conn, { url: '/x/./y/../z?a=%2e' });
     expect(a.status).toBe(FilterStatus.Continue);
-    expect(a.stream.forwardPath).toBe('/x/z?a=%2e');
+    expect([a.stream.path, a.stream.forwardPath]).toEqual(['/x/z?a=%2e', undefined]);
     expect(a.stream.get(AUTHZ_RESULT)).toBeUndefined();
     const b = await request(filter, conn, { url: '/plain?x=1' });
-    expect(b.stream.forwardPath).toBeUndefined();
+    expect([b.stream.path, b.stream.forwardPath]).toEqual(['/plain?x=1', undefined]);
     const c = await request(filter, conn, { url: '/bad%00' });
     expect(c.status).toBe(FilterStatus.StopAndReply);
     expect([c.res.status, c.stream.responseFlags, c.stream.responseCodeDetails]).toEqual([400, '-', 'path_normalization_failed']);
@@ -141,7 +141,7 @@ describe('HTTP requests', () => {
     const h = hook({ allow: true });
     const { stream } = await request(create(snap, h), connection(snap, HTTPBIN), { url: 'http://Other.example:81/p/../admin?q', headers: [['host', 'httpbin.foo:8000']] });
     expect(h.calls[0].attrs).toMatchObject({ path: '/admin', host: 'Other.example:81' });
-    expect(stream.forwardPath).toBe('/admin?q');
+    expect(stream.path).toBe('/admin?q');
   });
 
   test('DENY: 403 `RBAC: access denied`, flag -, details naming the rule; gRPC gets status 7 with a readable message', async () => {
