@@ -19,7 +19,7 @@ import net from 'node:net';
 import { duplexPair } from 'node:stream';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
-import { requestPathNormalizer } from '../../src/authz/index.ts';
+import { normalizeRequestPath } from '../../src/authz/index.ts';
 import { admitRequest, requestHead } from '../../src/inner-http/index.ts';
 import {
   ConnectionContext,
@@ -326,7 +326,7 @@ export class FilterHarness {
   /** Run the request phase of `stream` (connection manager checks, then the chain). */
   async run(stream: StreamContext): Promise<FilterStatus> {
     // As app.ts: `:path` normalized per the snapshot's MeshConfig `pathNormalization` before any filter.
-    const refused = admitRequest(stream, { rejectHttp10: false, normalizePath: requestPathNormalizer({ current: stream.conn.mesh }) });
+    const refused = admitRequest(stream, { rejectHttp10: false, normalizePath: harnessNormalizer });
     if (refused) {
       sendLocalReply(stream, refused.status, refused.body, refused.flag, refused.details);
       return FilterStatus.StopAndReply;
@@ -373,3 +373,6 @@ function parseHttp1(raw: Buffer): Omit<ClientResponse, 'reset'> {
   }
   return { status: Number(lines[0].split(' ')[1]), headers, body: body.toString(), trailers: {} };
 }
+
+/** The connection manager's path normalization, as the waypoint runs it with MeshConfig's default (`BASE`). */
+const harnessNormalizer = (target: string): string | undefined => normalizeRequestPath(target)?.forward;
