@@ -91,10 +91,31 @@ module.exports = {
     },
     {
       name: 'filters-are-independent',
-      comment: 'a filter does not import another filter',
+      comment: 'a filter imports only its own files: not another filter, nor a file directly under filters/',
       severity: 'error',
       from: { path: '^filters/([^/]+)/' },
-      to: { path: '^filters/([^/]+)/', pathNot: ['^filters/$1/'] },
+      to: { path: '^filters/', pathNot: ['^filters/$1/'] },
+    },
+    {
+      name: 'filters-registry-only',
+      comment: "the registry (filters/index.ts) imports each filter through its index.ts",
+      severity: 'error',
+      from: { path: '^filters/index\\.ts$' },
+      to: { path: '^filters/', pathNot: ['^filters/[^/]+/index\\.ts$'] },
+    },
+    {
+      name: 'filters-top-only-registry',
+      comment: 'a file directly under filters/ other than the registry (filters/index.ts) imports no filter',
+      severity: 'error',
+      from: { path: '^filters/[^/]+$', pathNot: '^filters/index\\.ts$' },
+      to: { path: '^filters/' },
+    },
+    {
+      name: 'src-sees-filter-entries',
+      comment: "src/ reaches the filters only through filters/index.ts (the registry) or a filter's index.ts",
+      severity: 'error',
+      from: { path: '^src/' },
+      to: { path: '^filters/', pathNot: ['^filters/index\\.ts$', '^filters/[^/]+/index\\.ts$'] },
     },
   ],
   options: {

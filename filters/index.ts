@@ -1,6 +1,6 @@
 /**
  * The filters that ship with the waypoint, registered by name. Each filter lives in its own
- * folder and plugs in through the filter API only (src/pipeline/filter.ts). The router
+ * folder and plugs in through the filter API only (src/pipeline/index.ts). The router
  * (`envoy.filters.http.router`) is registered by the core because it owns the upstream.
  *
  * Later work adds `istio.metadata_exchange`.

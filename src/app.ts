@@ -11,7 +11,7 @@ import type { Registry } from 'prom-client';
 import { routingConfigDump, AdminServer } from './admin/index.ts';
 import type { BootstrapConfig } from './config/index.ts';
 import { RequestAuthn } from './authn/index.ts';
-import { AUTHZ } from './authz/index.ts';
+import { AUTHZ, requestPathNormalizer } from './authz/index.ts';
 import { PEER_AUTHENTICATION } from './ztunnel/index.ts';
 import { EXT_AUTHZ_PROVIDERS, ExtAuthzClient, createExtAuthzHook } from './ext-authz/index.ts';
 import { ConfigError, log } from './util/index.ts';
@@ -227,6 +227,8 @@ export class Waypoint {
         streamIdleTimeoutMs: cfg.http.streamIdleTimeoutMs,
         http2: cfg.http2,
         rejectHttp10: cfg.http.rejectHttp10,
+        // Envoy's HCM normalizes `:path` before any filter, per MeshConfig `pathNormalization`.
+        normalizePath: requestPathNormalizer(mesh),
       });
 
       const hbone = new HboneServer({

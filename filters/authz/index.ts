@@ -5,8 +5,8 @@
  * ext_authz (CUSTOM) and jwt_authn, driven by one compiled policy set per mesh snapshot; hence an
  * Istio name. Behaviour and metrics: filters/README.md.
  *
- * - HTTP (`onRequestHeaders`): path normalization (the normalized path goes upstream as
- *   `stream.forwardPath`), then CUSTOM, JWT, DENY, ALLOW with the current snapshot; a denial is 403
+ * - HTTP (`onRequestHeaders`): on the path the connection manager normalized (`stream.path`),
+ *   CUSTOM, JWT, DENY, ALLOW with the current snapshot; a denial is 403
  *   `RBAC: access denied` (gRPC: status 7). Header changes (ext_authz allow, JWT output) are made
  *   to `stream.requestHeaders` (request.ts).
  * - TCP (`onConnection`, declared non-HTTP ports): decided at CONNECT; a denial answers it 401, as
@@ -26,6 +26,7 @@ import {
   TCP_AUTHZ_RESULT,
   authzFor,
   headersFromRaw,
+  matchPath,
   rbacDeniedDetails,
   type AuthzResult,
   type CustomCheck,
@@ -286,13 +287,9 @@ class AuthzFilter implements Filter {
     const conn = stream.conn;
     const mesh = this.env.mesh.current;
     const authz = authzFor(mesh);
-    const normalized = authz.normalizePath(stream.path);
-    if (!normalized) {
-      sendLocalReply(stream, 400, 'Bad Request', ResponseFlag.None, 'path_normalization_failed');
-      return FilterStatus.StopAndReply;
-    }
-    if (normalized.forward !== stream.path) stream.forwardPath = normalized.forward;
-    const path = normalized.path;
+    // The connection manager normalized `:path` per MeshConfig `pathNormalization` before any
+    // filter ran (Envoy's HCM `normalize_path`): match it as is, never decoding it a second time.
+    const path = matchPath(stream.path);
 
     // A tunnel outlives snapshots: decide with today's policies for today's view of its target
     // (policies attached to a Service are keyed by that snapshot's Service).

@@ -5,7 +5,7 @@
  */
 import { isIP } from 'node:net';
 import { rbacDeniedDetails, type AuthzResult, type CustomCheck, type HeaderMutation, type RequestAttributes } from '../../src/authz/index.ts';
-import { FilterStatus, ResponseFlag, discardUnreadBody, sendLocalReply, type ConnectionContext, type HeaderList, type StreamContext } from '../../src/pipeline/index.ts';
+import { FilterStatus, ResponseFlag, discardUnreadBody, sendLocalReply, type ConnectionContext, type HeaderList, type ResponseFlagName, type StreamContext } from '../../src/pipeline/index.ts';
 
 /** Envoy's RBAC denial body. */
 export const RBAC_DENIED_BODY = 'RBAC: access denied';
@@ -45,7 +45,7 @@ export function unavailableProviderDetails(custom: CustomCheck): string {
 }
 
 /** This filter's local replies: the unread rest of a body read for ext_authz is dropped first. */
-export function localReply(stream: StreamContext, status: number, body: string, flag: string, details: string): void {
+export function localReply(stream: StreamContext, status: number, body: string, flag: ResponseFlagName, details: string): void {
   discardUnreadBody(stream);
   sendLocalReply(stream, status, body, flag, details);
 }

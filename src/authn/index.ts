@@ -20,9 +20,9 @@ import type { RequestAuthenticator } from './authenticator.ts';
 import { compileAuthn, parseRequestAuthentications, type CompiledAuthn } from './compile.ts';
 import { JwksCache, type JwksOptions } from './jwks.ts';
 
-export { RequestAuthenticator, DEFAULT_CLOCK_SKEW_SECONDS, type AuthnFailed, type AuthnHeaderChanges, type AuthnOk, type AuthnRequest, type AuthnResult } from './authenticator.ts';
-export { compileAuthn, type CompiledAuthn } from './compile.ts';
-export { JwksCache, type JwksOptions } from './jwks.ts';
+export { RequestAuthenticator, type AuthnFailed, type AuthnHeaderChanges, type AuthnOk, type AuthnRequest, type AuthnResult } from './authenticator.ts';
+export type { CompiledAuthn } from './compile.ts';
+export type { JwksOptions } from './jwks.ts';
 export { JwtStatus, type JwtStatusText } from './jwt-token.ts';
 export { parseRequestAuthentication, type JwtRule, type RequestAuthentication } from './request-authentication.ts';
 

@@ -249,3 +249,14 @@ export const AUTHZ = definePart<CompiledAuthz>('authz', { compile: compileAuthz,
 export function authzFor(snapshot: MeshSnapshot): CompiledAuthz {
   return snapshot.part(AUTHZ);
 }
+
+/**
+ * The HTTP connection manager's path normalization step (Envoy's `normalize_path`,
+ * `merge_slashes`, `path_with_escaped_slashes_action`, which Istio sets on every HCM from MeshConfig
+ * `pathNormalization`): the request target normalized per the current snapshot's mode (query
+ * kept), or undefined for a malformed one (400 `path_normalization_failed`). Run before any filter,
+ * so every filter, the upstream request and the access log see the one normalized path.
+ */
+export function requestPathNormalizer(mesh: { readonly current: MeshSnapshot }): (target: string) => string | undefined {
+  return (target) => authzFor(mesh.current).normalizePath(target)?.forward;
+}

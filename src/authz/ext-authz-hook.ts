@@ -11,7 +11,7 @@
  * promise answers 403 `UAEX` `ext_authz_error` (the hook applies the provider's `failOpen` and
  * `statusOnError` itself and should resolve instead).
  */
-import type { ConnectionContext, StreamContext } from '../pipeline/index.ts';
+import type { ConnectionContext, ResponseFlagName, StreamContext } from '../pipeline/index.ts';
 import type { CustomCheck, RequestAttributes } from './types.ts';
 
 /**
@@ -54,7 +54,7 @@ export interface ExtAuthzDecision {
    * Denials: the Envoy response flag (default `UAEX`); `-` for the 413 answered when the body is
    * larger than `maxRequestBytes` without `allowPartialMessage` (Envoy's buffer limit, not a check).
    */
-  readonly responseFlag?: string;
+  readonly responseFlag?: ResponseFlagName;
 }
 
 /** An ext_authz client. */

@@ -3,10 +3,11 @@
  * pilot/pkg/security/authz/builder.go and model/model.go). Pure, no I/O.
  *
  *   const authz = authzFor(snapshot);                     // the snapshot's AUTHZ part: a lookup
- *   const norm = authz.normalizePath(stream.path);        // undefined → 400 path_normalization_failed
- *   const result = authz.forTarget(target).http.evaluate({ principal, sourceIp, ..., path: norm.path });
+ *   // The connection manager normalizes `:path` before any filter (requestPathNormalizer), so
+ *   // stream.path is already normalized; match on it without the query:
+ *   const result = authz.forTarget(target).http.evaluate({ principal, sourceIp, ..., path: matchPath(stream.path) });
  *   // result.custom → ext_authz first; result.decision === 'DENY' → 403 `RBAC: access denied`,
- *   // details rbacDeniedDetails(result); forward norm.forward upstream.
+ *   // details rbacDeniedDetails(result).
  *
  * `AUTHZ` is the compiled part the mesh store compiles into every snapshot before publishing it
  * (an invalid policy refuses the whole update); `compileAuthz(snapshot)` is its compiler and throws
@@ -14,10 +15,10 @@
  * own parts in src/ztunnel; CUSTOM policies are checked by the ext_authz client (src/ext-authz)
  * through the {@link ExtAuthzHook} the authz filter is given.
  */
-export { authzFor, compileAuthz, ruleId, type CompiledAuthz, type TargetAuthz } from './compile.ts';
+export { authzFor, compileAuthz, requestPathNormalizer, ruleId, type CompiledAuthz, type TargetAuthz } from './compile.ts';
 export { Evaluator, rbacDeniedDetails, type CompiledRule } from './evaluator.ts';
-export { headersFromRaw, headersFromRecord, withHeaderEdits } from './headers.ts';
-export { normalizeRequestPath, type NormalizedPath, type PathNormalization } from './path-normalize.ts';
+export { headersFromRaw } from './headers.ts';
+export { matchPath, normalizeRequestPath, type NormalizedPath, type PathNormalization } from './path-normalize.ts';
 export { canonicalGroup, parsePolicy, type AuthorizationPolicy, type TargetRef } from './policy.ts';
 export { lookupProviderService, type ExtAuthzProvider } from './providers.ts';
 export type { AuthzAction, AuthzResult, CustomCheck, Decision, HeaderLookup, JwtInfo, RequestAttributes, ShadowResult } from './types.ts';

@@ -258,3 +258,15 @@ export function normalizeRequestPath(target: string, mode: PathNormalization = '
   const path = mode === 'BASE' ? canonical : mergeSlashes(canonical);
   return { path, forward: path + query };
 }
+
+/**
+ * What `paths`/`notPaths` match for an already normalized request target: its path without the
+ * query (and without a `#fragment`, which only NONE leaves in place). Nothing is decoded again.
+ */
+export function matchPath(target: string): string {
+  let end = target.indexOf('?');
+  if (end < 0) end = target.length;
+  const hash = target.indexOf('#');
+  if (hash >= 0 && hash < end) end = hash;
+  return end === target.length ? target : target.slice(0, end);
+}

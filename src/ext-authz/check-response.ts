@@ -22,6 +22,7 @@
  * Headers that never make sense on a local reply (hop-by-hop ones, Content-Length: the reply sets
  * its own) and mutations of pseudo-headers or Host are dropped.
  */
+import { ResponseFlag } from '../pipeline/index.ts';
 import type { HttpProviderSettings } from './config.ts';
 import { HeaderAppendAction, type CheckResponse, type HeaderValueOption } from './proto.ts';
 import type { CheckAllowed, CheckDenied, CheckOutcome, HeaderMutation } from './types.ts';
@@ -97,7 +98,7 @@ export function applyHeaderMutations(headers: readonly (readonly [string, string
 
 function denied(status: number, headers: readonly (readonly [string, string])[], body: string): CheckDenied {
   const clean = headers.filter(([n]) => !n.startsWith(':') && !HOP_BY_HOP.has(n));
-  return { allow: false, status, headers: clean, body, reason: 'denied', responseFlag: 'UAEX', details: 'ext_authz_denied' };
+  return { allow: false, status, headers: clean, body, reason: 'denied', responseFlag: ResponseFlag.UnauthorizedExternalService, details: 'ext_authz_denied' };
 }
 
 /** Result of a gRPC `Check` that returned a message; undefined never. */

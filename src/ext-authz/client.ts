@@ -28,6 +28,7 @@
 import { fromBinary, toBinary } from '@bufbuild/protobuf';
 import type { Pool } from 'undici';
 import { DEFAULT_HTTP2, type Http2Params } from '../hbone/index.ts';
+import { ResponseFlag } from '../pipeline/index.ts';
 import { definePart, type Endpoint, type MeshSnapshot } from '../state/index.ts';
 import { H2Upstream } from '../upstream/index.ts';
 import { log } from '../util/index.ts';
@@ -65,7 +66,7 @@ export interface ExtAuthzProvider {
   readonly body?: BodySettings;
 }
 
-const ERROR_DENIAL = { headers: [], body: '', reason: 'error', responseFlag: 'UAEX', details: 'ext_authz_error' } as const;
+const ERROR_DENIAL = { headers: [], body: '', reason: 'error', responseFlag: ResponseFlag.UnauthorizedExternalService, details: 'ext_authz_error' } as const;
 
 /** The answer Envoy gives when the check itself failed. */
 export function errorOutcome(settings: Pick<ProviderSettings, 'failOpen' | 'statusOnError'>, error: string): CheckOutcome {

@@ -23,7 +23,7 @@
  * `maxRequestBytes` and `x-envoy-auth-partial-body: true`.
  */
 import { type ExtAuthzDecision, type ExtAuthzHook, headersFromRaw, type CustomCheck, type HeaderLookup, type RequestAttributes } from '../authz/index.ts';
-import { bufferRequestBody, requestHasBody, type ConnectionContext, type StreamContext } from '../pipeline/index.ts';
+import { bufferRequestBody, requestHasBody, ResponseFlag, type ConnectionContext, type StreamContext } from '../pipeline/index.ts';
 import type { MeshSnapshot } from '../state/index.ts';
 import type { ExtAuthzClient } from './client.ts';
 import type { BodySettings } from './config.ts';
@@ -91,7 +91,7 @@ export const PAYLOAD_TOO_LARGE: ExtAuthzDecision = Object.freeze({
   status: 413,
   body: 'Payload Too Large',
   details: 'request_payload_too_large',
-  responseFlag: '-',
+  responseFlag: ResponseFlag.None,
 });
 
 /** Read the body the provider wants (see the module comment); a decision when it is too large. */

@@ -21,9 +21,9 @@
  *
  * See `client.ts` for the behaviour, `types.ts` for the shapes.
  */
-export { ExtAuthzClient, errorOutcome, readProviders, type ExtAuthzClientOptions, type ExtAuthzProvider } from './client.ts';
+export { ExtAuthzClient, type ExtAuthzClientOptions, type ExtAuthzProvider } from './client.ts';
 export { applyHeaderMutations } from './check-response.ts';
-export { createExtAuthzHook, resolveMutations, type MeshSource } from './hook.ts';
-export { DEFAULT_STATUS_ON_ERROR, DEFAULT_TIMEOUT_MS, type BodySettings, type ProviderSettings } from './config.ts';
+export { createExtAuthzHook, type MeshSource } from './hook.ts';
+export type { BodySettings, ProviderSettings } from './config.ts';
 export type { CheckAllowed, CheckBody, CheckDenied, CheckHttpRequest, CheckInput, CheckOutcome, CheckPeer, Dial, HeaderMutation } from './types.ts';
 export { EXT_AUTHZ_PROVIDERS } from './client.ts';

@@ -6,6 +6,7 @@
  */
 import type { Duplex } from 'node:stream';
 import type { HeaderMutation } from '../authz/index.ts';
+import type { ResponseFlag } from '../pipeline/index.ts';
 import type { Endpoint } from '../state/index.ts';
 
 export type { HeaderMutation };
@@ -114,7 +115,7 @@ export interface CheckDenied {
   /** For `error`: what failed (timeout, connection refused, gRPC status, HTTP 5xx, ...). */
   readonly error?: string;
   /** Envoy response flag to log: always `UAEX`. */
-  readonly responseFlag: 'UAEX';
+  readonly responseFlag: typeof ResponseFlag.UnauthorizedExternalService;
   /** Envoy response code details: `ext_authz_denied` or `ext_authz_error`. */
   readonly details: 'ext_authz_denied' | 'ext_authz_error';
 }

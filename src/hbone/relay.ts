@@ -85,13 +85,17 @@ export function relay(downstream: Duplex, upstream: Duplex, meter?: RelayMeter, 
         if (!over && endStreamReceived(s) && s.rstCode === http2.constants.NGHTTP2_NO_ERROR) stopSending(s, side, other);
       });
     }
-    s.once('end', () => {
+    const ended = () => {
       if (over) return;
       if (isHttp2(s) && !endStreamReceived(s)) return; // a reset: the watch aborts
       if (stopped !== otherSide(side)) other.end();
       // A stopped side takes nothing more: release it (writes still queued to it would hold it open).
       if (stopped === side) s.destroy();
-    });
+    };
+    // A side that ended before the relay began (a client's END_STREAM or FIN that came while the
+    // protocol was sniffed or the upstream dialed) is forwarded now; its 'end' will not come again.
+    if (s.readableEnded) ended();
+    else s.once('end', ended);
     s.once('close', () => {
       // Destroyed by someone else (e.g. the tunnel was terminated) before both ends: abort.
       if (!over && !s.readableEnded) abort(new Error(`${side} closed before its end`), undefined);

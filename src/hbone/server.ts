@@ -20,6 +20,7 @@ import { startKeepalive } from './keepalive.ts';
 import { HboneListenerStats, type TlsFailure } from './listener-stats.ts';
 import { PeerLimits, type PeerLimitSettings } from './peer-limits.ts';
 import { destroySocketWithSession } from './session-socket.ts';
+import { watchEndStream } from './stream-end.ts';
 import { releaseTimerOnClose } from './stream-timer-fix.ts';
 import { hboneTlsOptions, http2SessionOptions, type Http2Params, type TlsMaterial } from './settings.ts';
 
@@ -264,6 +265,9 @@ export class HboneServer {
     const target = parseHostPort(authority);
     if (!target) return respondAndClose(stream, 400, `invalid :authority "${authority}": expected ip:port or [ipv6]:port`);
     const socket = session!.socket;
+    // Tell the client's END_STREAM from a reset from the first frame on: an end that arrives while
+    // the protocol is sniffed or the upstream dialed must still reach the upstream (relay.ts).
+    watchEndStream(stream);
     this.opts.onConnect(stream, {
       authority,
       ip: target.ip,

@@ -46,6 +46,9 @@ export function watchEndStream(stream: Http2Stream, onReset?: (reset: StreamRese
   }
   const state: EndState = { endStream: undefined, reset: undefined, onReset };
   s[kEnd] = state;
+  // END_STREAM on the HEADERS: Node ends the readable side before the 'stream' event, so the
+  // push(null) below is never seen (Node documents `endAfterHeaders` for exactly this flag).
+  if (s.endAfterHeaders) state.endStream = true;
   const push = s.push;
   s.push = function (this: Watched, chunk: unknown, encoding?: BufferEncoding): boolean {
     if (chunk === null) decide(this, state);

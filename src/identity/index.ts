@@ -4,4 +4,4 @@
  */
 export { LocalCa, defaultCaDir, parseTtl, ROOT_CERT_FILE, ROOT_KEY_FILE, defaultStateDir, readTrustRoot } from './ca.ts';
 export { WorkloadCertificate } from './workload-certificate.ts';
-export { parseSpiffeId, type SpiffeId, spiffeUrisOf, peerSpiffeId, svidIdentity, trustDomainAllowed } from './spiffe.ts';
+export { parseSpiffeId, type SpiffeId, spiffeUrisOf, svidIdentity, trustDomainAllowed } from './spiffe.ts';

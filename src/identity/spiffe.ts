@@ -82,7 +82,7 @@ function splitSubjectAltName(text: string): Array<[string, string]> {
 
 /**
  * Every `URI:` SAN of `cert` that starts with `spiffe://`, in certificate order (not validated;
- * see {@link peerSpiffeId}). `[]` for no certificate or no SAN extension.
+ * see {@link svidIdentity}). `[]` for no certificate or no SAN extension.
  */
 export function spiffeUrisOf(cert: X509Certificate | undefined): string[] {
   const san = cert?.subjectAltName;
@@ -108,12 +108,6 @@ export function svidIdentity(cert: X509Certificate | undefined): { id: SpiffeId 
   } catch (err) {
     return { problem: (err as Error).message };
   }
-}
-
-/** The identity of `cert` per {@link svidIdentity}, or `undefined` when it has none. Never throws. */
-export function peerSpiffeId(cert: X509Certificate | undefined): SpiffeId | undefined {
-  const svid = svidIdentity(cert);
-  return 'id' in svid ? svid.id : undefined;
 }
 
 /**

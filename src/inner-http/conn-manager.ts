@@ -4,8 +4,10 @@
  * `mutateRequestHeaders`), run before any filter:
  *
  * - the request head read once from Node's request: pseudo-headers become fields, every other
- *   header goes in the one mutable HeaderList filters edit (hop-by-hop headers removed);
- * - the checks, each refused with a local reply carrying Envoy's details: HTTP/1.0 when refused
+ *   header goes in the one mutable HeaderList filters edit (hop-by-hop headers removed, TE kept
+ *   only as `trailers`);
+ * - the checks, each refused with a local reply carrying Envoy's details: HTTP/0.9 (400
+ *   `http1.codec_error`), HTTP/1.0 when refused
  *   (426), a method that is not upper case, a missing (HTTP/1.1, HTTP/2) or repeated Host, a
  *   request target that is neither origin-form nor absolute-form (400); an absolute-form target
  *   (`GET http://host/p`) becomes origin-form with the URI's authority, as Envoy does with
@@ -19,7 +21,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Http2ServerRequest } from 'node:http2';
-import { HeaderList, ResponseFlag, stripHopByHop, type DownstreamRequest, type RequestHead, type StreamContext } from '../pipeline/index.ts';
+import { HeaderList, ResponseFlag, stripHopByHop, type ResponseFlagName, type DownstreamRequest, type RequestHead, type StreamContext } from '../pipeline/index.ts';
 import { clusterName } from '../state/index.ts';
 
 /**
@@ -41,12 +43,14 @@ export interface ConnManagerOptions {
 export interface Refusal {
   readonly status: number;
   readonly body: string;
-  readonly flag: string;
+  readonly flag: ResponseFlagName;
   readonly details: string;
   readonly close: boolean;
 }
 
 // --- the request head ---------------------------------------------------------------------
+
+const TE_TRAILERS = /(?:^|[\s,])trailers(?:$|[\s,;])/i;
 
 /** Read the head of a request once (see the module comment). */
 export function requestHead(req: DownstreamRequest): RequestHead {
@@ -54,17 +58,23 @@ export function requestHead(req: DownstreamRequest): RequestHead {
   const raw = req.rawHeaders;
   let host: string | undefined;
   let connection: string | undefined;
+  let teTrailers = false;
   for (let i = 0; i < raw.length; i += 2) {
     const n = raw[i];
     if (n.length === 4 && host === undefined && n.toLowerCase() === 'host') host = raw[i + 1];
     else if (n.length === 10 && n.toLowerCase() === 'connection') connection = connection === undefined ? raw[i + 1] : `${connection},${raw[i + 1]}`;
+    else if (n.length === 2 && n.toLowerCase() === 'te') teTrailers ||= TE_TRAILERS.test(raw[i + 1]);
   }
+  const headers = stripHopByHop(raw, connection);
+  // TE is hop-by-hop, but its `trailers` token is kept (Envoy's HCM sanitizes TE to `trailers`;
+  // gRPC needs it upstream), in the list filters see and edit.
+  if (teTrailers) headers.push('te', 'trailers');
   return {
-    protocol: req.httpVersion === '1.0' ? 'HTTP/1.0' : 'HTTP/1.1',
+    protocol: req.httpVersion === '1.1' ? 'HTTP/1.1' : `HTTP/${req.httpVersion}`,
     method: (req as IncomingMessage).method ?? 'GET',
     path: req.url ?? '/',
     authority: host ?? '',
-    headers: new HeaderList(stripHopByHop(raw, connection)),
+    headers: new HeaderList(headers),
   };
 }
 
@@ -96,6 +106,7 @@ export function unreadableHead(protocol: string): RequestHead {
 // --- the checks ---------------------------------------------------------------------------
 
 const BAD_REQUEST = 'Bad Request';
+const HTTP09_BODY = 'HTTP/0.9 requests are not supported\n';
 
 /** Set the stream's connection-manager facts: the stat prefix and the request id (kept or generated). */
 export function prepareStream(stream: StreamContext): void {
@@ -110,6 +121,9 @@ export function prepareStream(stream: StreamContext): void {
  */
 export function admitRequest(stream: StreamContext, opts: ConnManagerOptions): Refusal | undefined {
   prepareStream(stream);
+  // HTTP/0.9 (a request line without version, which Node's parser takes as one): neither HTTP/1
+  // nor TCP on an HTTP port, refused like any request the codec cannot take.
+  if (stream.protocol === 'HTTP/0.9') return { status: 400, body: HTTP09_BODY, flag: ResponseFlag.DownstreamProtocolError, details: 'http1.codec_error', close: true };
   if (stream.protocol === 'HTTP/1.0' && opts.rejectHttp10) {
     return { status: 426, body: 'Upgrade Required', flag: ResponseFlag.DownstreamProtocolError, details: 'http1.0_not_allowed', close: true };
   }

@@ -3,3 +3,4 @@
  * listener) and the HTTP connection manager's checks every inner request passes before the filters.
  */
 export { InnerHttpServer } from './server.ts';
+export { admitRequest, requestHead } from './conn-manager.ts';

@@ -150,6 +150,10 @@ export class InnerHttpServer {
       // Envoy's stream_idle_timeout per h2 stream: 408 `SI` before the response, else a reset.
       if (s && this.streamIdleTimeoutMs > 0) clearTimerOnDestroy(req.stream).setTimeout(this.streamIdleTimeoutMs, () => onStreamTimeout(s));
     });
+    this.h2server.on('connect', (req: Http2ServerRequest, res: Http2ServerResponse) => {
+      const ref = (req.stream.session as TaggedSession | undefined)?.[kTunnel];
+      return ref ? refuseConnect(begin(ref, req, res, requestHead(req))) : req.stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+    });
     // An h2c session with no activity at all for the keep-alive idle time is closed (GOAWAY).
     if (opts.idleTimeoutMs > 0) {
       this.h2server.setTimeout(opts.idleTimeoutMs);
@@ -288,12 +292,16 @@ function ownResponse(req: IncomingMessage, socket: Duplex): ServerResponse {
 
 /**
  * CONNECT inside a tunnel: the waypoint does not proxy a second tunnel (Envoy's HCM has no
- * CONNECT route inside the waypoint's chains); answered 405, flag `DPE`, and the tunnel closed.
+ * CONNECT route inside the waypoint's chains); answered 405, flag `DPE`, and the tunnel closed
+ * (on h2c only the stream is answered, by our own 405, not Node's that no log or metric would see).
  */
 function onConnectRequest(req: IncomingMessage, socket: Duplex): void {
   const ref = (socket as TaggedSocket)[kTunnel];
   if (!ref) return void socket.destroy();
-  const stream = begin(ref, req, ownResponse(req, socket), requestHead(req));
+  refuseConnect(begin(ref, req, ownResponse(req, socket), requestHead(req)));
+}
+
+function refuseConnect(stream: StreamContext): void {
   prepareStream(stream);
   sendLocalReply(stream, 405, '', ResponseFlag.DownstreamProtocolError, 'method_not_allowed');
 }

@@ -6,11 +6,10 @@
  * (h2c with prior knowledge), an HTTP/1.x request line means HTTP/1.1, anything else TCP. An
  * HTTP/0.9 request line (`GET /path` without a version) is reported as such: Envoy's inspector
  * takes it for TCP, and Node's HTTP/1 parser would take it for HTTP/1, so on a port declared HTTP
- * it is refused ({@link refuseHttp09}). The bytes read are pushed back (`unshift`) so whoever
+ * it goes to the connection manager, which refuses it (400 `DPE`). The bytes read are pushed back (`unshift`) so whoever
  * consumes the stream next sees them all.
  */
 import type { Duplex } from 'node:stream';
-import { log, LogLimiter } from '../util/index.ts';
 
 /** What the first bytes showed. `closed`: the stream closed (reset) before a decision. */
 export type SniffResult = 'HTTP/1.1' | 'HTTP/2' | 'HTTP/0.9' | 'TCP' | 'closed';
@@ -42,22 +41,6 @@ export function classify(data: Buffer): Exclude<SniffResult, 'closed'> | undefin
   const parts = line.split(' ');
   if (parts.length === 2 && HTTP09_METHODS.has(parts[0]) && parts[1].startsWith('/')) return 'HTTP/0.9';
   return parts.length === 3 && TCHAR.test(parts[0]) && parts[1].length > 0 && /^HTTP\/1\.[01]$/.test(parts[2]) ? 'HTTP/1.1' : 'TCP';
-}
-
-const refusals = new LogLimiter();
-
-/**
- * Answer an HTTP/0.9 request on a port declared HTTP with an HTTP/1.0 400 and end the tunnel, with
- * a log line (a warning at most every 10 s): it is neither HTTP/1 (no version, no headers, which
- * the HTTP/1 parser would accept as such) nor TCP on such a port. `where` names the tunnel.
- */
-export function refuseHttp09(stream: Duplex, where: string): void {
-  const body = 'HTTP/0.9 requests are not supported\n';
-  stream.end(`HTTP/1.0 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
-  const fields = { authority: where };
-  log.debug(fields, 'HTTP/0.9 request refused with 400');
-  const suppressed = refusals.take('http09');
-  if (suppressed !== undefined) log.warn({ ...fields, suppressed }, 'HTTP/0.9 request refused with 400');
 }
 
 /**

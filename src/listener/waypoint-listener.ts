@@ -21,7 +21,7 @@ import type { InnerHttpServer } from '../inner-http/index.ts';
 import { type FilterChain, ConnectionContext, type ConnectInfo, FilterStatus, OVERLOAD_BODY, type OverloadManager } from '../pipeline/index.ts';
 import { isHttpProtocol, type MeshSnapshot, type PortProtocol, type Target } from '../state/index.ts';
 import { log } from '../util/index.ts';
-import { refuseHttp09, sniff } from './sniff.ts';
+import { sniff } from './sniff.ts';
 
 /**
  * The terminal of TCP tunnels (the router layer's TCP proxy, Envoy's tcp_proxy): relays `stream`
@@ -113,8 +113,9 @@ async function detect(deps: WaypointListenerDeps, stream: ServerHttp2Stream, con
   const sniffed = await sniff(stream, timeoutMs);
   const { head, ended } = sniffed;
   if (sniffed.protocol === 'closed' || stream.destroyed) return;
-  // HTTP/0.9 is refused on an HTTP port; on a sniffed one it is TCP, as Envoy's http_inspector sees it.
-  if (sniffed.protocol === 'HTTP/0.9' && conn.protocol !== 'UNKNOWN') return refuseHttp09(stream, conn.info.authority);
+  // HTTP/0.9 on an HTTP port goes to the connection manager, which refuses it (400 DPE, logged and
+  // counted like a codec error); on a sniffed port it is TCP, as Envoy's http_inspector sees it.
+  if (sniffed.protocol === 'HTTP/0.9' && conn.protocol !== 'UNKNOWN') return deps.inner.attach(stream, conn, chain, 'HTTP/1.1');
   const protocol = sniffed.protocol === 'HTTP/0.9' ? 'TCP' : sniffed.protocol;
   if (protocol !== 'TCP') return deps.inner.attach(stream, conn, chain, protocol);
   if (conn.protocol !== 'UNKNOWN') {

@@ -18,7 +18,7 @@ export {
   workloadAt,
   type PeerInfo,
 } from './peer-info.ts';
-export { PEER_METADATA_HEADER, PEER_METADATA_ID_HEADER, decodePeerMetadata, encodePeerMetadata, nodeId, peerMetadataHeaders } from './peer-metadata-header.ts';
+export { PEER_METADATA_HEADER, PEER_METADATA_ID_HEADER, decodePeerMetadata, encodePeerMetadata, nodeId } from './peer-metadata-header.ts';
 export { waypointSelf, type SelfParts, type SelfPeer } from './self-peer.ts';
 export { forwardedFor, originalClient } from './forwarded.ts';
 export { PeerExchangeDecoder, encodePeerExchange, type PeerExchangeState } from './peer-exchange.ts';

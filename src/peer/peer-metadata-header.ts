@@ -34,16 +34,6 @@ export function encodePeerMetadata(peer: PeerInfo): string {
   return Buffer.from(serializePeerMetadata(peer)).toString('base64');
 }
 
-/**
- * Both propagation headers, as Envoy's `istio_headers` propagation adds them. `nodeId` is
- * typically {@link nodeId}'s result; an empty one is left out.
- */
-export function peerMetadataHeaders(peer: PeerInfo, nodeId: string): Record<string, string> {
-  const headers: Record<string, string> = { [PEER_METADATA_HEADER]: encodePeerMetadata(peer) };
-  if (nodeId !== '') headers[PEER_METADATA_ID_HEADER] = nodeId;
-  return headers;
-}
-
 
 const BASE64_BODY = /^[A-Za-z0-9+/]*$/;
 

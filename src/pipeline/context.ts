@@ -9,7 +9,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Http2ServerRequest, Http2ServerResponse, IncomingHttpHeaders } from 'node:http2';
 import type { SpiffeId } from '../identity/index.ts';
 import type { Endpoint, MeshSnapshot, PortProtocol, Target } from '../state/index.ts';
-import { ResponseFlag } from './response-flags.ts';
+import { ResponseFlag, type ResponseFlagName } from './response-flags.ts';
 import type { HeaderList } from './headers.ts';
 import { slotCount, type Slot } from './slots.ts';
 
@@ -325,7 +325,7 @@ export class StreamContext {
   }
 
   /** Add an Envoy response flag (kept in the order set, comma-joined like Envoy's `%RESPONSE_FLAGS%`). */
-  addFlag(flag: string): void {
+  addFlag(flag: ResponseFlagName): void {
     if (flag === ResponseFlag.None) return;
     this.responseFlags = this.responseFlags === ResponseFlag.None ? flag : `${this.responseFlags},${flag}`;
   }

@@ -6,7 +6,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { Http2ServerResponse } from 'node:http2';
-import { LOCAL_REPLY_BODY, LOCAL_REPLY_STATUS } from './response-flags.ts';
+import { LOCAL_REPLY_BODY, LOCAL_REPLY_STATUS, type ResponseFlagName } from './response-flags.ts';
 import type { StreamContext } from './context.ts';
 import { HeaderList } from './headers.ts';
 
@@ -33,7 +33,7 @@ export function respond(stream: StreamContext, status: number, statusText: strin
  * request gets HTTP 200 with the status mapped to `grpc-status` and the text as `grpc-message`.
  * When the response already started, the downstream stream is reset instead.
  */
-export function sendLocalReply(stream: StreamContext, status: number | undefined, body: string | undefined, flag: string, details: string): void {
+export function sendLocalReply(stream: StreamContext, status: number | undefined, body: string | undefined, flag: ResponseFlagName, details: string): void {
   stream.addFlag(flag);
   stream.responseCodeDetails = details;
   const code = status ?? LOCAL_REPLY_STATUS[flag] ?? 500;

@@ -21,7 +21,8 @@ const CONTINUE = /(?:^|\W)100-continue(?:$|\W)/i;
  */
 export function asksForContinue(stream: StreamContext): boolean {
   if (stream.http2 || stream.protocol !== 'HTTP/1.1') return false;
-  const e = stream.req.headers.expect;
+  // As the filters left the headers (one may have removed or added the expectation).
+  const e = stream.requestHeaders.get('expect');
   return e !== undefined && CONTINUE.test(e);
 }
 

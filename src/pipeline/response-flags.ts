@@ -8,6 +8,11 @@ export const ResponseFlag = {
   None: '-',
   /** No route / no filter chain for the target. */
   NoRouteFound: 'NR',
+  /**
+   * No cluster found: a route's backend does not exist (Istio's waypoint routes answer it with
+   * 500, `cluster_not_found_response_code: INTERNAL_SERVER_ERROR`).
+   */
+  NoClusterFound: 'NC',
   /** No healthy upstream host. */
   NoHealthyUpstream: 'UH',
   /** Upstream connection failure (TCP, TLS, HBONE CONNECT refused). */

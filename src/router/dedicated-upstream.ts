@@ -33,9 +33,9 @@ import type { Duplex } from 'node:stream';
 import { relay, teardown, joinWritev } from '../hbone/index.ts';
 import type { Target } from '../state/index.ts';
 import { ResponseFlag, asksForContinue, downstreamClosed, HeaderList, type OverloadManager, OVERLOAD_DETAILS, RelayAccount } from '../pipeline/index.ts';
-import { resetDownstream, respond, sendLocalReply, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
+import { respond, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
 import { replyIfAllRefused } from '../netpol/index.ts';
-import { connectResponseHeaders, type ClusterManager, isConnectFailure, NO_HEALTHY_UPSTREAM, upstreamFailure, type UpstreamLease } from '../upstream/index.ts';
+import { answerFailure, connectResponseHeaders, type ClusterManager, isConnectFailure, NO_HEALTHY_UPSTREAM, RESPONSE_TIMEOUT, upstreamFailure, type UpstreamFailure, type UpstreamLease } from '../upstream/index.ts';
 import { log } from '../util/index.ts';
 import { startAttempt } from './upstream-request.ts';
 
@@ -149,7 +149,7 @@ class DedicatedExchange {
     if (!lease) {
       this.over = true;
       this.closeDownstreamAfterReply();
-      if (!replyIfAllRefused(s, target)) sendLocalReply(s, NO_HEALTHY_UPSTREAM.status, undefined, NO_HEALTHY_UPSTREAM.flag, NO_HEALTHY_UPSTREAM.details);
+      if (!replyIfAllRefused(s, target)) answerFailure(s, NO_HEALTHY_UPSTREAM);
       return;
     }
     this.lease = lease;
@@ -348,15 +348,13 @@ class DedicatedExchange {
     this.finish();
     const s = this.stream;
     if (downstreamClosed(s) || s.res.writableEnded) return;
-    const f = upstreamFailure(err, s.res.headersSent);
-    if (s.res.headersSent) {
-      s.addFlag(f.flag);
-      s.responseCodeDetails = f.details;
-      resetDownstream(s);
-      return;
-    }
-    this.closeDownstreamAfterReply();
-    sendLocalReply(s, f.status, undefined, f.flag, f.details);
+    this.reply(upstreamFailure(err, s.res.headersSent));
+  }
+
+  /** Answer `f` (a reset once the response started); an incomplete upload then closes the downstream. */
+  private reply(f: UpstreamFailure): void {
+    if (!this.stream.res.headersSent) this.closeDownstreamAfterReply();
+    answerFailure(this.stream, f);
   }
 
   /** Called by the core when the downstream went away before the response completed. */
@@ -371,16 +369,8 @@ class DedicatedExchange {
     if (this.over) return;
     this.over = true;
     this.finish();
-    const s = this.stream;
-    if (downstreamClosed(s)) return;
-    if (s.res.headersSent) {
-      s.addFlag(ResponseFlag.UpstreamRequestTimeout);
-      s.responseCodeDetails = 'response_timeout';
-      resetDownstream(s);
-      return;
-    }
-    this.closeDownstreamAfterReply();
-    sendLocalReply(s, 504, undefined, ResponseFlag.UpstreamRequestTimeout, 'response_timeout');
+    if (downstreamClosed(this.stream)) return;
+    this.reply(RESPONSE_TIMEOUT);
   }
 
   /** A local answer while the upload is incomplete closes the downstream connection after it. */

@@ -28,10 +28,9 @@ import {
   type OverloadManager,
   OVERLOAD_DETAILS,
   resetDownstream,
-  sendLocalReply,
   type StreamContext,
 } from '../pipeline/index.ts';
-import { type ClusterManager, NO_HEALTHY_UPSTREAM, upstreamFailure } from '../upstream/index.ts';
+import { answerFailure, type ClusterManager, NO_HEALTHY_UPSTREAM, PER_TRY_TIMEOUT, RESPONSE_TIMEOUT, upstreamFailure, type UpstreamFailure } from '../upstream/index.ts';
 import { GrpcFrameCounter } from './grpc-frames.ts';
 import { RetryState, type CompiledRoute } from './retry-policy.ts';
 import { counted, isStream, replayable, ReplayBuffer, SMALL_BODY_BYTES, startAttempt, UpstreamRequest, type AttemptOwner } from './upstream-request.ts';
@@ -155,7 +154,7 @@ export class RequestForwarder implements AttemptOwner, BufferAccount {
     if (!lease) {
       this.end();
       // Every healthy endpoint refused by the NetworkPolicy mode: 403 `NetworkPolicy: access denied`.
-      if (!replyIfAllRefused(s, this.target)) sendLocalReply(s, NO_HEALTHY_UPSTREAM.status, undefined, NO_HEALTHY_UPSTREAM.flag, NO_HEALTHY_UPSTREAM.details);
+      if (!replyIfAllRefused(s, this.target)) answerFailure(s, NO_HEALTHY_UPSTREAM);
       return;
     }
     const a = (this.current = new UpstreamRequest(this, lease));
@@ -175,19 +174,12 @@ export class RequestForwarder implements AttemptOwner, BufferAccount {
   }
 
   /** The request timeout fired: 504 `UT` before the response started, else a reset. */
-  timeout(details = 'response_timeout'): void {
+  timeout(f: UpstreamFailure = RESPONSE_TIMEOUT): void {
     if (this.over) return;
     this.over = true;
-    const s = this.stream;
     this.current?.cancel(new Error('request timeout'));
     this.end();
-    if (s.res.headersSent) {
-      s.addFlag(ResponseFlag.UpstreamRequestTimeout);
-      s.responseCodeDetails = details;
-      resetDownstream(s);
-      return;
-    }
-    sendLocalReply(s, 504, undefined, ResponseFlag.UpstreamRequestTimeout, details);
+    answerFailure(this.stream, f);
   }
 
   /**
@@ -203,7 +195,7 @@ export class RequestForwarder implements AttemptOwner, BufferAccount {
       this.retryAfter(a);
       return;
     }
-    this.timeout('upstream_per_try_timeout');
+    this.timeout(PER_TRY_TIMEOUT);
   }
 
   retriesResponse(status: number, raw: readonly string[]): boolean {
@@ -231,13 +223,7 @@ export class RequestForwarder implements AttemptOwner, BufferAccount {
     const retriable = !s.res.headersSent && this.retry.retriesError(err, (unsent) => this.replayable(unsent));
     if (retriable && this.canRetry()) return this.retryAfter(a);
     this.end();
-    if (s.res.headersSent) {
-      s.addFlag(f.flag);
-      s.responseCodeDetails = f.details;
-      resetDownstream(s);
-      return;
-    }
-    sendLocalReply(s, f.status, undefined, f.flag, f.details);
+    answerFailure(s, f);
     // Envoy's `UF,URX`: the retry policy wanted another attempt but the budget was spent.
     if (retriable && this.retry.exhausted(s)) s.addFlag(ResponseFlag.UpstreamRetryLimitExceeded);
   }

@@ -159,11 +159,12 @@ class Router implements TerminalFilter {
     // dedicated upstream tunnel with Node's HTTP client (dedicated-upstream.ts).
     const dedicated = dedicatedKind(stream, h2);
     if (dedicated === 'upgrade') restoreUpgradeHeaders(req.rawHeaders, headers);
-    else if (dedicated === undefined && req.headers.expect !== undefined) {
+    else if (dedicated === undefined && headers.get('expect') !== undefined) {
       // undici and the h2c upstream cannot relay `Expect`: answer 100 here (Node's h2 layer
       // already answered HTTP/2 clients; HTTP/1.0 clients get none, as from Node).
+      const answer = expectsContinue(stream);
       headers.remove('expect');
-      if (expectsContinue(stream)) (stream.res as ServerResponse).writeContinue();
+      if (answer) (stream.res as ServerResponse).writeContinue();
     }
     stream.chain.runUpstreamRequest(stream, headers);
     if (dedicated) {
@@ -181,9 +182,8 @@ class Router implements TerminalFilter {
     }
     if (h2) {
       // Connection-specific headers never reach an HTTP/2 upstream (envoyproxy/envoy#30362); TE
-      // only as `trailers`.
+      // only as `trailers`, which the connection manager left in the list.
       headers.remove('host');
-      if (/\btrailers\b/i.test(String(req.headers.te ?? ''))) headers.set('te', 'trailers');
     } else if (stream.http2) {
       // Host is the :authority; a `host` field an HTTP/2 client sent beside it is dropped (RFC 9113
       // §8.3.1), never sent upstream as a second Host.

@@ -18,7 +18,7 @@ import type { CompiledMatch, CompiledRule, HeaderModifier, ResolvedBackend, Serv
  * pilot/pkg/networking/core/listener_waypoint.go `waypointRouteDestination`), as the Gateway API
  * requires for invalid backends.
  */
-export const NO_CLUSTER_FOUND = 'NC';
+export const NO_CLUSTER_FOUND = ResponseFlag.NoClusterFound;
 
 /** What the router applies for a request a rule sends upstream. */
 export interface RoutedRequest {

@@ -11,15 +11,13 @@
  * See compile.ts (attachment, precedence), route-parse.ts (validation), backends.ts (backend
  * resolution), filters.ts (filters); the router sends mirrored requests (src/router/mirror.ts).
  */
-export { applyRequestHeaders, clientNamespace, NO_CLUSTER_FOUND, routeRequest, type RoutedRequest } from './apply.ts';
+export { applyRequestHeaders, routeRequest, type RoutedRequest } from './apply.ts';
 export { compileRoutes, routesFor, type CompiledRoutes } from './compile.ts';
 export { applyHeaderModifier, modifyPath, redirectLocation, shadowAuthority } from './filters.ts';
-export { splitTarget, type MatchInput } from './match.ts';
 export { pickBackend, selectMatch, tableFor } from './select.ts';
 export type * from './types.ts';
 export { ROUTES } from './compile.ts';
 export {
-  clusterKey,
   DESTINATION_RULES,
   compileDestinationRules,
   destinationRulesFor,

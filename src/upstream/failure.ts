@@ -4,10 +4,11 @@
  * details. The HTTP router, the dedicated (WebSocket / Expect) exchanges and the TCP proxy all
  * take their answers from here:
  * no endpoint ⇒ 503 `UH`; circuit breaker ⇒ 503 `UO`; connect failure ⇒ 503 `UF`; reset ⇒ 503
- * `UC`/`UR` before the response started; upstream protocol error ⇒ 502 `UPE`.
+ * `UC`/`UR` before the response started; upstream protocol error ⇒ 502 `UPE`; request or per-try
+ * timeout ⇒ 504 `UT`. {@link answerFailure} answers any of them.
  */
 import { HboneConnectError } from '../hbone/index.ts';
-import { LOCAL_REPLY_STATUS, ResponseFlag, type ResponseFlagName } from '../pipeline/index.ts';
+import { LOCAL_REPLY_STATUS, ResponseFlag, sendLocalReply, type ResponseFlagName, type StreamContext } from '../pipeline/index.ts';
 import { UpstreamOverflowError } from './cluster-state.ts';
 import { UpstreamResetError, type UpstreamResetReason } from './h2-upstream.ts';
 
@@ -26,6 +27,20 @@ function failure(flag: ResponseFlagName, details: string): UpstreamFailure {
 
 /** The target has no healthy endpoint (or none the NetworkPolicy mode admits). */
 export const NO_HEALTHY_UPSTREAM: UpstreamFailure = failure(ResponseFlag.NoHealthyUpstream, 'no_healthy_upstream');
+
+/** The route's request timeout fired (`timeouts.request`; Envoy's `response_timeout`). */
+export const RESPONSE_TIMEOUT: UpstreamFailure = failure(ResponseFlag.UpstreamRequestTimeout, 'response_timeout');
+
+/** An attempt's per-try timeout fired and no retry follows (`timeouts.backendRequest`). */
+export const PER_TRY_TIMEOUT: UpstreamFailure = failure(ResponseFlag.UpstreamRequestTimeout, 'upstream_per_try_timeout');
+
+/**
+ * Answer `f` downstream: a local reply with its status, flag and details, or, once the response
+ * has started, its flag and details and a reset of the downstream stream (sendLocalReply does both).
+ */
+export function answerFailure(stream: StreamContext, f: UpstreamFailure): void {
+  sendLocalReply(stream, f.status, undefined, f.flag, f.details);
+}
 
 /** A DestinationRule's `tcp.maxConnections` refused a TCP connection (Envoy's tcp_proxy `UO`). */
 export const CONNECTION_OVERFLOW: UpstreamFailure = failure(ResponseFlag.UpstreamOverflow, 'upstream_overflow');

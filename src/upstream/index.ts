@@ -11,7 +11,17 @@ export { ClusterManager, connectResponseHeaders, exchangePeer, connectTcp } from
 export { ClusterTable } from './cluster-table.ts';
 export { SidecarTransport } from './sidecar-transport.ts';
 export { H2Upstream, type UpstreamHandler, UpstreamResetError, type UpstreamRequest } from './h2-upstream.ts';
-export { isConnectFailure, NO_HEALTHY_UPSTREAM, upstreamFailure, CONNECT_FAILURE, CONNECTION_OVERFLOW, type UpstreamFailure } from './failure.ts';
+export {
+  answerFailure,
+  isConnectFailure,
+  NO_HEALTHY_UPSTREAM,
+  PER_TRY_TIMEOUT,
+  RESPONSE_TIMEOUT,
+  upstreamFailure,
+  CONNECT_FAILURE,
+  CONNECTION_OVERFLOW,
+  type UpstreamFailure,
+} from './failure.ts';
 export type { UpstreamLease } from './pick-endpoint.ts';
 export { pickEndpoint, leaseEndpoint } from './pick-endpoint.ts';
 export { UpstreamOverflowError, type ClusterState } from './cluster-state.ts';

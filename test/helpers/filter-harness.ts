@@ -4,29 +4,39 @@
  * response objects — an HTTP/1.x `IncomingMessage`/`ServerResponse` pair built in memory (the
  * response writes to a capturing socket), or an HTTP/2 exchange over an in-memory session pair —
  * with the head read by the connection manager's `requestHead`, as on the data path. What a filter
- * answered is read back as the downstream client would see it.
+ * answered is read back as the downstream client would see it. The harness's terminal stands in
+ * for the router: it answers each forwarded request (200 by default), so the response-header and
+ * completion phases run through the real chain.
  *
- *   const h = new FilterHarness(filter, snap);
- *   const { status, stream, response } = await h.request(h.connection({ at: HTTPBIN }), { url: '/admin' });
+ *   // parseConfig, dependsOn/after and create run as the waypoint's registry runs them
+ *   const h = FilterHarness.fromFactory(authzFactory, undefined, { mesh: snap });
+ *   const { status, response } = await h.request(h.connection({ at: { ip: '10.96.0.10', port: 8080 } }), { url: '/admin' });
  *   expect([response.status, response.body]).toEqual([403, 'RBAC: access denied']);
  */
 import http from 'node:http';
 import http2 from 'node:http2';
 import net from 'node:net';
 import { duplexPair } from 'node:stream';
-import { admitRequest, requestHead } from '../../src/inner-http/conn-manager.ts';
+import { pino } from 'pino';
+import { Registry } from 'prom-client';
+import { normalizeRequestPath } from '../../src/authz/index.ts';
+import { admitRequest, requestHead } from '../../src/inner-http/index.ts';
 import {
   ConnectionContext,
   FilterChain,
+  FilterRegistry,
   FilterStatus,
   HeaderList,
   StreamContext,
+  respond,
   sendLocalReply,
   type ConnectInfo,
   type Filter,
+  type FilterEnv,
+  type FilterFactory,
   type TerminalFilter,
 } from '../../src/pipeline/index.ts';
-import type { MeshSnapshot, PortProtocol, Target } from '../../src/state/types.ts';
+import type { MeshSnapshot, PortProtocol, Target } from '../../src/state/index.ts';
 import { meshText, namespace, pod, service, snapshotOf, usesWaypoint, waypointGateway } from './mesh.ts';
 
 /** The default tunnel: client `demo/client` at 10.0.0.1 (never dialed) to Service `demo/echo` 10.96.0.10:8080. */
@@ -103,32 +113,112 @@ class CaptureSocket extends net.Socket {
 
 const headerPairs = (h: RequestSpec['headers']): (readonly [string, string])[] => (h === undefined ? [] : Array.isArray(h) ? [...(h as readonly (readonly [string, string])[])] : Object.entries(h));
 
-/** The terminal filter of a harness chain: records what reached it, answers nothing. */
+/** The answer of the harness's terminal to a forwarded request (`false`: answer nothing, the test does). */
+export interface TerminalAnswer {
+  readonly status?: number;
+  readonly headers?: readonly (readonly [string, string])[];
+  readonly body?: string;
+}
+
+/** The router's name: the terminal's place in a chain the registry builds. */
+const ROUTER = 'envoy.filters.http.router';
+
+/** The terminal filter of a harness chain: records what reached it and answers it (the router's part). */
 class Terminal implements TerminalFilter {
-  readonly name = 'test.terminal';
+  readonly name = ROUTER;
   readonly forwarded: StreamContext[] = [];
+  readonly answer: TerminalAnswer | false;
+  constructor(answer: TerminalAnswer | false) {
+    this.answer = answer;
+  }
   forward(stream: StreamContext): void {
     this.forwarded.push(stream);
+    if (this.answer === false) return;
+    const { status = 200, headers = [['content-type', 'text/plain']], body = 'ok' } = this.answer;
+    if (respond(stream, status, undefined, new HeaderList(headers.flatMap(([n, v]) => [n, v])))) stream.res.end(body);
   }
+}
+
+/** The mesh a {@link filterEnv} hands out: the current snapshot and `subscribe`, like the waypoint's store. */
+export class MeshStub {
+  current: MeshSnapshot;
+  readonly #listeners = new Set<(next: MeshSnapshot, prev: MeshSnapshot) => void>();
+  constructor(current: MeshSnapshot) {
+    this.current = current;
+  }
+  subscribe(fn: (next: MeshSnapshot, prev: MeshSnapshot) => void): () => void {
+    this.#listeners.add(fn);
+    return () => this.#listeners.delete(fn);
+  }
+  /** Make `next` current and tell the subscribers (as the store does after an update). */
+  publish(next: MeshSnapshot): void {
+    const prev = this.current;
+    this.current = next;
+    for (const fn of [...this.#listeners]) fn(next, prev);
+  }
+  get subscribers(): number {
+    return this.#listeners.size;
+  }
+}
+
+/** The harness's default mesh snapshot (see {@link DEFAULT_MESH_TEXT}). */
+export function defaultMeshSnapshot(): MeshSnapshot {
+  return (defaultMesh ??= snapshotOf(DEFAULT_MESH_TEXT));
+}
+
+/** A factory's environment as the waypoint builds it: a mesh store stub, a silent pino logger, a fresh (or given) Prometheus registry. */
+export function filterEnv(o: { readonly mesh?: MeshSnapshot; readonly metrics?: Registry } = {}): FilterEnv & { readonly mesh: MeshStub; readonly metrics: Registry } {
+  return { mesh: new MeshStub(o.mesh ?? defaultMeshSnapshot()), log: pino({ level: 'silent' }), metrics: o.metrics ?? new Registry() };
+}
+
+/** Options of {@link FilterHarness.fromFactory}. */
+export interface FactoryHarnessOptions {
+  /** The snapshot of the env's mesh and of the harness's tunnels (default: {@link DEFAULT_MESH_TEXT}). */
+  readonly mesh?: MeshSnapshot;
+  /** The env's Prometheus registry (default: a fresh one). */
+  readonly metrics?: Registry;
+  /** Filters listed before this one, as in the bootstrap `filters` list (e.g. what `dependsOn` names). */
+  readonly before?: readonly (readonly [FilterFactory<unknown>, unknown])[];
+  /** The terminal's answer (default 200 `ok`). */
+  readonly answer?: TerminalAnswer | false;
 }
 
 /** A chain of `filters` and a recording terminal, with real contexts to run it on. */
 export class FilterHarness {
   readonly chain: FilterChain;
   readonly mesh: MeshSnapshot;
-  readonly #terminal = new Terminal();
+  /** The env the factory's filter was created with ({@link fromFactory} only). */
+  env?: ReturnType<typeof filterEnv>;
   readonly #responses = new WeakMap<StreamContext, () => Promise<ClientResponse>>();
   readonly #sessions: { close(): void }[] = [];
 
-  /** `filters` with a recording terminal after them, or a chain as built elsewhere. */
-  constructor(filters: Filter | readonly Filter[] | FilterChain, mesh?: MeshSnapshot) {
-    this.chain = filters instanceof FilterChain ? filters : new FilterChain([...(Array.isArray(filters) ? filters : [filters as Filter]), this.#terminal]);
-    this.mesh = mesh ?? (defaultMesh ??= snapshotOf(DEFAULT_MESH_TEXT));
+  /** `filters` with the harness's terminal after them (answering `answer`), or a chain as built elsewhere. */
+  constructor(filters: Filter | readonly Filter[] | FilterChain, mesh?: MeshSnapshot, answer: TerminalAnswer | false = {}) {
+    this.chain = filters instanceof FilterChain ? filters : new FilterChain([...(Array.isArray(filters) ? filters : [filters as Filter]), new Terminal(answer)]);
+    this.mesh = mesh ?? defaultMeshSnapshot();
+  }
+
+  /**
+   * The filter of `factory` as the waypoint builds it: a {@link FilterRegistry} builds the list
+   * (`before`, then `factory` with `rawConfig`, then the terminal in the router's place), so
+   * `parseConfig`, `dependsOn`, `after` and `create` (with a {@link filterEnv}) run; throws the
+   * registry's ConfigError.
+   */
+  static fromFactory<C>(factory: FilterFactory<C>, rawConfig: unknown, o: FactoryHarnessOptions = {}): FilterHarness {
+    const env = filterEnv(o);
+    const registry = new FilterRegistry();
+    const terminal = new Terminal(o.answer ?? {});
+    for (const [f] of o.before ?? []) registry.register(f);
+    registry.register(factory).register({ name: ROUTER, parseConfig: () => undefined, create: () => terminal });
+    const entries = [...(o.before ?? []).map(([f, config]) => ({ name: f.name, config })), { name: factory.name, config: rawConfig }, { name: ROUTER }];
+    const h = new FilterHarness(registry.build(entries, env), env.mesh.current);
+    h.env = env;
+    return h;
   }
 
   /** Streams the harness's terminal was given (request phase passed; none for a chain built elsewhere). */
   get forwarded(): readonly StreamContext[] {
-    return this.#terminal.forwarded;
+    return this.chain.terminal instanceof Terminal ? this.chain.terminal.forwarded : [];
   }
 
   /** A tunnel context (see {@link ConnectionOptions}). */
@@ -165,6 +255,11 @@ export class FilterHarness {
     const res = new http.ServerResponse(req);
     res.assignSocket(socket);
     const stream = new StreamContext(conn, this.chain, req, res, requestHead(req));
+    // As the connection manager: the stream completes when its response closes. Node's HTTP server
+    // emits that 'close' after 'finish' (_http_server.js resOnFinish); a response built outside a
+    // server gets it only from its socket, so the harness emits it the same way.
+    res.once('finish', () => process.nextTick(() => res.emit('close')));
+    res.once('close', () => stream.chain.completeStream(stream));
     this.#responses.set(stream, async () => {
       await new Promise((resolve) => setImmediate(resolve));
       return { ...parseHttp1(Buffer.concat(socket.written)), reset: socket.destroyed && !res.writableFinished };
@@ -208,6 +303,7 @@ export class FilterHarness {
     });
     const [req, res] = await arrived;
     const stream = new StreamContext(conn, this.chain, req, res, requestHead(req));
+    res.once('close', () => stream.chain.completeStream(stream));
     this.#responses.set(stream, async () => {
       // Answered or reset: wait until the client saw all of it.
       if (res.headersSent || res.stream.destroyed) await done;
@@ -229,7 +325,8 @@ export class FilterHarness {
 
   /** Run the request phase of `stream` (connection manager checks, then the chain). */
   async run(stream: StreamContext): Promise<FilterStatus> {
-    const refused = admitRequest(stream, { rejectHttp10: false });
+    // As app.ts: `:path` normalized per the snapshot's MeshConfig `pathNormalization` before any filter.
+    const refused = admitRequest(stream, { rejectHttp10: false, normalizePath: harnessNormalizer });
     if (refused) {
       sendLocalReply(stream, refused.status, refused.body, refused.flag, refused.details);
       return FilterStatus.StopAndReply;
@@ -276,3 +373,6 @@ function parseHttp1(raw: Buffer): Omit<ClientResponse, 'reset'> {
   }
   return { status: Number(lines[0].split(' ')[1]), headers, body: body.toString(), trailers: {} };
 }
+
+/** The connection manager's path normalization, as the waypoint runs it with MeshConfig's default (`BASE`). */
+const harnessNormalizer = (target: string): string | undefined => normalizeRequestPath(target)?.forward;

@@ -220,7 +220,7 @@ export interface MiddleboxConn {
 /**
  * A TCP middlebox on `listenIp:port` in front of `targetIp:targetPort` (an HBONE server), so a test
  * can make one pooled upstream connection go silent or answer RST, the way a vanished pod or a
- * reused pod IP does (pitfall F1).
+ * reused pod IP does.
  */
 export async function tcpMiddlebox(listenIp: string, port: number, targetIp: string, targetPort: number) {
   const conns: MiddleboxConn[] = [];

@@ -1,12 +1,13 @@
 /**
  * Requests the connection manager refuses before any filter (Node's HTTP/1 codec: a malformed
- * request line 400, headers over the limit 431; a CONNECT inside the tunnel 405; HTTP/1.1 without
+ * request line 400, headers over the limit 431; a CONNECT inside the tunnel 405, HTTP/1 or h2c; HTTP/1.1 without
  * Host 400) are accounted like every local reply, as Envoy's codec errors are: an access-log line
  * with the `DPE` flag and Envoy's details, and an `istio_requests_total` sample. Also: a codec
  * error behind a request still being answered does not cut that response, and an absolute-form
  * target is logged in origin form with the URI's authority. Addresses: 127.0.210.x.
  */
 import fs from 'node:fs';
+import http2 from 'node:http2';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, expect, test, vi } from 'vitest';
@@ -80,6 +81,37 @@ test('CONNECT inside the tunnel: 405, logged with DPE and counted', async () => 
   expect(logged[0]).toMatchObject({ response_code: 405, response_flags: 'DPE', response_code_details: 'method_not_allowed', method: 'CONNECT', authority: '127.0.0.1:22' });
   expect(logged[0].request_id).toMatch(/^[0-9a-f-]{36}$/);
   expect(await requests('405', 'DPE')).toBe(counted + 1);
+});
+
+test('CONNECT on an h2c stream inside the tunnel: the same 405, logged with DPE and counted; the session stays usable', async () => {
+  const counted = await requests('405', 'DPE');
+  const before = lines().length;
+  const socket = await openEntry(topo);
+  const session = http2.connect('http://echo', { createConnection: () => socket });
+  session.on('error', () => undefined);
+  try {
+    const status = (headers: http2.OutgoingHttpHeaders) =>
+      new Promise<number>((resolve, reject) => {
+        const req = session.request(headers);
+        req.on('response', (h) => resolve(Number(h[':status'])));
+        req.on('error', reject);
+        req.resume();
+      });
+    expect(await status({ ':method': 'CONNECT', ':authority': '127.0.0.1:22' })).toBe(405);
+    expect(await status({ ':method': 'GET', ':path': '/after', ':authority': 'echo' })).toBe(200);
+    const logged = await vi.waitFor(
+      () => {
+        const now = lines().slice(before);
+        expect(now.length).toBe(2);
+        return now;
+      },
+      { timeout: 5000 },
+    );
+    expect(logged.find((l) => l.method === 'CONNECT')).toMatchObject({ response_code: 405, response_flags: 'DPE', response_code_details: 'method_not_allowed', authority: '127.0.0.1:22', protocol: 'HTTP/2' });
+    expect(await requests('405', 'DPE')).toBe(counted + 1);
+  } finally {
+    session.destroy();
+  }
 });
 
 test('HTTP/1.1 without Host: 400 from the connection manager, logged and counted', async () => {

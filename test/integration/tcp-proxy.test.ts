@@ -3,7 +3,7 @@
  * reset before the upstream is dialed opens no upstream tunnel (a rapid-reset flood must not
  * make the waypoint dial), and a tunnel whose client goes away while the dial is pending gives
  * its circuit-breaker slot back at once. The destination is a fake HBONE endpoint counting the
- * CONNECTs it receives. Addresses: 127.0.200.x.
+ * CONNECTs it receives. Addresses: 127.0.238.x.
  */
 import http2, { type ServerHttp2Stream } from 'node:http2';
 import { afterAll, beforeAll, expect, test } from 'vitest';
@@ -14,7 +14,7 @@ import { identityFrom, spiffe } from '../helpers/identity.ts';
 import { sleep, within } from '../helpers/servers.ts';
 import { addToMesh, startTestTopology, type TestTopology } from '../helpers/topology.ts';
 
-const POD = '127.0.200.11';
+const POD = '127.0.238.11';
 /** The fake destination's HBONE port (the waypoint's upstream.hbonePort). */
 const DEST_PORT = 15011;
 
@@ -28,7 +28,7 @@ let mode: 'echo' | 'hold' = 'echo';
 const held: ServerHttp2Stream[] = [];
 
 beforeAll(async () => {
-  topo = await startTestTopology(200, { portName: 'tcp', backends: false, podIps: [POD], bootstrap: { upstream: { hbonePort: DEST_PORT } } });
+  topo = await startTestTopology(238, { portName: 'tcp', backends: false, podIps: [POD], bootstrap: { upstream: { hbonePort: DEST_PORT } } });
   client = await identityFrom(topo.caDir);
   dest = new HboneServer({
     name: 'fake-destination',
@@ -53,7 +53,7 @@ afterAll(async () => {
 
 /** A CONNECT to the TCP service, answered 200, that echoes `text`. */
 async function echoThrough(session: http2.ClientHttp2Session, text: string): Promise<string> {
-  const { status, stream } = await within(connect(session, '127.0.200.100:80'), 10_000, 'CONNECT');
+  const { status, stream } = await within(connect(session, '127.0.238.100:80'), 10_000, 'CONNECT');
   expect(status).toBe(200);
   stream.end(text);
   let got = '';
@@ -63,11 +63,11 @@ async function echoThrough(session: http2.ClientHttp2Session, text: string): Pro
 }
 
 test('CONNECTs reset by the client in the same write as their HEADERS never dial upstream', async () => {
-  const session = await hboneSession('127.0.200.1', topo.waypoint!.addresses.hbone.port, client);
+  const session = await hboneSession('127.0.238.1', topo.waypoint!.addresses.hbone.port, client);
   try {
     dials = 0;
     for (let i = 0; i < 30; i++) {
-      const s = session.request({ ':method': 'CONNECT', ':authority': '127.0.200.100:80' }, { endStream: false });
+      const s = session.request({ ':method': 'CONNECT', ':authority': '127.0.238.100:80' }, { endStream: false });
       s.on('error', () => {});
       // Queued before Node flushes: HEADERS and RST_STREAM leave in one write.
       s.close(http2.constants.NGHTTP2_CANCEL);
@@ -93,11 +93,11 @@ spec:
     connectionPool: { tcp: { maxConnections: 1, connectTimeout: 30s } }
 `,
   );
-  const session = await hboneSession('127.0.200.1', topo.waypoint!.addresses.hbone.port, client);
+  const session = await hboneSession('127.0.238.1', topo.waypoint!.addresses.hbone.port, client);
   try {
     dials = 0;
     mode = 'hold';
-    const first = session.request({ ':method': 'CONNECT', ':authority': '127.0.200.100:80' }, { endStream: false });
+    const first = session.request({ ':method': 'CONNECT', ':authority': '127.0.238.100:80' }, { endStream: false });
     first.on('error', () => {});
     // The dial is under way (the destination holds it unanswered), then the client gives up.
     for (let i = 0; dials === 0 && i < 500; i++) await sleep(10);

@@ -1,5 +1,5 @@
 /**
- * The sources, the filters and the user docs cite upstream sources directly (istio/istio
+ * The sources, the filters, the shared test helpers and the user docs cite upstream sources directly (istio/istio
  * pilot/pkg/..., envoyproxy/envoy source/..., istio/ztunnel src/..., an issue), never notes a
  * user does not have (`shared/`, `reference/*.md`, pitfall tags) nor shorthand repository
  * prefixes (`IS:`, `ENV:`, `ZT:`, `PX:`, `GW:`, `API:`).
@@ -26,10 +26,12 @@ function hits(file: string): string[] {
     .flatMap((line, i) => (FORBIDDEN.test(line) ? [`${file}:${i + 1}: ${line.trim()}`] : []));
 }
 
-const checked = [...files('src'), ...files('filters'), 'README.md', 'filters/README.md', 'bench/README.md'];
+// test/helpers is what a user writing a filter test reads and copies from.
+const checked = [...files('src'), ...files('filters'), ...files('test/helpers'), 'README.md', 'filters/README.md', 'bench/README.md'];
 
-test('src, filters and the READMEs cite upstream sources, not notes or shorthand prefixes', () => {
+test('src, filters, test/helpers and the READMEs cite upstream sources, not notes or shorthand prefixes', () => {
   expect(checked.length).toBeGreaterThan(100);
+  expect(checked).toContain('test/helpers/filter-harness.ts');
   expect(checked.flatMap(hits)).toEqual([]);
 });
 

@@ -11,7 +11,7 @@
  *   waypoint sees it (node_http2.cc OnHeaderCallback), so it cannot be answered 431;
  * - PING and SETTINGS floods get the flooding session closed (nghttp2's limit on queued
  *   acknowledgements), other sessions are served;
- * - an HTTP/0.9 request (no version) on an HTTP port is answered 400, never proxied as HTTP/1;
+ * - an HTTP/0.9 request (no version) on an HTTP port is answered 400 DPE and counted, never proxied as HTTP/1;
  * - on an undeclared port where TCP would be refused (an L7-only AuthorizationPolicy), a client
  *   slow to send its request is still served as HTTP rather than closed at the detection timeout.
  * Addresses: 127.0.231.x.
@@ -25,8 +25,7 @@ import { log } from '../../../src/util/log.ts';
 import { exchange, hboneSession, type ClientIdentity } from '../../helpers/hbone-client.ts';
 import { parseHttpResponse, readAll } from '../../helpers/hbone-client.ts';
 import { parsePrometheus } from '../../helpers/prometheus.ts';
-import { addToMesh, serviceYaml } from '../l7/l7-helpers.ts';
-import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
+import { addToMesh, echoService, startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 import { h2peer } from './h2-peer.ts';
 
 const NET = 231;
@@ -177,27 +176,37 @@ function tunnelTo(authority: string): Promise<ClientHttp2Stream> {
   });
 }
 
-test('an HTTP/0.9 request (no version) on an HTTP port is answered 400 and the tunnel ended, with a log line', async () => {
-  const warn = vi.spyOn(log, 'warn');
-  try {
-    const st = await tunnelTo(VIP);
-    st.write('GET /http09\r\n\r\n');
-    const raw = await Promise.race([readAll(st), new Promise<Buffer>((r) => setTimeout(() => r(Buffer.from('(no answer in 5 s)')), 5000))]);
-    const res = parseHttpResponse(raw);
-    expect(res.status).toBe(400);
-    expect(res.body.toString()).toBe('HTTP/0.9 requests are not supported\n');
-    expect(warn.mock.calls.some((c) => c[1] === 'HTTP/0.9 request refused with 400')).toBe(true);
-  } finally {
-    warn.mockRestore();
-  }
+/** `istio_requests_total` summed over the series answered 400 with the `DPE` flag. */
+async function protocolErrors(): Promise<number> {
+  const res = await fetch(`http://127.0.${NET}.1:${topo.waypoint!.addresses.admin.port}/stats/prometheus`);
+  return parsePrometheus(await res.text())
+    .filter((x) => x.name === 'istio_requests_total' && x.labels.response_code === '400' && x.labels.response_flags === 'DPE')
+    .reduce((n, x) => n + x.value, 0);
+}
+
+test('an HTTP/0.9 request (no version) on an HTTP port: 400 from the connection manager, counted with DPE, the tunnel closed (RST NO_ERROR, client side still open)', async () => {
+  const counted = await protocolErrors();
+  const st = await tunnelTo(VIP);
+  const closed = new Promise<number | string>((r) => {
+    st.once('close', () => r(st.rstCode ?? 'no code'));
+    setTimeout(() => r('(tunnel still open after 5 s)'), 5000).unref();
+  });
+  st.write('GET /http09\r\n\r\n');
+  const raw = await Promise.race([readAll(st), new Promise<Buffer>((r) => setTimeout(() => r(Buffer.from('(no answer in 5 s)')), 5000))]);
+  const res = parseHttpResponse(raw);
+  expect(res.status).toBe(400);
+  expect(res.body.toString()).toBe('HTTP/0.9 requests are not supported\n');
+  // The client never ended its side: the waypoint closed the stream (END_STREAM then RST_STREAM(NO_ERROR)).
+  expect(await closed).toBe(http2.constants.NGHTTP2_NO_ERROR);
+  await vi.waitFor(async () => expect(await protocolErrors()).toBe(counted + 1), { timeout: 5000 });
 });
 
 test('undeclared port with an L7-only AuthorizationPolicy: a request sent 300 ms after the CONNECT (past the detection timeout) is served as HTTP', async () => {
   const sniffed = `127.0.${NET}.101:8081`;
   await addToMesh(
     topo,
-    `${serviceYaml('sniffed', `127.0.${NET}.101`, 'foo', 8081, 8080)}---
-apiVersion: security.istio.io/v1
+    echoService('sniffed', `127.0.${NET}.101`, { name: 'foo', port: 8081, targetPort: 8080 }),
+    `apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: { name: get-only, namespace: demo }
 spec:

@@ -13,7 +13,7 @@
 import { describe, expect, test } from 'vitest';
 
 import { compileAuthz, type CompiledAuthz } from '../../../src/authz/compile.ts';
-import { headersFromRecord } from '../../../src/authz/headers.ts';
+import { headersFromRaw } from '../../../src/authz/index.ts';
 import type { AuthzResult, RequestAttributes } from '../../../src/authz/types.ts';
 import {
   caseMesh,
@@ -28,6 +28,9 @@ import {
   type Case,
   type Check,
 } from '../../helpers/authz-cases.ts';
+
+/** Request headers from a record (a list = several fields of one name), as the engine reads them. */
+const headersOf = (h: Readonly<Record<string, string | readonly string[]>>) => headersFromRaw(Object.entries(h).flatMap(([n, v]) => (typeof v === 'string' ? [n, v] : v.flatMap((x) => [n, x]))));
 
 // --- Checks as request attributes -------------------------------------------------------------
 
@@ -58,7 +61,7 @@ function prepare(c: Case, check: Check, authz: CompiledAuthz): Prepared {
       host: checkAuthority(r, target),
       method: r.method ?? 'GET',
       path: normalized.path,
-      headers: headersFromRecord(r.headers ?? {}),
+      headers: headersOf(r.headers ?? {}),
       ...(jwt ? { jwt } : {}),
     },
     target,

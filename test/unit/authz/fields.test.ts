@@ -6,8 +6,11 @@
 import { describe, expect, test } from 'vitest';
 
 import type { JwtInfo, RequestAttributes } from '../../../src/authz/types.ts';
-import { headersFromRecord } from '../../../src/authz/headers.ts';
+import { headersFromRaw } from '../../../src/authz/index.ts';
 import { BAR_A, engine, SLEEP, wp } from './mesh.ts';
+
+/** Request headers from a record (a list = several fields of one name), as the engine reads them. */
+const headersOf = (h: Readonly<Record<string, string | readonly string[]>>) => headersFromRaw(Object.entries(h).flatMap(([n, v]) => (typeof v === 'string' ? [n, v] : v.flatMap((x) => [n, x]))));
 
 type Attrs = Partial<RequestAttributes>;
 
@@ -24,7 +27,7 @@ const jwt = (payload: Record<string, unknown>, spaceDelimitedClaims?: string[]):
 const src = (source: object) => ({ from: [{ source }] });
 const op = (operation: object) => ({ to: [{ operation }] });
 const when = (key: string, values?: string[], notValues?: string[]) => ({ when: [{ key, ...(values ? { values } : {}), ...(notValues ? { notValues } : {}) }] });
-const headers = (h: Record<string, string | string[]>) => ({ headers: headersFromRecord(h) });
+const headers = (h: Record<string, string | string[]>) => ({ headers: headersOf(h) });
 const none = { principal: undefined };
 
 const SOURCE: readonly Row[] = [

@@ -1,10 +1,10 @@
 /**
  * The engine's view of request headers (src/authz/headers.ts): one value per header field, as
  * `request.headers[...]` conditions test them since GHSA-ghc4-35x6-crw5, the comma-joined string
- * for callers that read one, cookie crumbs as one value, and earlier filters' edits on top.
+ * for callers that read one, and cookie crumbs as one value.
  */
 import { describe, expect, test } from 'vitest';
-import { headersFromRaw, headersFromRecord, withHeaderEdits } from '../../../src/authz/headers.ts';
+import { headersFromRaw } from '../../../src/authz/index.ts';
 
 describe('headersFromRaw', () => {
   const h = headersFromRaw(['X-Role', 'user', 'accept', '*/*', 'x-role', 'admin', 'x-one', 'a,b', 'Cookie', 'a=1', 'cookie', 'b=2']);
@@ -24,28 +24,4 @@ describe('headersFromRaw', () => {
     expect(h.values('cookie')).toEqual(['a=1; b=2']);
     expect(h.get('cookie')).toBe('a=1; b=2');
   });
-});
-
-test('headersFromRecord: a list is several fields, a string one field', () => {
-  const h = headersFromRecord({ 'X-Role': ['user', 'admin'], 'x-one': 'a,b', 'x-none': undefined });
-  expect(h.values('x-role')).toEqual(['user', 'admin']);
-  expect(h.values('x-one')).toEqual(['a,b']);
-  expect(h.values('x-none')).toBeUndefined();
-  expect(h.get('x-role')).toBe('user,admin');
-});
-
-test('withHeaderEdits: an edit replaces every field of its name, undefined removes it, the last edit wins', () => {
-  const base = headersFromRaw(['x-role', 'user', 'x-role', 'admin', 'x-keep', 'k', 'x-gone', 'g']);
-  const h = withHeaderEdits(base, [
-    ['X-Role', 'first'],
-    ['x-role', 'service'],
-    ['x-gone', undefined],
-  ]);
-  expect(h.values('x-role')).toEqual(['service']);
-  expect(h.get('x-role')).toBe('service');
-  expect(h.values('x-gone')).toBeUndefined();
-  expect(h.get('x-gone')).toBeUndefined();
-  expect(h.values('x-keep')).toEqual(['k']);
-  // Names no edit touches keep every field.
-  expect(withHeaderEdits(base, [['x-other', 'o']]).values('x-role')).toEqual(['user', 'admin']);
 });

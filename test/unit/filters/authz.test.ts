@@ -5,15 +5,13 @@
  * and undeclared ports, re-checks of tracked tunnels on mesh updates, and requests on an old
  * tunnel decided with the current snapshot. End to end: test/integration/authz/.
  */
-import { Registry } from 'prom-client';
 import { describe, expect, test } from 'vitest';
 import { authzFactory, authzFilterFactory, remoteAddress } from '../../../filters/authz/index.ts';
 import { AUTHZ, AUTHZ_RESULT, REQUEST_JWT, TCP_AUTHZ_RESULT, type CustomCheck, type ExtAuthzDecision, type ExtAuthzHook, type RequestAttributes } from '../../../src/authz/index.ts';
-import { FilterStatus, grpcMessageEncode, type ConnectInfo, type ConnectionContext, type Filter, type FilterEnv, type StreamContext } from '../../../src/pipeline/index.ts';
-import type { MeshSnapshot } from '../../../src/state/types.ts';
-import { log } from '../../../src/util/log.ts';
+import { FilterStatus, grpcMessageEncode, type ConnectInfo, type ConnectionContext, type Filter, type StreamContext } from '../../../src/pipeline/index.ts';
+import type { MeshSnapshot } from '../../../src/state/index.ts';
 import { HTTPBIN, HTTPBIN_POD, TCP_ECHO, meshWith as compiledMesh, policy, wp, type MeshConfigOptions } from '../authz/mesh.ts';
-import { FilterHarness, type ClientResponse } from '../../helpers/filter-harness.ts';
+import { FilterHarness, MeshStub as FakeMesh, filterEnv, type ClientResponse } from '../../helpers/filter-harness.ts';
 
 /** The test mesh with its AuthorizationPolicies compiled in (the part the filter reads). */
 const meshWith = (policies: readonly object[], mesh?: MeshConfigOptions): MeshSnapshot => compiledMesh(policies, mesh, [AUTHZ]);
@@ -22,29 +20,9 @@ const CLIENT = 'spiffe://cluster.local/ns/foo/sa/sleep';
 const OTHER = 'spiffe://cluster.local/ns/bar/sa/a';
 const PROVIDERS: MeshConfigOptions = { extensionProviders: [{ name: 'grpc-authz', envoyExtAuthzGrpc: { service: 'foo/authz.foo.svc.cluster.local', port: 9000 } }] };
 
-/** A mesh holder with `subscribe`, like the waypoint's store. */
-class FakeMesh {
-  current: MeshSnapshot;
-  private readonly listeners = new Set<(next: MeshSnapshot, prev: MeshSnapshot) => void>();
-  constructor(s: MeshSnapshot) {
-    this.current = s;
-  }
-  subscribe(fn: (next: MeshSnapshot, prev: MeshSnapshot) => void): () => void {
-    this.listeners.add(fn);
-    return () => this.listeners.delete(fn);
-  }
-  publish(next: MeshSnapshot): void {
-    const prev = this.current;
-    this.current = next;
-    for (const fn of [...this.listeners]) fn(next, prev);
-  }
-  get subscribers(): number {
-    return this.listeners.size;
-  }
-}
-
-function create(mesh: { current: MeshSnapshot }, extAuthz?: ExtAuthzHook): Filter {
-  const env: FilterEnv = { mesh, log, metrics: new Registry() };
+/** The filter over `mesh` (a snapshot, or a {@link FakeMesh} a test publishes updates to). */
+function create(mesh: MeshSnapshot | FakeMesh, extAuthz?: ExtAuthzHook): Filter {
+  const env = mesh instanceof FakeMesh ? { ...filterEnv(), mesh } : filterEnv({ mesh });
   const factory = extAuthz ? authzFilterFactory({ extAuthz }) : authzFactory;
   return factory.create(factory.parseConfig(undefined), env);
 }
@@ -83,7 +61,7 @@ describe('HTTP requests', () => {
     const snap = meshWith([customAll], PROVIDERS);
     const h = hook({ allow: true });
     const conn = connection(snap, HTTPBIN);
-    const { stream, status } = await request(create({ current: snap }, h), conn, {
+    const { stream, status } = await request(create(snap, h), conn, {
       method: 'POST',
       url: '/a/../b%2D?q=1',
       headers: [
@@ -108,14 +86,14 @@ describe('HTTP requests', () => {
     expect(a.headers?.get('x-dup')).toBe('a,b');
     expect(a.jwt).toBeUndefined();
     expect(h.calls[0].custom).toEqual({ provider: 'grpc-authz', policy: 'ns[foo]-policy[ext]-rule[0]' });
-    expect(stream.forwardPath).toBe('/b-?q=1');
+    expect(stream.path).toBe('/b-?q=1');
     expect(stream.get(AUTHZ_RESULT)).toMatchObject({ decision: 'ALLOW', custom: { provider: 'grpc-authz' } });
   });
 
   test('the validated JWT comes from the REQUEST_JWT slot; no Host means no host attribute', async () => {
     const snap = meshWith([customAll], PROVIDERS);
     const h = hook({ allow: true });
-    const filter = create({ current: snap }, h);
+    const filter = create(snap, h);
     const conn = connection(snap, HTTPBIN);
     // Set the slot the way an authn filter listed before would.
     const jwtFilter: Filter = { name: 'jwt', onRequestHeaders: (s) => (s.set(REQUEST_JWT, { payload: { iss: 'i', sub: 's' } }), FilterStatus.Continue) };
@@ -137,22 +115,22 @@ describe('HTTP requests', () => {
 
   test('a method that is not upper case: 400 from the connection manager, before authz', async () => {
     const snap = meshWith([wp('allow-all', 'ALLOW', [{}])]);
-    const { status, res, stream } = await request(create({ current: snap }), connection(snap, HTTPBIN), { method: 'get' });
+    const { status, res, stream } = await request(create(snap), connection(snap, HTTPBIN), { method: 'get' });
     expect(status).toBe(FilterStatus.StopAndReply);
     expect(res.status).toBe(400);
     expect([stream.responseFlags, stream.responseCodeDetails]).toEqual(['DPE', 'invalid_method']);
   });
 
-  test('paths: normalized and forwarded even with no policy; malformed → 400; unchanged → no forwardPath', async () => {
+  test('paths: normalized by the connection manager before authz even with no policy; malformed → 400 (no flag, as Envoy)', async () => {
     const snap = meshWith([]);
-    const filter = create({ current: snap });
+    const filter = create(snap);
     const conn = connection(snap, HTTPBIN);
     const a = await request(filter, conn, { url: '/x/./y/../z?a=%2e' });
     expect(a.status).toBe(FilterStatus.Continue);
-    expect(a.stream.forwardPath).toBe('/x/z?a=%2e');
+    expect([a.stream.path, a.stream.forwardPath]).toEqual(['/x/z?a=%2e', undefined]);
     expect(a.stream.get(AUTHZ_RESULT)).toBeUndefined();
     const b = await request(filter, conn, { url: '/plain?x=1' });
-    expect(b.stream.forwardPath).toBeUndefined();
+    expect([b.stream.path, b.stream.forwardPath]).toEqual(['/plain?x=1', undefined]);
     const c = await request(filter, conn, { url: '/bad%00' });
     expect(c.status).toBe(FilterStatus.StopAndReply);
     expect([c.res.status, c.stream.responseFlags, c.stream.responseCodeDetails]).toEqual([400, '-', 'path_normalization_failed']);
@@ -161,14 +139,14 @@ describe('HTTP requests', () => {
   test('an absolute-form target: its path is normalized and matched, its authority is the host', async () => {
     const snap = meshWith([customAll], PROVIDERS);
     const h = hook({ allow: true });
-    const { stream } = await request(create({ current: snap }, h), connection(snap, HTTPBIN), { url: 'http://Other.example:81/p/../admin?q', headers: [['host', 'httpbin.foo:8000']] });
+    const { stream } = await request(create(snap, h), connection(snap, HTTPBIN), { url: 'http://Other.example:81/p/../admin?q', headers: [['host', 'httpbin.foo:8000']] });
     expect(h.calls[0].attrs).toMatchObject({ path: '/admin', host: 'Other.example:81' });
-    expect(stream.forwardPath).toBe('/admin?q');
+    expect(stream.path).toBe('/admin?q');
   });
 
   test('DENY: 403 `RBAC: access denied`, flag -, details naming the rule; gRPC gets status 7 with a readable message', async () => {
     const snap = meshWith([wp('deny-admin', 'DENY', [{ to: [{ operation: { paths: ['/admin'] } }] }])]);
-    const { res, stream } = await request(create({ current: snap }), connection(snap, HTTPBIN), { url: '/admin' });
+    const { res, stream } = await request(create(snap), connection(snap, HTTPBIN), { url: '/admin' });
     expect([res.status, res.body]).toEqual([403, 'RBAC: access denied']);
     expect([stream.responseFlags, stream.responseCodeDetails]).toEqual(['-', 'rbac_access_denied_matched_policy[ns[foo]-policy[deny-admin]-rule[0]]']);
     expect(grpcMessageEncode('RBAC: access denied')).toBe('RBAC: access denied');
@@ -178,7 +156,7 @@ describe('HTTP requests', () => {
   test('a request on an old tunnel is decided with the current snapshot (Service policies included)', async () => {
     const before = meshWith([]);
     const after = meshWith([policy('svc-deny', { targetRefs: [{ kind: 'Service', group: '', name: 'httpbin' }], action: 'DENY', rules: [{}] })]);
-    const mesh = { current: before };
+    const mesh = new FakeMesh(before);
     const filter = create(mesh);
     const conn = connection(before, HTTPBIN);
     expect((await request(filter, conn)).status).toBe(FilterStatus.Continue);
@@ -194,14 +172,14 @@ describe('CUSTOM', () => {
 
   test('no ext_authz client: the matching requests are denied as for an unusable provider', async () => {
     const snap = meshWith([customAll], PROVIDERS);
-    const { res, stream } = await request(create({ current: snap }), connection(snap, HTTPBIN));
+    const { res, stream } = await request(create(snap), connection(snap, HTTPBIN));
     expect([res.status, res.body]).toEqual([403, 'RBAC: access denied']);
     expect(stream.responseCodeDetails).toBe('rbac_access_denied_matched_policy[istio-ext-authz-ns[foo]-policy[ext]-rule[0]-deny-due-to-bad-CUSTOM-action]');
   });
 
   test('allowed by the provider: DENY still applies after it; its headers go upstream', async () => {
     const snap = meshWith([customAll, denyBar], PROVIDERS);
-    const filter = create({ current: snap }, hook({ allow: true, headers: { 'X-Authz': 'ok' }, removeHeaders: ['authorization'] }));
+    const filter = create(snap, hook({ allow: true, headers: { 'X-Authz': 'ok' }, removeHeaders: ['authorization'] }));
     const ok = await request(filter, connection(snap, HTTPBIN), {
       headers: [
         ['host', 'httpbin.foo:8000'],
@@ -219,7 +197,7 @@ describe('CUSTOM', () => {
 
   test('denied by the provider: its status, body and headers, flag UAEX', async () => {
     const snap = meshWith([customAll], PROVIDERS);
-    const { res, stream, status } = await request(create({ current: snap }, hook({ allow: false, status: 401, body: 'go away', headers: { 'www-authenticate': 'Bearer' } })), connection(snap, HTTPBIN));
+    const { res, stream, status } = await request(create(snap, hook({ allow: false, status: 401, body: 'go away', headers: { 'www-authenticate': 'Bearer' } })), connection(snap, HTTPBIN));
     expect(status).toBe(FilterStatus.StopAndReply);
     expect([res.status, res.body]).toEqual([401, 'go away']);
     expect(res.headers.get('www-authenticate')).toBe('Bearer');
@@ -228,7 +206,7 @@ describe('CUSTOM', () => {
 
   test('the check fails: 403 UAEX ext_authz_error', async () => {
     const snap = meshWith([customAll], PROVIDERS);
-    const { res, stream } = await request(create({ current: snap }, hook(new Error('unreachable'))), connection(snap, HTTPBIN));
+    const { res, stream } = await request(create(snap, hook(new Error('unreachable'))), connection(snap, HTTPBIN));
     expect(res.status).toBe(403);
     expect([stream.responseFlags, stream.responseCodeDetails]).toEqual(['UAEX', 'ext_authz_error']);
   });
@@ -236,12 +214,12 @@ describe('CUSTOM', () => {
   test('TCP: asked through checkConnection; a denial refuses the CONNECT (401, UAEX); without it, denied', async () => {
     const snap = meshWith([customAll], PROVIDERS);
     const denied = connection(snap, TCP_ECHO);
-    expect(await create({ current: snap }, hook({ allow: false })).onConnection!(denied)).toBe(FilterStatus.StopAndReply);
+    expect(await create(snap, hook({ allow: false })).onConnection!(denied)).toBe(FilterStatus.StopAndReply);
     expect([denied.rejectStatus, denied.rejectDetails, denied.responseFlags]).toEqual([401, 'ext_authz_denied', 'UAEX']);
     const allowed = connection(snap, TCP_ECHO);
-    expect(await create({ current: snap }, hook({ allow: true })).onConnection!(allowed)).toBe(FilterStatus.Continue);
+    expect(await create(snap, hook({ allow: true })).onConnection!(allowed)).toBe(FilterStatus.Continue);
     const noClient = connection(snap, TCP_ECHO);
-    expect(await create({ current: snap }).onConnection!(noClient)).toBe(FilterStatus.StopAndReply);
+    expect(await create(snap).onConnection!(noClient)).toBe(FilterStatus.StopAndReply);
     expect(noClient.rejectDetails).toBe('rbac_access_denied_matched_policy[istio-ext-authz-ns[foo]-policy[ext]-rule[0]-deny-due-to-bad-CUSTOM-action]');
   });
 });
@@ -252,7 +230,7 @@ describe('TCP tunnels', () => {
   test('declared TCP port: decided at CONNECT, a denial is a 401 refusal', () => {
     const snap = meshWith([onlyBar]);
     const conn = connection(snap, TCP_ECHO);
-    expect(create({ current: snap }).onConnection!(conn)).toBe(FilterStatus.StopAndReply);
+    expect(create(snap).onConnection!(conn)).toBe(FilterStatus.StopAndReply);
     expect([conn.rejectStatus, conn.rejectDetails]).toEqual([401, 'rbac_access_denied_matched_policy[none]']);
     expect(conn.get(TCP_AUTHZ_RESULT)?.decision).toBe('DENY');
   });
@@ -260,7 +238,7 @@ describe('TCP tunnels', () => {
   test('HTTP port: nothing decided at CONNECT', () => {
     const snap = meshWith([onlyBar]);
     const conn = connection(snap, HTTPBIN);
-    expect(create({ current: snap }).onConnection!(conn)).toBe(FilterStatus.Continue);
+    expect(create(snap).onConnection!(conn)).toBe(FilterStatus.Continue);
     expect([conn.rejectStatus, conn.rejectIfTcp, conn.get(TCP_AUTHZ_RESULT)]).toEqual([0, '', undefined]);
   });
 
@@ -268,7 +246,7 @@ describe('TCP tunnels', () => {
     const snap = meshWith([onlyBar]);
     const conn = connection(snap, HTTPBIN_POD);
     expect(conn.protocol).toBe('UNKNOWN');
-    expect(create({ current: snap }).onConnection!(conn)).toBe(FilterStatus.Continue);
+    expect(create(snap).onConnection!(conn)).toBe(FilterStatus.Continue);
     expect([conn.rejectStatus, conn.rejectIfTcp]).toEqual([0, 'rbac_access_denied_matched_policy[none]']);
   });
 

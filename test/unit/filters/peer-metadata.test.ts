@@ -1,12 +1,11 @@
 /**
  * `istio.peer_metadata` on fake contexts over a compiled mesh snapshot: each discovery method and
  * their order, IPv4-mapped source addresses, the certificate identity fallback, propagation of the
- * waypoint's own metadata, header stripping, malformed headers and baggage (pitfall H5), and config.
+ * waypoint's own metadata, header stripping, malformed headers and baggage, and config.
  */
 import os from 'node:os';
 import type { IncomingHttpHeaders } from 'node:http2';
 import fc from 'fast-check';
-import { Registry } from 'prom-client';
 import { describe, expect, test } from 'vitest';
 import { createPeerMetadataFilter, parsePeerMetadataConfig, peerMetadataFactory, workloadAt } from '../../../filters/peer-metadata/index.ts';
 import { peerBaggage, selfMetadata } from '../../../filters/peer-metadata/self.ts';
@@ -14,17 +13,12 @@ import { formatBaggage } from '../../../src/peer/baggage.ts';
 import { parseBaggage } from '../../../src/peer/baggage-parse.ts';
 import { DOWNSTREAM_PEER, EMPTY_PEER, REQUEST_DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, downstreamPeerOf, sourceWorkloadAt, type PeerInfo } from '../../../src/peer/peer-info.ts';
 import { decodePeerMetadata, encodePeerMetadata, PEER_METADATA_HEADER, PEER_METADATA_ID_HEADER } from '../../../src/peer/peer-metadata-header.ts';
-import { FilterChain } from '../../../src/pipeline/chain.ts';
-import type { ConnectInfo, ConnectionContext, StreamContext } from '../../../src/pipeline/context.ts';
-import type { Filter, FilterEnv } from '../../../src/pipeline/filter.ts';
-import { HeaderList } from '../../../src/pipeline/headers.ts';
-import { FilterRegistry } from '../../../src/pipeline/registry.ts';
+import { FilterChain, FilterRegistry, HeaderList, type ConnectInfo, type ConnectionContext, type Filter, type StreamContext } from '../../../src/pipeline/index.ts';
 import { compileMesh } from '../../../src/state/compile.ts';
-import type { Endpoint, MeshSnapshot } from '../../../src/state/types.ts';
-import { log } from '../../../src/util/log.ts';
+import type { Endpoint, MeshSnapshot } from '../../../src/state/index.ts';
 import { caught } from '../../helpers/config-error.ts';
 import { ISTIO_124_HEADER, ISTIO_124_PEER } from '../peer/fixtures.ts';
-import { FilterHarness } from '../../helpers/filter-harness.ts';
+import { FilterHarness, MeshStub, filterEnv } from '../../helpers/filter-harness.ts';
 import { INFO, terminal } from '../pipeline/fakes.ts';
 
 const MESH = `apiVersion: gateway.networking.k8s.io/v1
@@ -82,7 +76,7 @@ status: { podIP: 10.0.0.5 }
 `;
 
 const snap = compileMesh({ text: MESH, file: 'mesh.yaml' });
-const env: FilterEnv = { mesh: { current: snap }, log, metrics: new Registry() };
+const env = filterEnv({ mesh: snap });
 const CERT = INFO.peer.uri;
 const ECHO_ID = 'spiffe://cluster.local/ns/demo/sa/echo';
 const WAYPOINT_ID = 'spiffe://cluster.local/ns/demo/sa/waypoint';
@@ -109,7 +103,7 @@ function echoEndpoint(mesh: MeshSnapshot = snap): Endpoint {
 
 /** A filter for `config` (raw, parsed like the registry does) over `mesh`. */
 function make(config?: unknown, mesh: MeshSnapshot = snap): { filter: Filter; chain: FilterChain } {
-  const filter = createPeerMetadataFilter(parsePeerMetadataConfig(config), { ...env, mesh: { current: mesh } });
+  const filter = createPeerMetadataFilter(parsePeerMetadataConfig(config), filterEnv({ mesh }));
   return { filter, chain: new FilterChain([filter, terminal('router', [], [])]) };
 }
 
@@ -428,7 +422,7 @@ describe('propagation of the waypoint itself', () => {
   });
 
   test('self metadata follows mesh updates (computed once per snapshot)', () => {
-    const holder = { current: snap };
+    const holder = new MeshStub(snap);
     const filter = createPeerMetadataFilter(parsePeerMetadataConfig({ upstreamPropagation: ['istio_headers'] }), { ...env, mesh: holder });
     const chain = new FilterChain([filter, terminal('router', [], [])]);
     expect(exchange(chain).upstream.get(PEER_METADATA_ID_HEADER)).toBeUndefined();

@@ -16,10 +16,9 @@ import {
 import { destinationLabels, grpcStatusLabel, isGrpcContentType, principalNamespace, sourceLabels } from '../../../filters/stats/labels.ts';
 import { DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, type PeerInfo } from '../../../src/peer/peer-info.ts';
 import type { ConnectInfo, ConnectionContext, StreamContext } from '../../../src/pipeline/index.ts';
-import type { Service, Target } from '../../../src/state/types.ts';
-import { log } from '../../../src/util/log.ts';
+import type { Service, Target } from '../../../src/state/index.ts';
 import { parsePrometheus, type Sample } from '../../helpers/prometheus.ts';
-import { CLIENT_INFO, FilterHarness } from '../../helpers/filter-harness.ts';
+import { CLIENT_INFO, FilterHarness, filterEnv } from '../../helpers/filter-harness.ts';
 
 const CLIENT: PeerInfo = Object.freeze({
   name: 'client-7d9f-x2',
@@ -465,7 +464,7 @@ describe('the filter', () => {
 
   test('two chains on one registry share the instruments (no double registration)', () => {
     const registry = new Registry();
-    const env = { mesh: { current: harness.mesh }, log, metrics: registry };
+    const env = filterEnv({ mesh: harness.mesh, metrics: registry });
     statsFactory.create(DEFAULT_STATS_CONFIG, env);
     expect(() => statsFactory.create(DEFAULT_STATS_CONFIG, env)).not.toThrow();
     expect(registry.getMetricsAsArray().filter((m) => m.name.startsWith('istio_'))).toHaveLength(11);

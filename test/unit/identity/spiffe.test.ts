@@ -9,7 +9,6 @@ import { LocalCa } from '../../../src/identity/ca.ts';
 import {
   formatSpiffeId,
   parseSpiffeId,
-  peerSpiffeId,
   spiffeUrisOf,
   svidIdentity,
   trustDomainAllowed,
@@ -61,7 +60,7 @@ test('SAN extraction from a certificate issued by the local CA', async () => {
   const uri = 'spiffe://cluster.local/ns/default/sa/bookinfo';
   const cert = new X509Certificate((await ca.issue(uri, 60_000)).certPem);
   expect(spiffeUrisOf(cert)).toEqual([uri]);
-  expect(peerSpiffeId(cert)).toEqual(parseSpiffeId(uri));
+  expect(svidIdentity(cert)).toEqual({ id: parseSpiffeId(uri) });
 });
 
 test('SAN extraction decodes values Node prints quoted', async () => {
@@ -69,7 +68,7 @@ test('SAN extraction decodes values Node prints quoted', async () => {
   const cert = new X509Certificate((await ca.issue(uri, 60_000)).certPem);
   expect(cert.subjectAltName).toContain('"'); // Node quoted it: the case under test
   expect(spiffeUrisOf(cert)).toEqual([uri]);
-  expect(peerSpiffeId(cert)?.namespace).toBe('a,b');
+  expect(svidIdentity(cert)).toMatchObject({ id: { namespace: 'a,b' } });
 });
 
 test('SAN extraction with several names lists the spiffe URIs; several URI SANs are no SPIFFE identity', async () => {
@@ -90,7 +89,6 @@ test('SAN extraction with several names lists the spiffe URIs; several URI SANs 
   const cert = new X509Certificate(generated.toString('pem'));
   expect(spiffeUrisOf(cert)).toEqual(['spiffe://bad/ns/only', 'spiffe://td/ns/q"x/sa/y', 'spiffe://td/ns/second/sa/z']);
   // SPIFFE X509-SVID §2: exactly one URI SAN (the DNS name that mimics one does not count).
-  expect(peerSpiffeId(cert)).toBeUndefined();
   expect(svidIdentity(cert)).toEqual({ problem: 'the certificate has 4 URI SANs; a SPIFFE certificate has exactly one' });
 });
 
@@ -109,7 +107,6 @@ test('exactly one URI SAN, plus any DNS names, is an identity; one URI SAN that 
     { type: 'url', value: 'spiffe://td/ns/a/sa/b' },
     { type: 'url', value: 'spiffe://td/ns/admin/sa/root' },
   ]);
-  expect(peerSpiffeId(two)).toBeUndefined();
   expect(svidIdentity(two)).toEqual({ problem: 'the certificate has 2 URI SANs; a SPIFFE certificate has exactly one' });
   const odd = await make([{ type: 'url', value: 'spiffe://td/workload' }]);
   expect((svidIdentity(odd) as { problem: string }).problem).toMatch(/invalid SPIFFE id/);
@@ -117,10 +114,10 @@ test('exactly one URI SAN, plus any DNS names, is an identity; one URI SAN that 
 
 test('no certificate, or no SAN', async () => {
   expect(spiffeUrisOf(undefined)).toEqual([]);
-  expect(peerSpiffeId(undefined)).toBeUndefined();
+  expect(svidIdentity(undefined)).toEqual({ problem: 'no certificate' });
   const root = new X509Certificate(ca.rootCertPem); // the root has no SAN extension
   expect(spiffeUrisOf(root)).toEqual([]);
-  expect(peerSpiffeId(root)).toBeUndefined();
+  expect(svidIdentity(root)).toEqual({ problem: 'the certificate has no URI SAN (a SPIFFE identity)' });
 });
 
 test.each([

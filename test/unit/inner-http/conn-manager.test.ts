@@ -28,10 +28,12 @@ function stream(req: IncomingMessage, target: Target = SERVICE, head: RequestHea
 }
 
 describe('requestHead', () => {
-  test('HTTP/1.1: method and target as received, Host is the authority, hop-by-hop headers (and those named in Connection) dropped, case kept', () => {
+  test('HTTP/1.1: method and target as received, Host is the authority, hop-by-hop headers (and those named in Connection) dropped, TE kept only as trailers, case kept', () => {
     const head = requestHead(h1('GET', '/p?q', ['Host', 'Web:80', 'Connection', 'keep-alive, X-Hop', 'X-Hop', '1', 'Keep-Alive', 't=5', 'X-Keep', 'a', 'TE', 'trailers']));
     expect(head).toMatchObject({ protocol: 'HTTP/1.1', method: 'GET', path: '/p?q', authority: 'Web:80' });
-    expect(head.headers.raw).toEqual(['Host', 'Web:80', 'X-Keep', 'a']);
+    // TE is hop-by-hop but kept as `trailers` (Envoy's HCM sanitizes it so).
+    expect(head.headers.raw).toEqual(['Host', 'Web:80', 'X-Keep', 'a', 'te', 'trailers']);
+    expect(requestHead(h1('GET', '/', ['Host', 'w', 'TE', 'gzip, deflate'])).headers.raw).toEqual(['Host', 'w']);
   });
 
   test('HTTP/1.0 without Host: empty authority', () => {

@@ -5,12 +5,9 @@ import { describe, expect, test } from 'vitest';
 import { EMPTY_PEER, type PeerInfo } from '../../../src/peer/peer-info.ts';
 import {
   MAX_PEER_METADATA_BASE64,
-  PEER_METADATA_HEADER,
-  PEER_METADATA_ID_HEADER,
   decodePeerMetadata,
   encodePeerMetadata,
   nodeId,
-  peerMetadataHeaders,
 } from '../../../src/peer/peer-metadata-header.ts';
 import { ownerOf, workloadTypeFromOwner } from '../../../src/peer/peer-struct.ts';
 import {
@@ -66,13 +63,6 @@ describe('encode', () => {
     expect(bytes.includes('team')).toBe(false);
   });
 
-  test('peerMetadataHeaders gives both headers; an empty id is left out', () => {
-    expect(peerMetadataHeaders(ISTIO_124_PEER, 'waypoint~1.2.3.4~w.ns~ns.svc.cluster.local')).toEqual({
-      [PEER_METADATA_HEADER]: ISTIO_124_HEADER,
-      [PEER_METADATA_ID_HEADER]: 'waypoint~1.2.3.4~w.ns~ns.svc.cluster.local',
-    });
-    expect(Object.keys(peerMetadataHeaders(ISTIO_124_PEER, ''))).toEqual([PEER_METADATA_HEADER]);
-  });
 });
 
 describe('decode', () => {

@@ -3,7 +3,7 @@
  * (test/helpers/filter-harness.ts); tests that hand-build a request pass it to {@link fakeStream}.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { admitRequest, requestHead } from '../../../src/inner-http/conn-manager.ts';
+import { admitRequest, requestHead } from '../../../src/inner-http/index.ts';
 import {
   FilterStatus,
   HeaderList,

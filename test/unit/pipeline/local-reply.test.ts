@@ -10,7 +10,7 @@ import type { StreamContext } from '../../../src/pipeline/context.ts';
 import type { Filter } from '../../../src/pipeline/filter.ts';
 import { HeaderList } from '../../../src/pipeline/headers.ts';
 import { respond, sendLocalReply } from '../../../src/pipeline/local-reply.ts';
-import { LOCAL_REPLY_BODY, LOCAL_REPLY_STATUS, ResponseFlag } from '../../../src/pipeline/response-flags.ts';
+import { LOCAL_REPLY_BODY, LOCAL_REPLY_STATUS, ResponseFlag, type ResponseFlagName } from '../../../src/pipeline/response-flags.ts';
 import { fakeStream, terminal } from './fakes.ts';
 
 const HOST = '127.0.30.1';
@@ -104,7 +104,7 @@ describe('LOCAL_REPLY_STATUS', () => {
 
 describe('sendLocalReply', () => {
   test.each(Object.entries(ENVOY_STATUS))('flag %s with no explicit status answers %i with the flag body and records the flag', async (flag, status) => {
-    const { reply, stream } = await exchange([], (s) => sendLocalReply(s, undefined, undefined, flag, `details_${flag}`));
+    const { reply, stream } = await exchange([], (s) => sendLocalReply(s, undefined, undefined, flag as ResponseFlagName, `details_${flag}`));
     const body = LOCAL_REPLY_BODY[flag] ?? '';
     expect(reply.status).toBe(status);
     expect(reply.body).toBe(body);
@@ -224,3 +224,12 @@ describe('respond', () => {
     expect(reply?.status ?? 0).not.toBe(200);
   });
 });
+
+// Checked by `tsc`: flags are Envoy's names, never free strings (a typo would log an unknown flag).
+export function flagsAreTyped(s: StreamContext): void {
+  // @ts-expect-error not a response flag
+  sendLocalReply(s, 400, '', 'BOGUS', 'x');
+  // @ts-expect-error not a response flag
+  s.addFlag('nc');
+  s.addFlag(ResponseFlag.NoClusterFound);
+}

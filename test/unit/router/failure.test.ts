@@ -3,7 +3,7 @@ import { describe, expect, test } from 'vitest';
 import { HboneConnectError } from '../../../src/hbone/pool.ts';
 import { LOCAL_REPLY_STATUS } from '../../../src/pipeline/response-flags.ts';
 import { UpstreamOverflowError } from '../../../src/upstream/cluster-state.ts';
-import { CONNECT_FAILURE, CONNECTION_OVERFLOW, isConnectFailure, NO_HEALTHY_UPSTREAM, upstreamFailure } from '../../../src/upstream/failure.ts';
+import { CONNECT_FAILURE, CONNECTION_OVERFLOW, isConnectFailure, NO_HEALTHY_UPSTREAM, PER_TRY_TIMEOUT, RESPONSE_TIMEOUT, upstreamFailure } from '../../../src/upstream/failure.ts';
 import { UpstreamResetError } from '../../../src/upstream/h2-upstream.ts';
 
 const coded = (code: string, name = 'Error') => Object.assign(new Error(code), { code, name });
@@ -26,8 +26,13 @@ describe('upstreamFailure', () => {
   });
 
   test('statuses are the local-reply table of their flag', () => {
-    for (const f of [NO_HEALTHY_UPSTREAM, CONNECTION_OVERFLOW, CONNECT_FAILURE]) expect(f.status).toBe(LOCAL_REPLY_STATUS[f.flag]);
+    for (const f of [NO_HEALTHY_UPSTREAM, CONNECTION_OVERFLOW, CONNECT_FAILURE, RESPONSE_TIMEOUT, PER_TRY_TIMEOUT]) expect(f.status).toBe(LOCAL_REPLY_STATUS[f.flag]);
     expect([NO_HEALTHY_UPSTREAM.flag, CONNECTION_OVERFLOW.flag, CONNECT_FAILURE.flag]).toEqual(['UH', 'UO', 'UF']);
+  });
+
+  test('timeouts: 504 UT, with Envoy details for the route and the per-try timeout', () => {
+    expect(RESPONSE_TIMEOUT).toEqual({ status: 504, flag: 'UT', details: 'response_timeout' });
+    expect(PER_TRY_TIMEOUT).toEqual({ status: 504, flag: 'UT', details: 'upstream_per_try_timeout' });
   });
 
   test('connect failures are the ones nothing was sent on', () => {
