@@ -88,7 +88,9 @@ export async function startRig(net: number, bootstrap: Record<string, unknown> =
     const patch = {
       listeners: { hbone: `127.0.${net}.1:15008`, admin: `127.0.${net}.1:0`, readiness: '' },
       upstream: { hbonePort: 15008 },
-      http2: { keepaliveIntervalMs: 300, keepaliveTimeoutMs: 600 },
+      // ztunnel's 4 MiB stream window (the default is 256 KiB): each stalled stream then pins
+      // megabytes, so a leak of them would show well above the measurement noise.
+      http2: { keepaliveIntervalMs: 300, keepaliveTimeoutMs: 600, initialStreamWindowSize: 4 * 1024 * 1024 },
       drain: { timeoutMs: 20_000 },
       ...bootstrap,
     };
