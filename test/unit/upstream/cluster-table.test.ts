@@ -10,37 +10,16 @@ import { DESTINATION_RULES, destinationRulesFor } from '../../../src/routing/ind
 import { MeshStore } from '../../../src/state/store.ts';
 import type { MeshSnapshot, Target } from '../../../src/state/types.ts';
 import { LoadBalancer } from '../../../src/upstream/load-balancer.ts';
+import { meshText, namespace, pod, service, servicePort, usesWaypoint, waypointGateway } from '../../helpers/mesh.ts';
 import { ClusterTable } from '../../../src/upstream/cluster-table.ts';
 
-const BASE = `apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: { name: waypoint, namespace: shop }
-spec: { gatewayClassName: istio-waypoint }
----
-apiVersion: v1
-kind: Namespace
-metadata: { name: shop, labels: { istio.io/use-waypoint: waypoint } }
----
-apiVersion: v1
-kind: Service
-metadata: { name: reviews, namespace: shop }
-spec: { clusterIP: 10.96.0.10, selector: { app: reviews }, ports: [{ name: http, port: 9080 }] }
----
-apiVersion: v1
-kind: Service
-metadata: { name: ratings, namespace: shop }
-spec: { clusterIP: 10.96.0.11, selector: { app: ratings }, ports: [{ name: http, port: 9080 }] }
-${[1, 2, 3]
-  .map(
-    (i) => `---
-apiVersion: v1
-kind: Pod
-metadata: { name: reviews-${i}, namespace: shop, labels: { app: reviews } }
-spec: { containers: [{ name: c, ports: [{ containerPort: 9080 }] }] }
-status: { podIP: 10.1.0.${i} }
-`,
-  )
-  .join('')}`;
+const BASE = meshText(
+  waypointGateway('shop'),
+  namespace('shop', usesWaypoint()),
+  service({ name: 'reviews', namespace: 'shop', vip: '10.96.0.10', ports: [servicePort('http', 9080)] }),
+  service({ name: 'ratings', namespace: 'shop', vip: '10.96.0.11', ports: [servicePort('http', 9080)] }),
+  ...[1, 2, 3].map((i) => pod({ name: `reviews-${i}`, namespace: 'shop', labels: { app: 'reviews' }, ip: `10.1.0.${i}`, ports: { http: 9080 } })),
+);
 const rule = (trafficPolicy: string) => `---
 apiVersion: networking.istio.io/v1
 kind: DestinationRule

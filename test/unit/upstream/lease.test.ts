@@ -4,36 +4,19 @@
  * `tcp.maxConnections`, and a hash is asked for only when the cluster's policy hashes.
  */
 import { describe, expect, test } from 'vitest';
-import { MeshStore } from '../../../src/state/store.ts';
 import type { Target } from '../../../src/state/types.ts';
 import { ClusterState } from '../../../src/upstream/cluster-state.ts';
 import { LoadBalancer } from '../../../src/upstream/load-balancer.ts';
+import { namespace, pod, service, snapshotOf, usesWaypoint, waypointGateway } from '../../helpers/mesh.ts';
 import { leaseEndpoint } from '../../../src/upstream/pick-endpoint.ts';
 import { defaultTrafficPolicy, UNLIMITED_POOL, type ClusterTrafficPolicy, type HashKey } from '../../../src/routing/traffic-policy.ts';
 
-const snapshot = MeshStore.fromText(`apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: { name: waypoint, namespace: shop }
-spec: { gatewayClassName: istio-waypoint }
----
-apiVersion: v1
-kind: Namespace
-metadata: { name: shop, labels: { istio.io/use-waypoint: waypoint } }
----
-apiVersion: v1
-kind: Service
-metadata: { name: db, namespace: shop }
-spec:
-  clusterIP: 10.0.0.1
-  selector: { app: db }
-  ports: [{ name: tcp, port: 5432 }]
----
-apiVersion: v1
-kind: Pod
-metadata: { name: db-1, namespace: shop, labels: { app: db } }
-spec: { containers: [{ name: db }] }
-status: { podIP: 10.1.0.1 }
-`).current;
+const snapshot = snapshotOf(
+  waypointGateway('shop'),
+  namespace('shop', usesWaypoint()),
+  service({ name: 'db', namespace: 'shop', vip: '10.0.0.1', ports: [{ name: 'tcp', port: 5432 }] }),
+  pod({ name: 'db-1', namespace: 'shop', labels: { app: 'db' }, ip: '10.1.0.1' }),
+);
 const target = snapshot.resolveTarget('10.0.0.1', 5432) as Target;
 
 function policy(maxConnections: number, hashKey?: HashKey): ClusterTrafficPolicy {
