@@ -8,5 +8,6 @@ export { HboneServer, type HboneRequest, respondAndClose } from './server.ts';
 export type { Http2Params, TlsMaterial } from './settings.ts';
 export { DEFAULT_HTTP2, http2Settings } from './settings.ts';
 export { joinWritev } from './writev-fix.ts';
+export { clearIdleTimer, clearTimerOnDestroy } from './stream-timer-fix.ts';
 export { teardown, relay } from './relay.ts';
 export { resetStream, asHttp1Socket, endStreamReceived, resetOf, watchEndStream, type StreamReset } from './stream-end.ts';

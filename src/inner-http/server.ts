@@ -19,7 +19,7 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import http2, { type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { http2Settings, type Http2Params, joinWritev } from '../hbone/index.ts';
+import { clearIdleTimer, clearTimerOnDestroy, http2Settings, type Http2Params, joinWritev } from '../hbone/index.ts';
 import {
   FilterStatus,
   ResponseFlag,
@@ -33,7 +33,7 @@ import {
   type RequestHead,
 } from '../pipeline/index.ts';
 import { log } from '../util/index.ts';
-import { clearIdleTimer, clearTimerOnDestroy, closeTunnel } from './streams.ts';
+import { closeTunnel } from './streams.ts';
 import { admitRequest, codecError, prepareStream, requestHead, unreadableHead, type ConnManagerOptions, type PathNormalizer, type Refusal } from './conn-manager.ts';
 
 /** Limits of the HTTP/1.x server inside tunnels (bytes, ms). */
