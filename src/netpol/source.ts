@@ -4,7 +4,7 @@
  * address instead: istio.io docs ambient/usage/networkpolicy).
  */
 import type { ConnectInfo } from '../pipeline/index.ts';
-import { forwardedFor } from '../peer/index.ts';
+import { forwardedFor, sourceWorkloadAt } from '../peer/index.ts';
 import type { MeshSnapshot, Workload } from '../state/index.ts';
 
 /** The source a NetworkPolicy is evaluated against. */
@@ -26,7 +26,8 @@ export interface OriginalSource {
  */
 export function originalSource(snapshot: MeshSnapshot, info: ConnectInfo): OriginalSource {
   const ip = forwardedFor(info.forwarded) ?? (info.downstreamAddress || undefined);
-  const w = ip === undefined ? undefined : snapshot.workloadByIp(ip);
-  const pod = w && w.kind === 'Pod' && w.identity === info.peer.uri ? w : undefined;
+  // The same rule as the telemetry's source workload (peer's sourceWorkloadAt): address and identity.
+  const w = ip === undefined ? undefined : sourceWorkloadAt(snapshot, ip, info.peer.uri);
+  const pod = w?.kind === 'Pod' ? w : undefined;
   return { ip, pod };
 }
