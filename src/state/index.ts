@@ -8,7 +8,7 @@
  */
 export { MeshStore } from './store.ts';
 export { definePart } from './parts.ts';
-export type { AccessLogEncoding, Endpoint, KeptResource, MeshConfig, MeshPart, MeshSnapshot, PortProtocol, Service, ServicePort, Target, Workload, WaypointIdentity } from './types.ts';
+export type { AccessLogEncoding, DiscoveredMesh, DiscoveryContext, Endpoint, KeptResource, MeshConfig, MeshPart, MeshSnapshot, PortProtocol, Service, ServicePort, Target, Workload, WaypointIdentity } from './types.ts';
 export { isHttpProtocol } from './protocol.ts';
 export { clusterName, serviceClusterName } from './cluster-name.ts';
 // Addresses, and where a resource's field is in the mesh file (for ConfigError positions).

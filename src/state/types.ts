@@ -283,3 +283,24 @@ export interface PartBinding<T> {
   compile(snapshot: MeshSnapshot): T;
   publish?(value: T, snapshot: MeshSnapshot): void;
 }
+
+/**
+ * Workloads and services learned from a discovery service (istiod's WDS in `--cluster` mode),
+ * compiled in place of the Pods, Services, ServiceEntries and WorkloadEntries of the mesh
+ * objects. `resolve` is called once per compile, after the waypoint Gateway is known, and must
+ * return new model objects (the compile freezes them); it never does I/O.
+ */
+export interface DiscoveredMesh {
+  resolve(ctx: DiscoveryContext): { readonly workloads: readonly Workload[]; readonly services: readonly Service[] };
+}
+
+/** What {@link DiscoveredMesh.resolve} needs from the compile. */
+export interface DiscoveryContext {
+  /** This waypoint (from its Gateway object); decides `servedByThisWaypoint`. */
+  readonly waypoint: WaypointIdentity;
+  readonly trustDomain: string;
+  /** Cluster DNS suffix (`cluster.local`). */
+  readonly domainSuffix: string;
+  readonly clusterId: string;
+  readonly namespaceLabels: (namespace: string) => Readonly<Record<string, string>>;
+}
