@@ -1,9 +1,11 @@
 /**
- * Compile the standalone mesh file — the Kubernetes / Istio / Gateway API YAML people
- * `kubectl apply` — into a {@link MeshSnapshot}: the equivalent of what istiod would push over WDS
- * plus the resources later stages read (policies, routes) kept as-is, and the engines' compiled
- * parts (parts.ts) given in `parts`. Written as a generator ({@link compileMeshStepwise}) so the
- * store can compile a huge file in slices without stalling the traffic it serves.
+ * Compile the mesh's Kubernetes / Istio / Gateway API objects — the standalone mesh file people
+ * `kubectl apply`, or the same objects as the API server serves them — into a
+ * {@link MeshSnapshot}: the equivalent of what istiod would push over WDS (or what it did push,
+ * `discovered`) plus the resources later stages read (policies, routes) kept as-is, and the
+ * engines' compiled parts (parts.ts) given in `parts`. One compiler for both sources, so behaviour
+ * never depends on where config came from. Written as a generator ({@link compileMeshStepwise})
+ * so the store can compile a huge mesh in slices without stalling the traffic it serves.
  */
 import { log, runNow, type Stepwise } from '../util/index.ts';
 import { DEFAULT_MESH_CONFIG, parseMeshConfig } from './mesh-config.ts';
@@ -12,26 +14,22 @@ import { ConfigMapSchema, GatewayClassSchema, NamespaceSchema, ServiceEntrySchem
 import { chainServiceWaypoints } from './service-waypoints.ts';
 import { serviceEntryService, kubeService, type ServiceContext } from './services.ts';
 import { createSnapshotStepwise } from './snapshot.ts';
-import { readObjectsStepwise, type SourceObject } from './source.ts';
-import type { KeptResource, MeshConfig, MeshPart, MeshSnapshot, Service, Workload } from './types.ts';
+import { readObjectsStepwise, readParsedObjectsStepwise, type SourceObject } from './source.ts';
+import type { DiscoveredMesh, KeptResource, MeshConfig, MeshPart, MeshSnapshot, Service, Workload } from './types.ts';
 import { parseAs } from './validate.ts';
-import { GATEWAY_API_GROUP, isWaypointGateway, NO_WAYPOINT, selectWaypointGateway, WAYPOINT_GATEWAY_CLASS, waypointIdentity } from './waypoint.ts';
+import { GATEWAY_API_GROUP, type GatewaySource, isWaypointGateway, NO_WAYPOINT, selectWaypointGateway, WAYPOINT_GATEWAY_CLASS, waypointIdentity } from './waypoint.ts';
 import { podWorkload, serviceEntryWorkloads, workloadEntryWorkload, type WorkloadContext } from './workloads.ts';
 
-/** Input of {@link compileMesh}. */
-export interface CompileInput {
-  /** The mesh YAML (multi-document, or `kind: List`). */
-  readonly text: string;
-  /** File name used in error messages. */
-  readonly file: string;
-  /** `namespace/name` of the waypoint Gateway to run as; required when the file has several. */
+/** What {@link compileMesh} needs besides the objects, whichever their source. */
+export interface CompileOptions {
+  /** `namespace/name` of the waypoint Gateway to run as; required when there are several. */
   readonly gateway?: string;
   /**
    * Compile for a role that is not a waypoint (`waypoint inbound`, the destination ztunnel): no
    * waypoint Gateway is looked for or needed, `snapshot.waypoint` is {@link NO_WAYPOINT}.
    */
   readonly withoutWaypoint?: boolean;
-  /** Explicit MeshConfig YAML; wins over the `istio` ConfigMap of the file. */
+  /** Explicit MeshConfig YAML; wins over the `istio` ConfigMap of the objects. */
   readonly meshConfig?: { readonly text: string; readonly file: string };
   /** Snapshot version (default 1). */
   readonly version?: number;
@@ -41,7 +39,36 @@ export interface CompileInput {
   readonly domainSuffix?: string;
   /** The engines' parts to compile into the snapshot, in order (see parts.ts); default none. */
   readonly parts?: readonly MeshPart<unknown>[];
+  /**
+   * Workloads and services from a discovery service (istiod's WDS): when given, the objects'
+   * Pods, Services, ServiceEntries and WorkloadEntries are not used, and `discovered.resolve` is
+   * asked once the waypoint is known. Its services come with their `viaWaypoint` resolved (WDS
+   * names each service's waypoint address); chained waypoints are resolved here only for services
+   * compiled from objects.
+   */
+  readonly discovered?: DiscoveredMesh;
 }
+
+/** The mesh as YAML text: the standalone mesh file. */
+export interface MeshTextInput extends CompileOptions {
+  /** The mesh YAML (multi-document, or `kind: List`). */
+  readonly text: string;
+  /** File name used in error messages. */
+  readonly file: string;
+  readonly objects?: undefined;
+}
+
+/** The mesh as objects already parsed: the API server's JSON. Errors name the object and field. */
+export interface MeshObjectsInput extends CompileOptions {
+  readonly objects: readonly unknown[];
+  /** How messages name where the objects came from (default `the mesh objects`). */
+  readonly origin?: string;
+  readonly text?: undefined;
+  readonly file?: undefined;
+}
+
+/** Input of {@link compileMesh}: the same compile for both sources. */
+export type CompileInput = MeshTextInput | MeshObjectsInput;
 
 const NETWORKING_ISTIO = 'networking.istio.io';
 
@@ -52,7 +79,8 @@ function isBuiltInGroup(group: string): boolean {
 }
 
 /**
- * Compile mesh YAML into a deep-frozen snapshot, with `input.parts` compiled into it.
+ * Compile the mesh (YAML text or parsed objects) into a deep-frozen snapshot, with `input.parts`
+ * compiled into it. The source changes only how errors are located (file:line, or the object).
  *
  * Compiled kinds: `Namespace`, `Service`, `Pod`, `ServiceEntry`, `WorkloadEntry`, Gateway API
  * `Gateway` of class `istio-waypoint`, and the `istio` ConfigMap of the root namespace (`data.mesh`).
@@ -81,7 +109,8 @@ export function compileMesh(input: CompileInput): MeshSnapshot {
  * `runInSlices`). A part's error is thrown as a {@link PartCompileError} (its refusal reason).
  */
 export function* compileMeshStepwise(input: CompileInput): Stepwise<MeshSnapshot> {
-  const objects = yield* readObjectsStepwise(input.text, input.file);
+  const objects = input.objects ? yield* readParsedObjectsStepwise(input.objects) : yield* readObjectsStepwise(input.text, input.file);
+  const source: GatewaySource = input.objects ? { name: input.origin ?? 'the mesh objects' } : { file: input.file, name: input.file };
   rejectDuplicates(objects);
 
   const byKindIndex = new Map<string, SourceObject[]>();
@@ -108,41 +137,22 @@ export function* compileMeshStepwise(input: CompileInput): Stepwise<MeshSnapshot
   const gatewayClassLabels = gatewayClass ? (parseAs(GatewayClassSchema, gatewayClass).metadata.labels ?? {}) : {};
   const waypoint = input.withoutWaypoint
     ? NO_WAYPOINT
-    : waypointIdentity(selectWaypointGateway(gateways, input.gateway, input.file), trustDomain, gatewayClassLabels);
+    : waypointIdentity(selectWaypointGateway(gateways, input.gateway, source), trustDomain, gatewayClassLabels);
 
-  const wctx: WorkloadContext = { clusterId: input.clusterId || 'Kubernetes', trustDomain, waypoint, namespaceLabels };
-  const workloads: Workload[] = [];
-  for (const o of byKind('', 'Pod')) {
-    const w = podWorkload(o, wctx);
-    if (w) workloads.push(w);
-    yield;
+  const clusterId = input.clusterId || 'Kubernetes';
+  const domainSuffix = input.domainSuffix || 'cluster.local';
+  let workloads: Workload[];
+  let services: Service[];
+  if (input.discovered) {
+    const found = input.discovered.resolve({ waypoint, trustDomain, domainSuffix, clusterId, namespaceLabels });
+    workloads = [...found.workloads];
+    services = [...found.services];
+  } else {
+    const wctx: WorkloadContext = { clusterId, trustDomain, waypoint, namespaceLabels };
+    ({ workloads, services } = yield* compileWorkloadsAndServices(byKind, wctx, { waypoint, domainSuffix, namespaceLabels }));
+    // Once every service exists: a waypoint's instances are the endpoints of its own Service.
+    yield* chainServiceWaypoints(services, { waypoint, gateways, gatewayClassLabels, workloads, domainSuffix });
   }
-  for (const o of byKind(NETWORKING_ISTIO, 'WorkloadEntry')) {
-    workloads.push(workloadEntryWorkload(o, wctx));
-    yield;
-  }
-
-  const selectable = new SelectorIndex(workloads);
-  const sctx: ServiceContext = {
-    waypoint,
-    domainSuffix: input.domainSuffix || 'cluster.local',
-    namespaceLabels,
-    selectable: (ns, selector) => selectable.candidates(ns, selector),
-  };
-  const services: Service[] = [];
-  for (const o of byKind('', 'Service')) {
-    services.push(kubeService(o, sctx));
-    yield;
-  }
-  for (const o of byKind(NETWORKING_ISTIO, 'ServiceEntry')) {
-    const se = parseAs(ServiceEntrySchema, o);
-    const inline = serviceEntryWorkloads(o, se, wctx);
-    workloads.push(...inline);
-    services.push(serviceEntryService(o, se, inline, sctx));
-    yield;
-  }
-  // Once every service exists: a waypoint's instances are the endpoints of its own Service.
-  yield* chainServiceWaypoints(services, { waypoint, gateways, gatewayClassLabels, workloads, domainSuffix: sctx.domainSuffix });
 
   return yield* createSnapshotStepwise(
     {
@@ -158,6 +168,40 @@ export function* compileMeshStepwise(input: CompileInput): Stepwise<MeshSnapshot
   );
 }
 
+/** Workloads (Pods, WorkloadEntries, ServiceEntry endpoints) and services (Services, ServiceEntries) of the objects. */
+function* compileWorkloadsAndServices(
+  byKind: (group: string, kind: string) => readonly SourceObject[],
+  wctx: WorkloadContext,
+  sctx: Omit<ServiceContext, 'selectable'>,
+): Stepwise<{ workloads: Workload[]; services: Service[] }> {
+  const workloads: Workload[] = [];
+  for (const o of byKind('', 'Pod')) {
+    const w = podWorkload(o, wctx);
+    if (w) workloads.push(w);
+    yield;
+  }
+  for (const o of byKind(NETWORKING_ISTIO, 'WorkloadEntry')) {
+    workloads.push(workloadEntryWorkload(o, wctx));
+    yield;
+  }
+
+  const selectable = new SelectorIndex(workloads);
+  const ctx: ServiceContext = { ...sctx, selectable: (ns, selector) => selectable.candidates(ns, selector) };
+  const services: Service[] = [];
+  for (const o of byKind('', 'Service')) {
+    services.push(kubeService(o, ctx));
+    yield;
+  }
+  for (const o of byKind(NETWORKING_ISTIO, 'ServiceEntry')) {
+    const se = parseAs(ServiceEntrySchema, o);
+    const inline = serviceEntryWorkloads(o, se, wctx);
+    workloads.push(...inline);
+    services.push(serviceEntryService(o, se, inline, ctx));
+    yield;
+  }
+  return { workloads, services };
+}
+
 /** Same group, kind, namespace and name twice ⇒ ConfigError pointing at the second one. */
 function rejectDuplicates(objects: readonly SourceObject[]): void {
   const seen = new Map<string, SourceObject>();
@@ -166,7 +210,7 @@ function rejectDuplicates(objects: readonly SourceObject[]): void {
     const first = seen.get(key);
     if (first) {
       const at = first.locate();
-      throw o.fail(`duplicate ${o.ref}: already defined in document ${at.document} (line ${at.line})`, ['metadata', 'name']);
+      throw o.fail(first.fromFile ? `duplicate ${o.ref}: already defined in document ${at.document} (line ${at.line})` : `duplicate ${o.ref}`, ['metadata', 'name']);
     }
     seen.set(key, o);
   }
@@ -244,7 +288,9 @@ function keptResources(objects: readonly SourceObject[], meshConfig: MeshConfig)
       log.debug({ file: o.file, document: o.document, object: o.ref, apiVersion: o.apiVersion }, 'mesh: skipping unsupported kind');
       continue;
     }
-    kept.push({ apiVersion: o.apiVersion, kind: o.kind, name: o.name, namespace: o.namespace, object: o.body, locate: (path) => o.locate(path) });
+    const resource: KeptResource = { apiVersion: o.apiVersion, kind: o.kind, name: o.name, namespace: o.namespace, object: o.body };
+    // Not from a file, a resource is located by its ref and field alone (KeptResource.locate).
+    kept.push(o.fromFile ? { ...resource, locate: (path) => o.locate(path) } : resource);
   }
   return kept;
 }

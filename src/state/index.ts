@@ -1,12 +1,15 @@
 /**
- * Mesh state: the mesh file parsed and validated into immutable snapshots (services, workloads,
+ * Mesh state: the mesh file (or the same objects from the API server, with workloads and services
+ * discovered from istiod) parsed and validated into immutable snapshots (services, workloads,
  * mesh config, kept resources), the compiled parts every snapshot carries (`definePart`: engines
  * compile theirs before the store publishes), and the store that holds the current snapshot.
  *
  *   const mesh = await MeshStore.open({ meshFile, watch: true, parts });
+ *   const live = await MeshStore.live({ objects: () => watcher.objects(), discovered, parts });
+ *   watcher.on('change', () => void live.refresh());
  *   const target = mesh.current.resolveTarget(ip, port);   // undefined: nothing served there
  */
-export { MeshStore } from './store.ts';
+export { MeshStore, type MeshStoreLiveOptions } from './store.ts';
 export { definePart } from './parts.ts';
 export type { AccessLogEncoding, DiscoveredMesh, DiscoveryContext, Endpoint, KeptResource, MeshConfig, MeshPart, MeshSnapshot, PortProtocol, Service, ServicePort, Target, Workload, WaypointIdentity } from './types.ts';
 export { isHttpProtocol } from './protocol.ts';

@@ -1,9 +1,11 @@
 /**
- * Read the YAML people `kubectl apply`: a multi-document stream of Kubernetes objects (a `kind: List`
- * with `items` is flattened), each remembered with where it came from so later validation can
- * report `file:line`, the document index, the object and the field. A kind its API group does not
- * have (`kind: Servce`) is refused as `kubectl apply` refuses it; a workload controller (Deployment,
- * ...) whose Pods are not in the file gets a warning, since endpoints come from Pods.
+ * Read the mesh's Kubernetes objects from either source: the YAML people `kubectl apply` (a
+ * multi-document stream; a `kind: List` with `items` is flattened), each remembered with where it
+ * came from so later validation can report `file:line`, the document index, the object and the
+ * field; or objects already parsed (the API server's JSON), whose errors name the object and the
+ * field. Both get the same checks: a kind its API group does not have (`kind: Servce`) is refused
+ * as `kubectl apply` refuses it; a workload controller (Deployment, ...) whose Pods are not among
+ * the objects gets a warning, since endpoints come from Pods.
  */
 import { Composer, LineCounter, Parser, isMap, isScalar, type Document } from 'yaml';
 
@@ -85,18 +87,48 @@ function unknownKind(apiVersion: string, kind: string): string | undefined {
   return `${base} (${hint})`;
 }
 
+/** Where an object was read from, and how to find the line of one of its fields. */
+interface Origin {
+  /** The file, for objects read from one. */
+  readonly file?: string;
+  /** 0-based index of the YAML document that holds it. */
+  readonly document?: number;
+  /** Path of the object inside what was read: `[]`, or `['items', i]` inside a `kind: List`. */
+  readonly prefix: FieldPath;
+  /** 1-based line of the node at `path` (from the document root), or of its nearest existing parent. */
+  line(path: FieldPath): number | undefined;
+  /** Line where line 1 of a YAML string embedded at `path` (from the document root) sits. */
+  embeddedBaseLine(path: FieldPath): number | undefined;
+}
+
+/** The origin of an object of a YAML document. */
+function yamlOrigin(file: string, document: number, doc: Document, counter: LineCounter, prefix: FieldPath): Origin {
+  return {
+    file,
+    document,
+    prefix,
+    line: (path) => lineOf(doc, counter, path),
+    embeddedBaseLine(path) {
+      const node = nodeAt(doc, path);
+      if (!isScalar(node) || !node.range) return undefined;
+      const line = counter.linePos(node.range[0]).line;
+      return node.type === 'BLOCK_LITERAL' || node.type === 'BLOCK_FOLDED' ? line + 1 : line;
+    },
+  };
+}
+
+/** The origin of an already-parsed object (no file, no lines): errors name the object and field. */
+function parsedOrigin(prefix: FieldPath): Origin {
+  return { prefix, line: () => undefined, embeddedBaseLine: () => undefined };
+}
+
 interface SourceInit {
   readonly apiVersion: string;
   readonly kind: string;
   readonly name: string;
   readonly namespace: string;
   readonly body: Readonly<Record<string, unknown>>;
-  readonly file: string;
-  readonly document: number;
-  readonly doc: Document;
-  readonly counter: LineCounter;
-  /** Path of this object inside its document: `[]`, or `['items', i]` inside a `kind: List`. */
-  readonly prefix: FieldPath;
+  readonly origin: Origin;
 }
 
 /** One Kubernetes object from the input, plus the means to point at any of its fields. */
@@ -110,14 +142,13 @@ export class SourceObject {
   readonly namespace: string;
   /** `Kind/namespace/name` (`Kind/name` when cluster-scoped), as used in error messages. */
   readonly ref: string;
-  /** The object as plain JavaScript (YAML 1.2 core schema). */
+  /** The object as plain JavaScript (YAML 1.2 core schema, or the JSON it was given as). */
   readonly body: Readonly<Record<string, unknown>>;
-  readonly file: string;
-  /** 0-based index of the YAML document that holds it. */
-  readonly document: number;
-  readonly #doc: Document;
-  readonly #counter: LineCounter;
-  readonly #prefix: FieldPath;
+  /** The file it was read from; undefined for parsed objects (from the API server). */
+  readonly file: string | undefined;
+  /** 0-based index of the YAML document that holds it; undefined for parsed objects. */
+  readonly document: number | undefined;
+  readonly #origin: Origin;
 
   constructor(init: SourceInit) {
     this.apiVersion = init.apiVersion;
@@ -128,21 +159,24 @@ export class SourceObject {
     this.namespace = init.namespace;
     this.ref = init.namespace ? `${init.kind}/${init.namespace}/${init.name}` : `${init.kind}/${init.name}`;
     this.body = init.body;
-    this.file = init.file;
-    this.document = init.document;
-    this.#doc = init.doc;
-    this.#counter = init.counter;
-    this.#prefix = init.prefix;
+    this.file = init.origin.file;
+    this.document = init.origin.document;
+    this.#origin = init.origin;
   }
 
-  /** Location of a field (`[]` = the object itself); the line is the nearest existing node's. */
+  /** True when read from a file (its locations have a file and lines). */
+  get fromFile(): boolean {
+    return this.file !== undefined;
+  }
+
+  /**
+   * Location of a field (`[]` = the object itself): file, line (the nearest existing node's) and
+   * document when read from a file; always the object and the field.
+   */
   locate(path: FieldPath = []): ConfigLocation {
-    const location: ConfigLocation = {
-      file: this.file,
-      line: lineOf(this.#doc, this.#counter, [...this.#prefix, ...path]),
-      document: this.document,
-      object: this.ref,
-    };
+    const location: ConfigLocation = this.fromFile
+      ? { file: this.file, line: this.#origin.line([...this.#origin.prefix, ...path]), document: this.document, object: this.ref }
+      : { object: this.ref };
     return path.length ? { ...location, field: formatFieldPath(path) } : location;
   }
 
@@ -156,10 +190,7 @@ export class SourceObject {
    * content starts on the line after `|`), so errors inside it can point into this file.
    */
   embeddedBaseLine(path: FieldPath): number | undefined {
-    const node = nodeAt(this.#doc, [...this.#prefix, ...path]);
-    if (!isScalar(node) || !node.range) return undefined;
-    const line = this.#counter.linePos(node.range[0]).line;
-    return node.type === 'BLOCK_LITERAL' || node.type === 'BLOCK_FOLDED' ? line + 1 : line;
+    return this.#origin.embeddedBaseLine([...this.#origin.prefix, ...path]);
   }
 }
 
@@ -223,12 +254,36 @@ export function* readObjectsStepwise(text: string, file: string): Stepwise<Sourc
         });
       }
       value.items.forEach((item, i) => {
-        out.push(toObject(item, { file, document: index, doc, counter, prefix: ['items', i] }));
+        out.push(toObject(item, yamlOrigin(file, index, doc, counter, ['items', i])));
       });
       return;
     }
-    out.push(toObject(value, { file, document: index, doc, counter, prefix: [] }));
+    out.push(toObject(value, yamlOrigin(file, index, doc, counter, [])));
   }
+}
+
+/** Parsed objects read between two pauses of {@link readParsedObjectsStepwise}. */
+const PARSED_PER_STEP = 256;
+
+/**
+ * Read objects already parsed (the API server's JSON), in the given order, with the checks of
+ * {@link readObjects}; a `kind: List` contributes its `items`. Pauses every few hundred objects.
+ * @throws ConfigError naming the object (as far as it names itself) and the field, for an object
+ *   without a string `apiVersion`, `kind` or `metadata.name`, or of a kind its group does not have.
+ */
+export function* readParsedObjectsStepwise(values: readonly unknown[]): Stepwise<SourceObject[]> {
+  const out: SourceObject[] = [];
+  for (const value of values) {
+    if (isRecord(value) && typeof value.kind === 'string' && value.kind.endsWith('List') && 'items' in value) {
+      if (!Array.isArray(value.items)) throw new ConfigError(`${value.kind}.items must be a list`, { field: 'items' });
+      value.items.forEach((item, i) => out.push(toObject(item, parsedOrigin(['items', i]))));
+    } else {
+      out.push(toObject(value, parsedOrigin([])));
+    }
+    if (out.length % PARSED_PER_STEP === 0) yield;
+  }
+  warnControllersWithoutPods(out);
+  return out;
 }
 
 /** Workload controllers: where their Pods' labels are (`selector.matchLabels`, else the template's). */
@@ -270,24 +325,22 @@ function warnControllersWithoutPods(objects: readonly SourceObject[]): void {
     const at = o.locate();
     const l = Object.entries(selector).map(([k, v]) => `${k}=${v}`).join(',');
     const command = `kubectl get pods -n ${o.namespace}${l ? ` -l ${l}` : ''} -o yaml`;
+    const where = o.fromFile ? `${at.file}:${at.line}: ` : '';
     log.warn(
       { file: at.file, line: at.line, document: at.document, object: o.ref },
-      `${at.file}:${at.line}: ${o.ref}: none of its Pods is in the file, so it has no endpoints here: the waypoint reads Pods (labels, status.podIP), not ${o.kind}s. Add them: ${command}`,
+      `${where}${o.ref}: none of its Pods is ${o.fromFile ? 'in the file' : 'among the mesh objects'}, so it has no endpoints here: the waypoint reads Pods (labels, status.podIP), not ${o.kind}s. Add them: ${command}`,
     );
   }
 }
 
-function toObject(
-  value: unknown,
-  at: Pick<SourceInit, 'file' | 'document' | 'doc' | 'counter' | 'prefix'>,
-): SourceObject {
-  const where = (path: FieldPath, object?: string): ConfigLocation => ({
-    file: at.file,
-    line: lineOf(at.doc, at.counter, [...at.prefix, ...path]),
-    document: at.document,
-    object,
-    field: path.length ? formatFieldPath([...at.prefix, ...path]) : at.prefix.length ? formatFieldPath(at.prefix) : undefined,
-  });
+function toObject(value: unknown, origin: Origin): SourceObject {
+  const where = (path: FieldPath, object?: string): ConfigLocation => {
+    const field = path.length ? formatFieldPath([...origin.prefix, ...path]) : origin.prefix.length ? formatFieldPath(origin.prefix) : undefined;
+    if (origin.file !== undefined) return { file: origin.file, line: origin.line([...origin.prefix, ...path]), document: origin.document, object, field };
+    // Not from a file, there is no line to point at: name the object as far as it names itself.
+    const ref = objectRef(value);
+    return { ...(ref ? { object: ref } : {}), ...(field ? { field } : {}) };
+  };
   if (!isRecord(value)) throw new ConfigError('object is not a mapping', where([]));
   const metadata = value.metadata;
   const name = isRecord(metadata) ? metadata.name : undefined;
@@ -312,14 +365,21 @@ function toObject(
     throw new ConfigError('metadata.namespace must be a non-empty string', where(['metadata', 'namespace'], `${value.kind}/${name}`));
   }
   const namespace = CLUSTER_SCOPED.has(value.kind) ? '' : typeof ns === 'string' ? ns : 'default';
-  return new SourceObject({
-    apiVersion: value.apiVersion,
-    kind: value.kind,
-    name,
-    namespace,
-    body: value,
-    ...at,
-  });
+  return new SourceObject({ apiVersion: value.apiVersion, kind: value.kind, name, namespace, body: value, origin });
+}
+
+/**
+ * The `ref` an object has (or, malformed, would have) as a {@link SourceObject}: `Kind/namespace/name`,
+ * `Kind/name` when cluster-scoped (`object/...` without a kind); undefined without a name.
+ */
+export function objectRef(value: unknown): string | undefined {
+  const metadata = isRecord(value) ? value.metadata : undefined;
+  const name = isRecord(metadata) ? metadata.name : undefined;
+  if (typeof name !== 'string' || name === '') return undefined;
+  const kind = isRecord(value) && typeof value.kind === 'string' && value.kind ? value.kind : 'object';
+  const ns = (metadata as Record<string, unknown>).namespace;
+  const namespace = CLUSTER_SCOPED.has(kind) ? '' : typeof ns === 'string' && ns ? ns : 'default';
+  return namespace ? `${kind}/${namespace}/${name}` : `${kind}/${name}`;
 }
 
 /** True for a plain mapping (not null, not an array). */

@@ -1,6 +1,6 @@
 /**
  * The mesh state holder: one current {@link MeshSnapshot}, replaced whole when the mesh file
- * changes. Readers take `store.current` once per tunnel or request; a bad edit never replaces a
+ * changes, or when a live source (the Kubernetes API, istiod) says it changed ({@link MeshStore.live}). Readers take `store.current` once per tunnel or request; a bad edit never replaces a
  * good snapshot (it is logged, like istiod rejecting invalid config).
  *
  * A new snapshot is compiled whole — the mesh and every engine part the store was given (parts.ts)
@@ -17,9 +17,10 @@
 import { readFile } from 'node:fs/promises';
 
 import { ConfigError, log, runInSlices, runNow } from '../util/index.ts';
-import { compileMeshStepwise, type CompileInput } from './compile.ts';
+import { compileMeshStepwise, type CompileInput, type CompileOptions } from './compile.ts';
+import { Coalescer, LiveCompiler, refusalText } from './live.ts';
 import { PartCompileError, publishParts } from './parts.ts';
-import type { MeshPart, MeshSnapshot } from './types.ts';
+import type { DiscoveredMesh, MeshPart, MeshSnapshot } from './types.ts';
 import { watchFiles } from './watch.ts';
 
 /** Options of {@link MeshStore.open}. */
@@ -62,12 +63,49 @@ export interface MeshStoreTextOptions {
   readonly parts?: readonly MeshPart<unknown>[];
 }
 
+/** Options of {@link MeshStore.live}. */
+export interface MeshStoreLiveOptions {
+  /**
+   * The mesh objects as they are now, read once per compile: the API server's JSON (Namespaces,
+   * the waypoint Gateway and its GatewayClass, policies, routes, the `istio` ConfigMap, ...). An
+   * unchanged resource must be the same object from one call to the next (an informer's cache is).
+   */
+  readonly objects: () => readonly object[];
+  /** How messages name the source (default `the Kubernetes API`). */
+  readonly origin?: string;
+  /** Workloads and services from istiod's WDS, used instead of the objects' Pods, Services, ServiceEntries and WorkloadEntries. */
+  readonly discovered?: DiscoveredMesh;
+  /** `namespace/name` of the waypoint Gateway, when there are several. */
+  readonly gateway?: string;
+  /** Cluster id of the workloads (default `Kubernetes`). */
+  readonly clusterId?: string;
+  /** Cluster DNS suffix (default `cluster.local`). */
+  readonly domainSuffix?: string;
+  /** As {@link MeshStoreOptions.parts}. */
+  readonly parts?: readonly MeshPart<unknown>[];
+  /** As {@link MeshStoreOptions.accept}. */
+  readonly accept?: (next: MeshSnapshot, prev: MeshSnapshot) => string | undefined;
+  /** Quiet period after a {@link MeshStore.refresh} before compiling, in ms (default 100): a burst of changes is compiled once. */
+  readonly debounceMs?: number;
+  /** Longest a refresh waits while changes keep coming, in ms (default 1000). */
+  readonly maxDelayMs?: number;
+}
+
+/** A live store's source and schedule. */
+interface LiveState {
+  readonly opts: MeshStoreLiveOptions;
+  readonly origin: string;
+  readonly compiler: LiveCompiler;
+  readonly coalescer: Coalescer;
+}
+
 /** Called with the new and the previous snapshot after each successful reload. */
 export type MeshListener = (next: MeshSnapshot, prev: MeshSnapshot) => void;
 
 /**
  * Holder of the current {@link MeshSnapshot}. Build with {@link MeshStore.open} (files, optional
- * watching) or {@link MeshStore.fromText}; read `current`; `subscribe` for replacements; `close`.
+ * watching), {@link MeshStore.live} (objects from the API server, `refresh` on changes) or
+ * {@link MeshStore.fromText}; read `current`; `subscribe` for replacements; `close`.
  */
 export class MeshStore {
   #current: MeshSnapshot;
@@ -84,6 +122,7 @@ export class MeshStore {
   /** The next reload was asked for by a file change (or a retry): read until two reads agree. */
   #settle = false;
   #closed = false;
+  #live: LiveState | undefined;
 
   private constructor(snapshot: MeshSnapshot, opts: MeshStoreOptions | undefined, parts: readonly MeshPart<unknown>[], lastInput: string) {
     this.#current = snapshot;
@@ -130,6 +169,69 @@ export class MeshStore {
     return new MeshStore(snapshot, undefined, opts.parts ?? [], '');
   }
 
+  /**
+   * A store over a live source: compiles `opts.objects()` (and `opts.discovered`) now, and again
+   * after each {@link refresh}. An invalid object is refused alone (its previous version, if any,
+   * stays in force; logged with the object and field); an update that cannot compile at all (no
+   * waypoint Gateway, ...) or that `accept` refuses is logged and the current snapshot stays.
+   * @throws ConfigError when the first compile fails for a reason no single object explains (a
+   *   part's own error, unwrapped); the caller may try again once the source changes.
+   */
+  static async live(opts: MeshStoreLiveOptions): Promise<MeshStore> {
+    const origin = opts.origin ?? 'the Kubernetes API';
+    const compiler = new LiveCompiler(opts.objects, origin);
+    let result;
+    try {
+      result = await compiler.compile({ ...liveCompileOptions(opts), version: 1 });
+    } catch (err) {
+      throw err instanceof PartCompileError ? err.cause : err;
+    }
+    const store = new MeshStore(result.snapshot, undefined, opts.parts ?? [], '');
+    result.commit();
+    const coalescer = new Coalescer(() => store.#refreshOnce(), opts.debounceMs ?? 100, opts.maxDelayMs ?? 1000);
+    store.#live = { opts, origin, compiler, coalescer };
+    log.info({ origin, version: 1, services: result.snapshot.services.length, workloads: result.snapshot.workloads.length }, 'mesh: loaded');
+    return store;
+  }
+
+  /**
+   * The live source changed (an object was added, updated or deleted; istiod pushed): compile and
+   * publish after the changes settle (see {@link MeshStoreLiveOptions.debounceMs}).
+   * @returns resolves once a compile started after this call has finished (published or refused).
+   *   No-op for stores not made by {@link live}.
+   */
+  refresh(): Promise<void> {
+    if (!this.#live || this.#closed) return Promise.resolve();
+    return this.#live.coalescer.request();
+  }
+
+  async #refreshOnce(): Promise<void> {
+    const { opts, origin, compiler } = this.#live!;
+    if (this.#closed) return;
+    const prev = this.#current;
+    // As with the file: the waypoint stays the Gateway it started as.
+    const gateway = opts.gateway ?? `${prev.waypoint.namespace}/${prev.waypoint.name}`;
+    let result;
+    try {
+      result = await compiler.compile({ ...liveCompileOptions(opts), gateway, version: prev.version + 1 });
+    } catch (err) {
+      const invalid = (err instanceof PartCompileError ? err.cause : err) instanceof ConfigError;
+      log.error({ origin, version: prev.version }, `mesh: update ${invalid ? 'refused' : 'failed'}, keeping version ${prev.version}: ${refusalText(err)}`);
+      return;
+    }
+    if (this.#closed) return;
+    const next = result.snapshot;
+    const refusal = opts.accept?.(next, prev);
+    if (refusal) {
+      log.error({ origin, version: prev.version }, `mesh: update refused, keeping version ${prev.version}: ${refusal}`);
+      return;
+    }
+    result.commit();
+    this.#current = next;
+    log.info({ origin, version: next.version, services: next.services.length, workloads: next.workloads.length }, 'mesh: updated');
+    this.#publish(next, prev);
+  }
+
   /** The latest valid snapshot. */
   get current(): MeshSnapshot {
     return this.#current;
@@ -150,9 +252,10 @@ export class MeshStore {
    * Re-read the files now (SIGHUP) and publish a new snapshot (version + 1) when they changed and
    * compile. Unchanged files are logged (`mesh: unchanged, keeping version N`) and nothing is
    * published; on failure logs an error and keeps the current snapshot. Concurrent calls are
-   * coalesced. No-op for stores made by {@link fromText}.
+   * coalesced. A live store recompiles ({@link refresh}). No-op for stores made by {@link fromText}.
    */
   reload(): Promise<void> {
+    if (this.#live) return this.refresh();
     if (!this.#opts || this.#closed) return Promise.resolve();
     if (this.#reloading) {
       this.#reloadAgain = true;
@@ -253,10 +356,16 @@ export class MeshStore {
     this.#closed = true;
     this.#stopWatching?.();
     this.#stopWatching = undefined;
+    this.#live?.coalescer.close();
     if (this.#retry) clearTimeout(this.#retry);
     this.#retry = undefined;
     this.#listeners.clear();
   }
+}
+
+/** The compile options a live store passes on. */
+function liveCompileOptions(opts: MeshStoreLiveOptions): CompileOptions {
+  return { gateway: opts.gateway, clusterId: opts.clusterId, domainSuffix: opts.domainSuffix, parts: opts.parts, discovered: opts.discovered };
 }
 
 /** The error `open`/`fromText` throw: a part's own error (naming `file` when it names none). */

@@ -25,39 +25,48 @@ export function isWaypointGateway(obj: SourceObject): boolean {
   return parseAs(GatewaySchema, obj).spec?.gatewayClassName === WAYPOINT_GATEWAY_CLASS;
 }
 
+/** Where the Gateways were looked for: the mesh file, or a name for objects not read from one. */
+export interface GatewaySource {
+  /** The file (errors are located there). */
+  readonly file?: string;
+  /** How messages name the source (`mesh.yaml`, `the Kubernetes API`). */
+  readonly name: string;
+}
+
 /**
  * Choose among the waypoint Gateways of the input.
  * @param wanted `namespace/name` from the `gateway` option, if any.
  * @throws ConfigError when `wanted` is malformed or not found, when there is no waypoint Gateway
  *   (the message shows the YAML to add), or when there are several and `wanted` is not given.
  */
-export function selectWaypointGateway(gateways: readonly SourceObject[], wanted: string | undefined, file: string): SourceObject {
+export function selectWaypointGateway(gateways: readonly SourceObject[], wanted: string | undefined, source: GatewaySource): SourceObject {
   const names = gateways.map((g) => `${g.namespace}/${g.name}`);
+  const at = source.file === undefined ? {} : { file: source.file };
   if (wanted !== undefined) {
     const [ns, name, ...rest] = wanted.split('/');
     if (!ns || !name || rest.length) {
-      throw new ConfigError(`gateway option must be "namespace/name", got ${JSON.stringify(wanted)}`, { file });
+      throw new ConfigError(`gateway option must be "namespace/name", got ${JSON.stringify(wanted)}`, at);
     }
     const found = gateways.find((g) => g.namespace === ns && g.name === name);
     if (found) return found;
-    if (gateways.length === 0) throw new ConfigError(noWaypointMessage(file, ns, name), { file });
+    if (gateways.length === 0) throw new ConfigError(noWaypointMessage(source.name, ns, name), at);
     throw new ConfigError(
-      `no Gateway ${wanted} with gatewayClassName ${WAYPOINT_GATEWAY_CLASS} in ${file}; found: ${names.join(', ')}`,
-      { file },
+      `no Gateway ${wanted} with gatewayClassName ${WAYPOINT_GATEWAY_CLASS} in ${source.name}; found: ${names.join(', ')}`,
+      at,
     );
   }
   if (gateways.length === 1) return gateways[0];
-  if (gateways.length === 0) throw new ConfigError(noWaypointMessage(file, 'default', 'waypoint'), { file });
+  if (gateways.length === 0) throw new ConfigError(noWaypointMessage(source.name, 'default', 'waypoint'), at);
   throw new ConfigError(
-    `${gateways.length} Gateways with gatewayClassName ${WAYPOINT_GATEWAY_CLASS} in ${file} (${names.join(', ')}); ` +
+    `${gateways.length} Gateways with gatewayClassName ${WAYPOINT_GATEWAY_CLASS} in ${source.name} (${names.join(', ')}); ` +
       `choose one with the gateway option, e.g. --gateway ${names[0]}`,
-    { file },
+    at,
   );
 }
 
-function noWaypointMessage(file: string, namespace: string, name: string): string {
+function noWaypointMessage(source: string, namespace: string, name: string): string {
   return [
-    `no Gateway with gatewayClassName ${WAYPOINT_GATEWAY_CLASS} in ${file}; the waypoint needs one to know who it is. Add:`,
+    `no Gateway with gatewayClassName ${WAYPOINT_GATEWAY_CLASS} in ${source}; the waypoint needs one to know who it is. Add:`,
     '---',
     `apiVersion: ${GATEWAY_API_GROUP}/v1`,
     'kind: Gateway',
