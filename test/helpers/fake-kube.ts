@@ -29,7 +29,7 @@ export function resourceOf(apiVersion: string, kind: string): string {
   const slash = apiVersion.lastIndexOf('/');
   const group = slash < 0 ? '' : apiVersion.slice(0, slash);
   const lower = kind.toLowerCase();
-  const plural = lower.endsWith('y') ? `${lower.slice(0, -1)}ies` : lower.endsWith('s') ? `${lower}es` : `${lower}s`;
+  const plural = /[^aeiou]y$/.test(lower) ? `${lower.slice(0, -1)}ies` : lower.endsWith('s') ? `${lower}es` : `${lower}s`;
   return group ? `${plural}.${group}` : plural;
 }
 
@@ -302,12 +302,11 @@ const P256 = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
 
 /** A test CA and a serving certificate for IP `host` signed by it. */
 async function serverCertificate(host: string): Promise<{ caPem: string; certPem: string; keyPem: string }> {
-  x509.cryptoProvider.set(webcrypto as unknown as Crypto);
   const caKeys = (await webcrypto.subtle.generateKey(P256, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
   const now = Date.now();
   const ca = await x509.X509CertificateGenerator.createSelfSigned({
     name: 'CN=fake-kube-ca',
-    keys: caKeys as unknown as CryptoKeyPair,
+    keys: caKeys,
     signingAlgorithm: P256,
     notBefore: new Date(now - 60_000),
     notAfter: new Date(now + 3600_000),
@@ -317,8 +316,8 @@ async function serverCertificate(host: string): Promise<{ caPem: string; certPem
   const cert = await x509.X509CertificateGenerator.create({
     issuer: ca.subject,
     subject: 'CN=kube-apiserver',
-    publicKey: keys.publicKey as unknown as CryptoKey,
-    signingKey: caKeys.privateKey as unknown as CryptoKey,
+    publicKey: keys.publicKey,
+    signingKey: caKeys.privateKey,
     signingAlgorithm: P256,
     notBefore: new Date(now - 60_000),
     notAfter: new Date(now + 3600_000),
