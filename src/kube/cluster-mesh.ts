@@ -43,8 +43,10 @@ export async function openClusterMesh(opts: ClusterMeshOptions): Promise<Cluster
       store = await MeshStore.live({ ...opts, objects: () => watcher.objects(), origin: 'the Kubernetes API' });
       next.cancel();
     } catch (err) {
-      next.cancel();
-      if (!(err instanceof ConfigError)) throw err;
+      if (!(err instanceof ConfigError)) {
+        next.cancel();
+        throw err;
+      }
       log.error({ attempt }, `mesh: cannot start from the Kubernetes API yet (trying again on the next change): ${String(err)}`);
       await next.wait();
     }
