@@ -95,14 +95,14 @@ function rulesOf(kinds: readonly WatchedKind[]): PolicyRule[] {
     // A rule with resourceNames allows list/watch only with a matching metadata.name field
     // selector (Kubernetes RBAC docs, "Referring to resources"): it gets a rule of its own.
     if (k.name !== undefined) {
-      rules.push({ apiGroups: [k.group], resources: [k.plural], verbs: READ_VERBS, resourceNames: [k.name] });
+      rules.push({ apiGroups: [k.group], resources: [k.plural], resourceNames: [k.name], verbs: [...READ_VERBS] });
       continue;
     }
     let resources = byGroup.get(k.group);
     if (!resources) byGroup.set(k.group, (resources = []));
     if (!resources.includes(k.plural)) resources.push(k.plural);
   }
-  return [...[...byGroup].map(([group, resources]) => ({ apiGroups: [group], resources, verbs: READ_VERBS })), ...rules];
+  return [...[...byGroup].map(([group, resources]) => ({ apiGroups: [group], resources, verbs: [...READ_VERBS] })), ...rules];
 }
 
 /**
@@ -137,15 +137,15 @@ export interface RbacSubject {
  */
 export function rbacObjects(subject: RbacSubject, kinds: readonly WatchedKind[] = WATCHED_KINDS): Record<string, unknown>[] {
   const rbac = 'rbac.authorization.k8s.io/v1';
-  const subjects = [{ kind: 'ServiceAccount', name: subject.serviceAccount.name, namespace: subject.serviceAccount.namespace }];
+  // New objects each time, so a YAML dump has no anchors.
+  const subjects = () => [{ kind: 'ServiceAccount', name: subject.serviceAccount.name, namespace: subject.serviceAccount.namespace }];
   const roleRef = (kind: string) => ({ apiGroup: 'rbac.authorization.k8s.io', kind, name: subject.name });
-  const rules = (list: readonly PolicyRule[]) => list.map((r) => ({ ...r }));
   return [
-    { apiVersion: rbac, kind: 'ClusterRole', metadata: { name: subject.name }, rules: rules(clusterRoleRules(kinds)) },
-    { apiVersion: rbac, kind: 'ClusterRoleBinding', metadata: { name: subject.name }, roleRef: roleRef('ClusterRole'), subjects },
+    { apiVersion: rbac, kind: 'ClusterRole', metadata: { name: subject.name }, rules: clusterRoleRules(kinds) },
+    { apiVersion: rbac, kind: 'ClusterRoleBinding', metadata: { name: subject.name }, roleRef: roleRef('ClusterRole'), subjects: subjects() },
     ...namespaceRoleRules(kinds).flatMap(({ namespace, rules: r }) => [
-      { apiVersion: rbac, kind: 'Role', metadata: { name: subject.name, namespace }, rules: rules(r) },
-      { apiVersion: rbac, kind: 'RoleBinding', metadata: { name: subject.name, namespace }, roleRef: roleRef('Role'), subjects },
+      { apiVersion: rbac, kind: 'Role', metadata: { name: subject.name, namespace }, rules: r },
+      { apiVersion: rbac, kind: 'RoleBinding', metadata: { name: subject.name, namespace }, roleRef: roleRef('Role'), subjects: subjects() },
     ]),
   ];
 }
