@@ -63,8 +63,8 @@ export interface MeshStoreTextOptions {
   readonly parts?: readonly MeshPart<unknown>[];
 }
 
-/** Options of {@link MeshStore.live}. */
-export interface MeshStoreLiveOptions {
+/** Options of {@link MeshStore.live}; `gateway`, `clusterId`, `parts` and `accept` as for {@link MeshStore.open}. */
+export interface MeshStoreLiveOptions extends Pick<MeshStoreOptions, 'gateway' | 'clusterId' | 'parts' | 'accept'> {
   /**
    * The mesh objects as they are now, read once per compile: the API server's JSON (Namespaces,
    * the waypoint Gateway and its GatewayClass, policies, routes, the `istio` ConfigMap, ...). An
@@ -75,16 +75,8 @@ export interface MeshStoreLiveOptions {
   readonly origin?: string;
   /** Workloads and services from istiod's WDS, used instead of the objects' Pods, Services, ServiceEntries and WorkloadEntries. */
   readonly discovered?: DiscoveredMesh;
-  /** `namespace/name` of the waypoint Gateway, when there are several. */
-  readonly gateway?: string;
-  /** Cluster id of the workloads (default `Kubernetes`). */
-  readonly clusterId?: string;
   /** Cluster DNS suffix (default `cluster.local`). */
   readonly domainSuffix?: string;
-  /** As {@link MeshStoreOptions.parts}. */
-  readonly parts?: readonly MeshPart<unknown>[];
-  /** As {@link MeshStoreOptions.accept}. */
-  readonly accept?: (next: MeshSnapshot, prev: MeshSnapshot) => string | undefined;
   /** Quiet period after a {@link MeshStore.refresh} before compiling, in ms (default 100): a burst of changes is compiled once. */
   readonly debounceMs?: number;
   /** Longest a refresh waits while changes keep coming, in ms (default 1000). */

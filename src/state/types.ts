@@ -288,7 +288,9 @@ export interface PartBinding<T> {
  * Workloads and services learned from a discovery service (istiod's WDS in `--cluster` mode),
  * compiled in place of the Pods, Services, ServiceEntries and WorkloadEntries of the mesh
  * objects. `resolve` is called once per compile, after the waypoint Gateway is known, and must
- * return new model objects (the compile freezes them); it never does I/O.
+ * return new model objects (the compile freezes them); it never does I/O. A service's
+ * `viaWaypoint` is the source's to fill (WDS gives each service's waypoint address): the compile
+ * resolves chained waypoints only for services it builds from objects.
  */
 export interface DiscoveredMesh {
   resolve(ctx: DiscoveryContext): { readonly workloads: readonly Workload[]; readonly services: readonly Service[] };
