@@ -124,7 +124,7 @@ describe.each(sets)('$name', ({ ns, wp, objects }) => {
       'service.istio.io/canonical-name': wp,
       'gateway.istio.io/managed': 'istio.io-mesh-controller',
     });
-    expect(one('Service').metadata.labels['gateway.istio.io/managed']).toBe('istio.io-mesh-controller');
+    expect(one('Service').metadata.labels?.['gateway.istio.io/managed']).toBe('istio.io-mesh-controller');
     const a = pod.metadata.annotations;
     expect(a['prometheus.io/scrape']).toBe('true');
     expect(a['prometheus.io/path']).toBe('/stats/prometheus');
@@ -134,7 +134,7 @@ describe.each(sets)('$name', ({ ns, wp, objects }) => {
 
   test('the Gateway: istio-waypoint, listener mesh/15008/HBONE, the Service FQDN as its one Hostname address, unmanaged', () => {
     const gateway = one('Gateway');
-    expect(gateway.metadata.labels['istio.io/waypoint-for']).toBe('service');
+    expect(gateway.metadata.labels?.['istio.io/waypoint-for']).toBe('service');
     expect(gateway.spec.gatewayClassName).toBe('istio-waypoint');
     expect(gateway.spec.listeners).toEqual([{ name: 'mesh', port: 15008, protocol: 'HBONE' }]);
     expect(gateway.spec.addresses).toEqual([{ type: 'Hostname', value: `${one('Service').metadata.name}.${ns}.svc.cluster.local` }]);
