@@ -34,8 +34,8 @@ export function runCommand(): Command {
     .option('--admin <addr>', 'admin listen address (default 127.0.0.1:15020)')
     .option('--readiness <addr>', 'readiness listen address (default 0.0.0.0:15021; "" disables)')
     .option('--pid-file <file>', "write the waypoint's PID here once it is listening (removed on exit)")
-    .addOption(new Option('--drain-delay <duration>', 'on SIGTERM: readiness false at once, new tunnels still accepted this long (drain.delayMs, default 5s)').argParser(durationFlag))
-    .addOption(new Option('--drain-timeout <duration>', 'then GOAWAY: in-flight requests and tunnels get this long (drain.timeoutMs, default 5s)').argParser(durationFlag))
+    .addOption(new Option('--drain-delay <time>', 'on SIGTERM: readiness false at once, new tunnels still accepted this long (drain.delayMs, default 5s)').argParser(durationFlag))
+    .addOption(new Option('--drain-timeout <time>', 'then GOAWAY: in-flight requests and tunnels get this long (drain.timeoutMs, default 5s)').argParser(durationFlag))
     .action(async (o: RunOptions) => {
       const flags: ListenFlag[] = [];
       for (const [flag, value] of [['--hbone', o.hbone], ['--admin', o.admin], ['--readiness', o.readiness]] as const) {

@@ -45,7 +45,7 @@ describe('usage errors exit 2', () => {
     { args: ['generate'], why: /required option '-n, --namespace <ns>' not specified/ },
     { args: ['generate', '-n', 'Bad_NS'], why: /argument 'Bad_NS' is invalid\. a namespace is a DNS-1123 label/ },
     { args: ['generate', '-n', 'demo', '--name', 'none'], why: /"none" is reserved/ },
-    { args: ['run', '--mesh', 'm.yaml', '--drain-delay', 'soon'], why: /'--drain-delay <duration>' argument 'soon' is invalid/ },
+    { args: ['run', '--mesh', 'm.yaml', '--drain-delay', 'soon'], why: /'--drain-delay <time>' argument 'soon' is invalid/ },
     { args: ['ca', 'issue', '--out', 'x'], why: /required option '--spiffe <id>'/ },
     { args: [], why: /Usage: waypoint/ },
   ];
