@@ -322,13 +322,17 @@ export class Waypoint {
   }
 
   /**
-   * Graceful stop (SIGTERM): readiness turns 503, the listener stops accepting and sends GOAWAY,
-   * in-flight requests finish within `drain.timeoutMs`, then everything is closed. Idempotent.
+   * Graceful stop (SIGTERM): readiness turns 503 at once; new tunnels are still accepted for
+   * `drain.delayMs` (ztunnels keep sending to an endpoint until they learn it is gone); then the
+   * listener stops accepting and sends GOAWAY, in-flight requests finish within
+   * `drain.timeoutMs`, and everything is closed. Idempotent.
    */
   shutdown(): Promise<void> {
     this.stopped ??= (async () => {
       this.draining = true;
-      log.info({ timeoutMs: this.bootstrap.drain.timeoutMs }, 'draining');
+      const { delayMs, timeoutMs } = this.bootstrap.drain;
+      log.info({ delayMs, timeoutMs }, 'draining');
+      if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs));
       this.inner.drain();
       await this.hbone.drain(this.bootstrap.drain.timeoutMs);
       // Downstreams are gone: upstream requests still open have no one to answer; give graceful

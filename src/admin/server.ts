@@ -1,7 +1,7 @@
 /**
  * The admin server (Istio's 15020 / Envoy admin, reduced): `/` (the list of what it serves, as
- * Envoy's admin home page), `/healthz/ready`, `/stats/prometheus`, `/config_dump`. Also used, with
- * only `/healthz/ready`, as the readiness server on 15021. Handlers are cheap and never touch the
+ * Envoy's admin home page), `/healthz/ready`, `/healthz/live`, `/stats/prometheus`, `/config_dump`.
+ * Also used, with only the two health checks, as the status server on 15021. Handlers are cheap and never touch the
  * data path.
  */
 import http from 'node:http';
@@ -25,12 +25,13 @@ function endpoints(h: AdminHandlers): [string, string][] {
   if (h.configDump) list.push(['/config_dump', 'bootstrap config, mesh state, certificate, listeners and routing in force (JSON)']);
   if (h.metrics) list.push(['/stats/prometheus', 'metrics: process and istio_* (Prometheus text format)']);
   list.push(['/healthz/ready', '200 when ready for traffic, 503 while draining']);
+  list.push(['/healthz/live', '200 while the process serves (liveness: never fails for istiod or the API server being away)']);
   return list;
 }
 
 /**
  * An admin or readiness HTTP server. GET/HEAD only (405 otherwise), `/` lists the endpoints, 404
- * for unknown paths, 503 on `/healthz/ready` while draining.
+ * for unknown paths, 503 on `/healthz/ready` while draining (or not yet ready), 200 on `/healthz/live`.
  */
 export class AdminServer {
   readonly server: http.Server;
@@ -43,6 +44,8 @@ export class AdminServer {
       const path = (req.url ?? '/').split('?')[0];
       if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'text/plain', 'method not allowed\n');
       if (path === '/healthz/ready') return h.ready() ? send(res, 200, 'text/plain', '') : send(res, 503, 'text/plain', 'draining\n');
+      // Answering at all is the check: a stuck event loop does not.
+      if (path === '/healthz/live') return send(res, 200, 'text/plain', '');
       if (path === '/stats/prometheus' && h.metrics) {
         const metrics = h.metrics;
         metrics.metrics().then(

@@ -3,6 +3,8 @@
  * named in bind errors (`--hbone 10.1.2.3:15008: address not available`), and `--pid-file`.
  */
 import fs from 'node:fs';
+import { InvalidArgumentError } from 'commander';
+import ms from 'ms';
 import { parseListenAddress } from '../util/index.ts';
 
 /** Help text suffix of a mandatory option (commander's help does not mark them). */
@@ -26,6 +28,23 @@ export function checkListenFlag(flag: string, value: string, allowEmpty = false)
     const shown = /^[^\s"]+$/.test(value) ? value : JSON.stringify(value);
     throw new Error(`${flag} ${shown}: expected IP:PORT or [IPv6]:PORT (e.g. 127.0.0.1:15008)`);
   }
+}
+
+/**
+ * A commander parser of a duration flag (`5s`, `500ms`, `1m`; a bare number is milliseconds; `0`
+ * allowed) into milliseconds, bounded as Node timers are. A bad value is a usage error.
+ */
+export function durationFlag(value: string): number {
+  let n: number | undefined;
+  try {
+    n = /^\d+$/.test(value) ? Number(value) : (ms(value as ms.StringValue) as number | undefined);
+  } catch {
+    n = undefined;
+  }
+  if (n === undefined || !Number.isFinite(n) || n < 0 || n > 2_147_483_647) {
+    throw new InvalidArgumentError('expected a duration such as 5s, 500ms or 1m (0 for none)');
+  }
+  return Math.round(n);
 }
 
 const BIND_ERRORS = new Set(['EADDRINUSE', 'EADDRNOTAVAIL', 'EACCES', 'ENOTFOUND', 'EAI_AGAIN', 'EAI_NONAME']);

@@ -1,10 +1,10 @@
 /**
  * `waypoint run`: the waypoint itself, standalone, reading mesh state from YAML.
  */
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { Waypoint, addr } from '../app.ts';
 import { loadBootstrap, overrideBootstrap } from '../config/index.ts';
-import { REQUIRED, checkListenFlag, namingListenFlags, writePidFile, type ListenFlag } from './flags.ts';
+import { REQUIRED, checkListenFlag, durationFlag, namingListenFlags, writePidFile, type ListenFlag } from './flags.ts';
 import { onTerminate } from './signals.ts';
 
 interface RunOptions {
@@ -17,6 +17,8 @@ interface RunOptions {
   admin?: string;
   readiness?: string;
   pidFile?: string;
+  drainDelay?: number;
+  drainTimeout?: number;
 }
 
 /** The `run` command. Config errors propagate as ConfigError (printed as `file:line: ...`, exit 1). */
@@ -32,6 +34,8 @@ export function runCommand(): Command {
     .option('--admin <addr>', 'admin listen address (default 127.0.0.1:15020)')
     .option('--readiness <addr>', 'readiness listen address (default 0.0.0.0:15021; "" disables)')
     .option('--pid-file <file>', "write the waypoint's PID here once it is listening (removed on exit)")
+    .addOption(new Option('--drain-delay <time>', 'on SIGTERM: readiness false at once, new tunnels still accepted this long (drain.delayMs, default 5s)').argParser(durationFlag))
+    .addOption(new Option('--drain-timeout <time>', 'then GOAWAY: in-flight requests and tunnels get this long (drain.timeoutMs, default 5s)').argParser(durationFlag))
     .action(async (o: RunOptions) => {
       const flags: ListenFlag[] = [];
       for (const [flag, value] of [['--hbone', o.hbone], ['--admin', o.admin], ['--readiness', o.readiness]] as const) {
@@ -39,7 +43,10 @@ export function runCommand(): Command {
         checkListenFlag(flag, value, flag === '--readiness');
         flags.push({ flag, value });
       }
-      const bootstrap = overrideBootstrap(loadBootstrap(o.config), { listeners: { hbone: o.hbone, admin: o.admin, readiness: o.readiness } });
+      const bootstrap = overrideBootstrap(loadBootstrap(o.config), {
+        listeners: { hbone: o.hbone, admin: o.admin, readiness: o.readiness },
+        drain: { delayMs: o.drainDelay, timeoutMs: o.drainTimeout },
+      });
       const wp = await namingListenFlags(flags, () =>
         Waypoint.start({ bootstrap, meshFile: o.mesh, meshConfigFile: o.meshConfig, gateway: o.gateway, caDir: o.caDir, configFile: o.config }),
       );

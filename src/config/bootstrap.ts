@@ -207,7 +207,13 @@ const schema = z.strictObject({
     .prefault({}),
   drain: z
     .strictObject({
-      /** On SIGTERM, how long in-flight requests may run before connections are closed. */
+      /**
+       * On SIGTERM, how long the waypoint keeps accepting new tunnels (readiness already false)
+       * while ztunnels learn that the endpoint is gone; Istio's `terminationDrainDuration` default
+       * (istio/istio pkg/config/mesh/mesh.go). 0 drains at once.
+       */
+      delayMs: ms.default(5_000),
+      /** After the delay, how long in-flight requests may run before connections are closed. */
       timeoutMs: ms.default(5_000),
     })
     .prefault({}),

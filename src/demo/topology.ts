@@ -143,6 +143,8 @@ export function topologyBootstrap(o: TopologyOptions): BootstrapConfig {
   const bootstrap = overrideBootstrap(defaultBootstrap(), {
     listeners: { hbone: formatHostPort(o.waypointIp, o.waypointPort ?? hbonePort), admin: o.admin, readiness: o.readiness ?? '' },
     upstream: { hbonePort },
+    // Nothing follows the demo's readiness: on Ctrl-C it drains at once.
+    drain: { delayMs: 0 },
   });
   return o.bootstrap ? overrideBootstrap(bootstrap, o.bootstrap) : bootstrap;
 }

@@ -8,3 +8,4 @@ export { deepFreeze, deepFreezeStepwise } from './freeze.ts';
 export { listenOn, parseListenAddress } from './listen.ts';
 export { runInSlices, runNow, type Stepwise } from './slices.ts';
 export { LogLimiter } from './log-limiter.ts';
+export { VERSION } from './version.ts';

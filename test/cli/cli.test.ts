@@ -82,7 +82,7 @@ test('a CA whose trust domain differs from the mesh: exit 1 and say so', () => {
 test('run: creates the state-dir CA, serves, and exits 0 on SIGTERM', async () => {
   const meshFile = path.join(dir, 'mesh.yaml');
   fs.writeFileSync(meshFile, mesh());
-  const child = spawn(process.execPath, [BIN, 'run', '--mesh', meshFile, '--hbone', '127.0.28.1:0', '--admin', '127.0.28.1:15028', '--readiness', ''], {
+  const child = spawn(process.execPath, [BIN, 'run', '--mesh', meshFile, '--hbone', '127.0.28.1:0', '--admin', '127.0.28.1:15028', '--readiness', '', '--drain-delay', '0'], {
     env: { ...process.env, WAYPOINT_STATE_DIR: path.join(dir, 'state'), WAYPOINT_LOG_LEVEL: 'error' },
   });
   let out = '';
@@ -101,7 +101,7 @@ test('run: creates the state-dir CA, serves, and exits 0 on SIGTERM', async () =
 test('SIGTERM still exits 0 when whoever read our output has gone (closed pipes)', async () => {
   const meshFile = path.join(dir, 'mesh.yaml');
   fs.writeFileSync(meshFile, mesh());
-  const child = spawn(process.execPath, [BIN, 'run', '--mesh', meshFile, '--hbone', '127.0.28.2:0', '--admin', '127.0.28.2:15028', '--readiness', ''], {
+  const child = spawn(process.execPath, [BIN, 'run', '--mesh', meshFile, '--hbone', '127.0.28.2:0', '--admin', '127.0.28.2:15028', '--readiness', '', '--drain-delay', '0'], {
     env: { ...process.env, WAYPOINT_STATE_DIR: path.join(dir, 'state'), WAYPOINT_LOG_LEVEL: 'info' },
   });
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));

@@ -136,7 +136,7 @@ test('run: a Deployment without Pods is warned about; the admin root lists its e
     `${mesh(1)}---\napiVersion: apps/v1\nkind: Deployment\nmetadata: { name: web, namespace: demo }\nspec:\n  selector: { matchLabels: { app: web } }\n  template: { metadata: { labels: { app: web } } }\n`,
   );
   const pidFile = path.join(dir, 'run.pid');
-  const { child, io, exited } = start(NODE, [BIN, 'run', '--mesh', meshFile, '--hbone', `${IP(4)}:0`, '--admin', `${IP(4)}:15241`, '--readiness', `${IP(4)}:15242`, '--pid-file', pidFile]);
+  const { child, io, exited } = start(NODE, [BIN, 'run', '--mesh', meshFile, '--hbone', `${IP(4)}:0`, '--admin', `${IP(4)}:15241`, '--readiness', `${IP(4)}:15242`, '--pid-file', pidFile, '--drain-delay', '0']);
   await expect.poll(() => fs.existsSync(pidFile), { timeout: 15_000 }).toBe(true);
   expect(fs.readFileSync(pidFile, 'utf8')).toBe(`${child.pid}\n`);
   expect(io.err).toContain('Deployment/demo/web: none of its Pods is in the file');
@@ -161,7 +161,7 @@ test("README's background recipe: under `npm exec`, kill -TERM $(cat --pid-file)
   const meshFile = path.join(dir, 'npx.yaml');
   fs.writeFileSync(meshFile, mesh(2));
   const pidFile = path.join(dir, 'npx.pid');
-  const { child, exited } = start('npm', ['exec', '--no', '--', 'waypoint', 'run', '--mesh', meshFile, '--hbone', `${IP(5)}:0`, '--admin', `${IP(5)}:0`, '--readiness', '', '--pid-file', pidFile], { cwd: ROOT });
+  const { child, exited } = start('npm', ['exec', '--no', '--', 'waypoint', 'run', '--mesh', meshFile, '--hbone', `${IP(5)}:0`, '--admin', `${IP(5)}:0`, '--readiness', '', '--pid-file', pidFile, '--drain-delay', '0'], { cwd: ROOT });
   await expect.poll(() => fs.existsSync(pidFile), { timeout: 30_000 }).toBe(true);
   const pid = Number(fs.readFileSync(pidFile, 'utf8'));
   expect(pid, 'the file names the waypoint, not npm').not.toBe(child.pid);

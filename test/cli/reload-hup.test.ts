@@ -30,7 +30,7 @@ test('SIGHUP with an unchanged mesh file keeps the version; after a change it re
   const meshFile = path.join(dir, 'mesh.yaml');
   const mesh = topologyMesh({ dir, waypointIp: '127.0.221.1', vip: '127.0.221.100', podIps: ['127.0.221.11'], clientIp: '127.0.221.50', tunnelListen: '', admin: '' });
   fs.writeFileSync(meshFile, mesh);
-  child = spawn(process.execPath, [BIN, 'run', '--mesh', meshFile, '--hbone', '127.0.221.1:0', '--admin', '127.0.221.1:0', '--readiness', ''], {
+  child = spawn(process.execPath, [BIN, 'run', '--mesh', meshFile, '--hbone', '127.0.221.1:0', '--admin', '127.0.221.1:0', '--readiness', '', '--drain-delay', '0'], {
     env: { ...process.env, WAYPOINT_STATE_DIR: path.join(dir, 'state'), WAYPOINT_LOG_LEVEL: 'info' },
   });
   let out = '';

@@ -207,7 +207,7 @@ function startWaypoint(ip: string, gateway: string, which: 'a' | 'b'): Promise<W
   const bootstrap = overrideBootstrap(defaultBootstrap(), {
     listeners: { hbone: `${ip}:15008`, admin: `${ip}:0`, readiness: '' },
     upstream: { connectTimeoutMs: 3000, hbonePort: 15008 },
-    drain: { timeoutMs: 200 },
+    drain: { delayMs: 0, timeoutMs: 200 },
     filters: [{ name: `test.chain_rec_${which}` }, { name: 'istio.peer_metadata' }, { name: 'istio.stats' }, { name: 'envoy.filters.http.router' }],
   });
   return Waypoint.start({ bootstrap, meshFile: path.join(dir, 'mesh.yaml'), gateway, caDir: path.join(dir, 'ca'), watch: false, extraFilters: [recorder(which)] });

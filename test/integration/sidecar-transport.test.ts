@@ -238,7 +238,7 @@ beforeAll(async () => {
   const bootstrap = overrideBootstrap(defaultBootstrap(), {
     listeners: { hbone: `${NET}.1:15008`, admin: `${NET}.1:0`, readiness: '' },
     upstream: { connectTimeoutMs: 3000 },
-    drain: { timeoutMs: 200 },
+    drain: { delayMs: 0, timeoutMs: 200 },
     filters: [{ name: 'test.sidecar_rec' }, { name: 'envoy.filters.http.router' }],
   });
   waypoint = await Waypoint.start({ bootstrap, meshFile, caDir: path.join(dir, 'ca'), watch: false, extraFilters: [recorder] });

@@ -18,7 +18,9 @@ export interface WaypointProcess {
 export async function runWaypointProcess(topo: TestTopology, net: number, bootstrap: Record<string, unknown> = {}): Promise<WaypointProcess> {
   const config = path.join(topo.dir, 'waypoint.json');
   const listeners = { hbone: `127.0.${net}.1:15008`, admin: `127.0.${net}.1:0`, readiness: '' };
-  fs.writeFileSync(config, JSON.stringify({ listeners, upstream: { hbonePort: 15008 }, ...bootstrap }));
+  // No drain delay unless asked for: nothing here follows the waypoint's readiness.
+  const drain = { delayMs: 0, ...(bootstrap.drain as object | undefined) };
+  fs.writeFileSync(config, JSON.stringify({ listeners, upstream: { hbonePort: 15008 }, ...bootstrap, drain }));
   const bin = path.resolve(import.meta.dirname, '../../../bin/waypoint.js');
   const child = spawn(process.execPath, [bin, 'run', '--mesh', topo.meshFile, '--ca-dir', topo.caDir, '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
   const lines: { at: number; text: string }[] = [];

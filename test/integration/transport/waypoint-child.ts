@@ -13,7 +13,9 @@ const [meshFile, caDir, patch] = process.argv.slice(2);
 const gc = (globalThis as { gc?: () => void }).gc;
 if (!gc || !process.send) throw new Error('run with --expose-gc through child_process.fork');
 
-const wp = await Waypoint.start({ bootstrap: overrideBootstrap(defaultBootstrap(), JSON.parse(patch)), meshFile, caDir, watch: false });
+// No drain delay unless the patch asks for one: nothing here follows the waypoint's readiness.
+const bootstrap = overrideBootstrap(overrideBootstrap(defaultBootstrap(), { drain: { delayMs: 0 } }), JSON.parse(patch));
+const wp = await Waypoint.start({ bootstrap, meshFile, caDir, watch: false });
 process.send({ ready: wp.addresses.hbone.port });
 
 process.on('message', async (m) => {

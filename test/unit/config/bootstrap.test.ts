@@ -49,6 +49,7 @@ describe('defaults', () => {
     { path: 'limits.peerStreamRate', value: 2_000, why: 'a rapid-reset attacker costs at most this' },
     { path: 'identity.certTtl', value: '24h', why: 'Istio workload cert lifetime' },
     { path: 'drain.timeoutMs', value: 5_000, why: 'drain budget on SIGTERM' },
+    { path: 'drain.delayMs', value: 5_000, why: "Istio's terminationDrainDuration: accept while endpoints are removed" },
   ];
   test.each(cases)('$path defaults to $value ($why)', ({ path, value }) => {
     expect(at(defaultBootstrap(), path)).toEqual(value);
