@@ -48,7 +48,16 @@ export interface CertificateIssuer {
  * `<stateDir>/ca` ({@link defaultCaDir}).
  */
 export function defaultStateDir(): string {
-  return process.env.WAYPOINT_STATE_DIR || path.join(os.homedir(), '.local', 'state', 'node-waypoint');
+  if (process.env.WAYPOINT_STATE_DIR) return process.env.WAYPOINT_STATE_DIR;
+  let home: string;
+  try {
+    home = os.homedir();
+  } catch {
+    // No HOME and a UID without a passwd entry (a container's numeric USER): libuv throws; CLI
+    // defaults are computed while commands are built, so `--version` must not fail on this.
+    return path.join(os.tmpdir(), `node-waypoint-${process.getuid?.() ?? 'user'}`);
+  }
+  return path.join(home, '.local', 'state', 'node-waypoint');
 }
 
 /** `<defaultStateDir()>/ca`. */
