@@ -8,7 +8,7 @@
  * cycle. Lower layers never import higher ones: the table is in layer order.
  */
 const LAYERS = {
-  util: [], // log, freeze, errors, listen, slices
+  util: [], // log, freeze, errors, listen, slices, backoff, protobuf descriptors
   identity: ['util'], // SPIFFE ids, the local CA, workload certificates
   config: ['util', 'identity'], // the bootstrap file
   state: ['util', 'identity'], // mesh state: parse, validate, compiled parts, immutable snapshots, store
