@@ -12,6 +12,7 @@ const LAYERS = {
   identity: ['util'], // SPIFFE ids, the local CA, workload certificates
   config: ['util', 'identity'], // the bootstrap file
   state: ['util', 'identity'], // mesh state: parse, validate, compiled parts, immutable snapshots, store
+  istiod: ['util', 'identity', 'config', 'state'], // istiod's CA and WDS (delta ADS) clients, WDS → mesh model
   pipeline: ['util', 'identity', 'state'], // the filter API: contexts, chain, local replies, response flags
   peer: ['util', 'identity', 'state', 'pipeline'], // peer metadata (baggage, x-envoy-peer-metadata) and its slots
   authz: ['util', 'identity', 'state', 'pipeline', 'peer'], // AuthorizationPolicy engine (no I/O)

@@ -63,7 +63,7 @@ export class WorkloadCertificate extends EventEmitter<WorkloadCertificateEvents>
 
   /**
    * Issue a certificate for `spiffe` from `ca` valid for `ttlMs`, and renew it every
-   * `ttlMs * renewFraction` after issuance. A failed renewal is logged and retried with jittered
+   * `ttlMs * renewFraction` after issuance (sooner when the CA issued it for less). A failed renewal is logged and retried with jittered
    * exponential backoff (`retryMs` doubling up to `maxRetryMs`); the valid certificate stays
    * current meanwhile. New trust roots of `ca` (`onRootsChanged`) replace `caPem` at once.
    * Timers are `unref`ed. @throws whatever the first `ca.issue` throws (bad SPIFFE id, foreign
@@ -135,7 +135,11 @@ export class WorkloadCertificate extends EventEmitter<WorkloadCertificateEvents>
           if (!this.#closed) schedule(Date.now() + failed(err, 'renewal'), renewal);
         },
       );
-    const scheduleRenewal = (): void => schedule(Date.now() + ttlMs * fraction, renewal);
+    // A CA may issue for less than asked (istiod caps the lifetime): renew within what was given.
+    const scheduleRenewal = (): void => {
+      const lifetime = Math.min(ttlMs, (this.#current?.notAfter.getTime() ?? Infinity) - Date.now());
+      schedule(Date.now() + Math.max(lifetime, 0) * fraction, renewal);
+    };
     const scheduleFirst = (done: () => void, abandoned: (err: Error) => void): void => {
       const attempt = (): void =>
         void issue().then(
