@@ -117,7 +117,7 @@ export class WorkloadCertificate extends EventEmitter<WorkloadCertificateEvents>
       this.#lastError = error;
       const retryMs = backoff.next();
       const expired = this.#current !== undefined && this.#current.notAfter.getTime() <= Date.now();
-      log.error({ err: error, spiffe, retryMs, failures: backoff.attempts, ...(expired ? { expiredAt: this.#current!.notAfter.toISOString() } : {}) }, `workload certificate ${what} failed; retrying`);
+      log.error({ error: error.message, spiffe, retryMs, failures: backoff.attempts, ...(expired ? { expiredAt: this.#current!.notAfter.toISOString() } : {}) }, `workload certificate ${what} failed; retrying`);
       this.emit('issueFailed', error);
       return retryMs;
     };
