@@ -54,6 +54,8 @@ export function wdsService(s: MessageInitShape<typeof wdsProto.ServiceSchema> & 
 /** 4 or 16 raw bytes of an IP literal. */
 export function ipBytes(ip: string): Uint8Array {
   if (!ip.includes(':')) return new Uint8Array(ip.split('.').map(Number));
+  // An embedded IPv4 tail (`::ffff:10.0.0.1`) is two groups.
+  ip = ip.replace(/(\d+)\.(\d+)\.(\d+)\.(\d+)$/, (_m, a, b, c, d) => `${((+a << 8) | +b).toString(16)}:${((+c << 8) | +d).toString(16)}`);
   const [head, tail = ''] = ip.split('::');
   const parts = (s: string) => (s ? s.split(':') : []);
   const h = parts(head);
