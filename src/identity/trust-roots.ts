@@ -23,7 +23,7 @@ export class TrustRootFiles extends EventEmitter<TrustRootEvents> {
   readonly files: readonly string[];
   #pem: string | undefined;
   #problem: string | undefined;
-  #reading: Promise<boolean> | undefined;
+  #reading: Promise<boolean> = Promise.resolve(false);
   #closed = false;
   readonly #onStat = () => void this.refresh();
   readonly #pollMs: number;
@@ -70,9 +70,12 @@ export class TrustRootFiles extends EventEmitter<TrustRootEvents> {
    * read before (logged). Resolves true when the roots changed (`changed` was emitted).
    */
   refresh(): Promise<boolean> {
-    // One read at a time: a poll during a read would report the same change twice.
-    this.#reading ??= this.#read().finally(() => (this.#reading = undefined));
-    return this.#reading;
+    // Reads in turn (a poll during a read would report the same change twice), each one after
+    // the call: a caller that just changed the file gets a read of its change.
+    const next = () => this.#read();
+    const read = this.#reading.then(next, next);
+    this.#reading = read;
+    return read;
   }
 
   async #read(): Promise<boolean> {

@@ -41,9 +41,9 @@ afterAll(() => {
 });
 
 /** A fake istiod on `host`, a token file, the root file's roots, a channel and an issuer. */
-async function setup(host: string, opts: { token?: string; rootFile?: string; pollMs?: number; port?: number; start?: boolean } = {}) {
+async function setup(host: string, opts: { token?: string; rootFile?: string; pollMs?: number; port?: number; maxTtlSeconds?: number } = {}) {
   const token = opts.token ?? 'token-1';
-  const istiod = await FakeIstiod.start({ pki, host, token, port: opts.port });
+  const istiod = await FakeIstiod.start({ pki, host, token, port: opts.port, maxTtlSeconds: opts.maxTtlSeconds });
   cleanup.push(() => istiod.stop());
   const tokenFile = path.join(dir, `token-${host}`);
   fs.writeFileSync(tokenFile, `${token}\n`);
@@ -144,6 +144,15 @@ test('renewal through a failing CA keeps the valid certificate, backs off, count
   expect(value('waypoint_certificate_renewal_failures_total')).toBe(2);
   expect(value('waypoint_certificate_expiry_timestamp_seconds')).toBe(Math.floor(rotated.notAfter.getTime() / 1000));
   expect(value('waypoint_certificate_expiry_seconds')).toBeGreaterThan(0);
+});
+
+test('a CA that grants less than asked: renewal at half of what was granted', async () => {
+  const { istiod, issuer } = await setup('127.0.71.8', { maxTtlSeconds: 2 });
+  const wc = await WorkloadCertificate.start(issuer, SPIFFE, 3600_000);
+  cleanup.push(() => wc.close());
+  expect(wc.current.notAfter.getTime() - Date.now()).toBeLessThan(3_000);
+  await next(wc, 'rotated', 5_000); // not after half an hour
+  expect(istiod.caCalls.length).toBe(2);
 });
 
 test('istiod unreachable at start: no certificate and no crash; the first one arrives when it is reachable', async () => {
