@@ -121,42 +121,29 @@ export class WorkloadCertificate extends EventEmitter<WorkloadCertificateEvents>
       this.emit('issueFailed', error);
       return retryMs;
     };
-    const renewal = (): void =>
+    /** Issue until it works (retrying with backoff), then schedule the renewal and call `done`. */
+    const attempt = (what: 'issuance' | 'renewal', done: (material: CertificateMaterial) => void): void =>
       void issue().then(
         (material) => {
           if (this.#closed) return;
           backoff.reset();
           this.#install(material);
-          log.info({ spiffe, notAfter: material.notAfter.toISOString() }, 'workload certificate renewed');
+          log.info({ spiffe, notAfter: material.notAfter.toISOString() }, `workload certificate ${what === 'renewal' ? 'renewed' : 'issued'}`);
           scheduleRenewal();
-          this.emit('rotated', material);
+          done(material);
         },
         (err: unknown) => {
-          if (!this.#closed) schedule(Date.now() + failed(err, 'renewal'), renewal);
+          if (!this.#closed) schedule(Date.now() + failed(err, what), () => attempt(what, done));
         },
       );
     // A CA may issue for less than asked (istiod caps the lifetime): renew within what was given.
     const scheduleRenewal = (): void => {
       const lifetime = Math.min(ttlMs, (this.#current?.notAfter.getTime() ?? Infinity) - Date.now());
-      schedule(Date.now() + Math.max(lifetime, 0) * fraction, renewal);
+      schedule(Date.now() + Math.max(lifetime, 0) * fraction, () => attempt('renewal', (m) => this.emit('rotated', m)));
     };
     const scheduleFirst = (done: () => void, abandoned: (err: Error) => void): void => {
-      const attempt = (): void =>
-        void issue().then(
-          (material) => {
-            if (this.#closed) return;
-            backoff.reset();
-            this.#install(material);
-            log.info({ spiffe, notAfter: material.notAfter.toISOString() }, 'workload certificate issued');
-            scheduleRenewal();
-            done();
-          },
-          (err: unknown) => {
-            if (!this.#closed) schedule(Date.now() + failed(err, 'issuance'), attempt);
-          },
-        );
       this.#abandon = abandoned;
-      attempt();
+      attempt('issuance', done);
     };
     return { issue, scheduleRenewal, scheduleFirst };
   }

@@ -118,6 +118,7 @@ function resolveWds(state: WdsState, ctx: DiscoveryContext, opts: WdsMeshOptions
   }
 
   const services: Service[] = [];
+  const sources: WdsService[] = [];
   const byHost = new Map<string, Service>();
   const byVip = new Map<string, Service>();
   for (const s of state.services.values()) {
@@ -125,6 +126,7 @@ function resolveWds(state: WdsState, ctx: DiscoveryContext, opts: WdsMeshOptions
     const namedUs = namesUs(s.waypoint);
     const service = toService(s, byService.get(key) ?? [], (w) => origin.get(w)?.services[key], ctx, namedUs);
     services.push(service);
+    sources.push(s);
     byHost.set(key, service);
     for (const a of service.addresses) if (!byVip.has(a)) byVip.set(a, service);
   }
@@ -132,7 +134,7 @@ function resolveWds(state: WdsState, ctx: DiscoveryContext, opts: WdsMeshOptions
   // Once every service exists: a service naming another waypoint goes through it.
   for (let i = 0; i < services.length; i++) {
     const s = services[i];
-    const g = state.services.get(`${s.namespace}/${s.hostname}`)?.waypoint;
+    const g = sources[i].waypoint;
     if (!g || namesUs(g)) continue;
     const d = g.destination;
     const ip = d.case === 'address' ? ipFromBytes(d.value.address) : undefined;
