@@ -136,9 +136,10 @@ export class WorkloadCertificate extends EventEmitter<WorkloadCertificateEvents>
           if (!this.#closed) schedule(Date.now() + failed(err, what), () => attempt(what, done));
         },
       );
-    // A CA may issue for less than asked (istiod caps the lifetime): renew within what was given.
+    // A CA may issue for less than asked (istiod caps the lifetime): renew within what was given
+    // (give or take the second X.509 rounds notAfter down to).
     const scheduleRenewal = (): void => {
-      const lifetime = Math.min(ttlMs, (this.#current?.notAfter.getTime() ?? Infinity) - Date.now());
+      const lifetime = Math.min(ttlMs, (this.#current?.notAfter.getTime() ?? Infinity) + 1_000 - Date.now());
       schedule(Date.now() + Math.max(lifetime, 0) * fraction, () => attempt('renewal', (m) => this.emit('rotated', m)));
     };
     const scheduleFirst = (done: () => void, abandoned: (err: Error) => void): void => {

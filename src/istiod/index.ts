@@ -10,6 +10,7 @@
  *   await Promise.all([certificate.ready, wds.whenSynced()]);
  *   const discovered = wdsDiscoveredMesh(wds, { instanceIps: [env.INSTANCE_IP] });   // compile input
  *   wds.on('update', () => recompile());
+ *   // shutdown: wds.close(); certificate.close(); channel.close(); roots.close();
  */
 export { DEFAULT_ISTIOD_ADDRESS, IstiodChannel, ISTIOD_SERVER_NAME, parseIstiodAddress, type IstiodAddress, type IstiodChannelOptions } from './channel.ts';
 export { describeCallError, IstiodCertificateIssuer, type IstiodIssuerOptions } from './ca-client.ts';
