@@ -8,11 +8,12 @@
  * cycle. Lower layers never import higher ones: the table is in layer order.
  */
 const LAYERS = {
-  util: [], // log, freeze, errors, listen, slices
+  util: [], // log, freeze, errors, listen, slices, backoff, protobuf descriptors
   identity: ['util'], // SPIFFE ids, the local CA, workload certificates
   config: ['util', 'identity'], // the bootstrap file
   state: ['util', 'identity'], // mesh state: parse, validate, compiled parts, immutable snapshots, store
   kube: ['util', 'identity', 'config', 'state'], // the Kubernetes API as a mesh source: watched kinds, informers, RBAC, live store
+  istiod: ['util', 'identity', 'config', 'state'], // istiod's CA and WDS (delta ADS) clients, WDS → mesh model
   pipeline: ['util', 'identity', 'state'], // the filter API: contexts, chain, local replies, response flags
   peer: ['util', 'identity', 'state', 'pipeline'], // peer metadata (baggage, x-envoy-peer-metadata) and its slots
   authz: ['util', 'identity', 'state', 'pipeline', 'peer'], // AuthorizationPolicy engine (no I/O)

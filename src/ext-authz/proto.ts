@@ -21,16 +21,9 @@
  *   `type.v3.HttpStatus{code=1}`; `config.core.v3.HeaderValueOption{header=1, append=2,
  *   append_action=3, keep_empty_value=4}`, `HeaderValue{key=1, value=2, raw_value=3}`.
  */
-import { create, createFileRegistry, type JsonObject, type Message, type MessageInitShape } from '@bufbuild/protobuf';
+import type { JsonObject, Message, DescFile } from '@bufbuild/protobuf';
 import type { GenMessage } from '@bufbuild/protobuf/codegenv2';
-import type { DescFile } from '@bufbuild/protobuf';
 import {
-  FieldDescriptorProto_Label,
-  FieldDescriptorProto_Type,
-  DescriptorProtoSchema,
-  EnumDescriptorProtoSchema,
-  FieldDescriptorProtoSchema,
-  FileDescriptorProtoSchema,
   file_google_protobuf_any,
   file_google_protobuf_struct,
   file_google_protobuf_timestamp,
@@ -38,57 +31,13 @@ import {
   type FileDescriptorProto,
   type Timestamp,
 } from '@bufbuild/protobuf/wkt';
+import { field, mapField, messageRegistry, msgField, protoFile as file, ProtoType as T, RPC_STATUS_FILE } from '../util/index.ts';
 
 /** gRPC method path of the check call. */
 export const CHECK_METHOD_PATH = '/envoy.service.auth.v3.Authorization/Check';
 
 // ---------------------------------------------------------------------------------------------
-// A tiny descriptor DSL (proto3).
-
-const T = FieldDescriptorProto_Type;
-type FieldInit = MessageInitShape<typeof FieldDescriptorProtoSchema>;
-type MessageInit = MessageInitShape<typeof DescriptorProtoSchema>;
-type EnumInit = MessageInitShape<typeof EnumDescriptorProtoSchema>;
-
-function field(
-  name: string,
-  number: number,
-  type: FieldDescriptorProto_Type,
-  opts: { typeName?: string; repeated?: boolean; oneof?: number } = {},
-): FieldInit {
-  return {
-    name,
-    number,
-    type,
-    label: opts.repeated ? FieldDescriptorProto_Label.REPEATED : FieldDescriptorProto_Label.OPTIONAL,
-    jsonName: name.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase()),
-    ...(opts.typeName ? { typeName: opts.typeName } : {}),
-    ...(opts.oneof !== undefined ? { oneofIndex: opts.oneof } : {}),
-  };
-}
-
-const msgField = (name: string, number: number, typeName: string, opts: { repeated?: boolean; oneof?: number } = {}): FieldInit =>
-  field(name, number, T.MESSAGE, { typeName, ...opts });
-
-/** A `map<string, string>` field `name` = `number` of message `owner` (full name, leading dot). */
-function stringMap(owner: string, name: string, number: number): { field: FieldInit; entry: MessageInit } {
-  const entryName = `${name.replace(/(^|_)([a-z])/g, (_m, _s, c: string) => c.toUpperCase())}Entry`;
-  return {
-    field: msgField(name, number, `${owner}.${entryName}`, { repeated: true }),
-    entry: { name: entryName, field: [field('key', 1, T.STRING), field('value', 2, T.STRING)], options: { mapEntry: true } },
-  };
-}
-
-function file(name: string, pkg: string, dependency: string[], messageType: MessageInit[], enumType: EnumInit[] = []): FileDescriptorProto {
-  return create(FileDescriptorProtoSchema, { name, package: pkg, syntax: 'proto3', dependency, messageType, enumType });
-}
-
-// ---------------------------------------------------------------------------------------------
 // The files.
-
-const rpcStatus = file('google/rpc/status.proto', 'google.rpc', ['google/protobuf/any.proto'], [
-  { name: 'Status', field: [field('code', 1, T.INT32), field('message', 2, T.STRING), msgField('details', 3, '.google.protobuf.Any', { repeated: true })] },
-]);
 
 const httpStatus = file(
   'envoy/type/v3/http_status.proto',
@@ -138,9 +87,9 @@ const coreAddress = file('envoy/config/core/v3/address.proto', 'envoy.config.cor
 ]);
 
 const AC = '.envoy.service.auth.v3.AttributeContext';
-const peerLabels = stringMap(`${AC}.Peer`, 'labels', 3);
-const httpHeaders = stringMap(`${AC}.HttpRequest`, 'headers', 3);
-const contextExtensions = stringMap(AC, 'context_extensions', 10);
+const peerLabels = mapField(`${AC}.Peer`, 'labels', 3);
+const httpHeaders = mapField(`${AC}.HttpRequest`, 'headers', 3);
+const contextExtensions = mapField(AC, 'context_extensions', 10);
 
 const attributeContext = file(
   'envoy/service/auth/v3/attribute_context.proto',
@@ -228,20 +177,14 @@ const deps = new Map<string, FileDescriptorProto | DescFile>([
   ['google/protobuf/struct.proto', file_google_protobuf_struct],
   ['google/protobuf/timestamp.proto', file_google_protobuf_timestamp],
   ['google/protobuf/wrappers.proto', file_google_protobuf_wrappers],
-  ['google/rpc/status.proto', rpcStatus],
+  ['google/rpc/status.proto', RPC_STATUS_FILE],
   ['envoy/type/v3/http_status.proto', httpStatus],
   ['envoy/config/core/v3/base.proto', coreBase],
   ['envoy/config/core/v3/address.proto', coreAddress],
   ['envoy/service/auth/v3/attribute_context.proto', attributeContext],
 ]);
 
-const registry = createFileRegistry(externalAuth, (name) => deps.get(name));
-
-function message<T extends Message>(typeName: string): GenMessage<T> {
-  const desc = registry.getMessage(typeName);
-  if (!desc) throw new Error(`ext_authz proto: ${typeName} missing from the registry`);
-  return desc as unknown as GenMessage<T>;
-}
+const message = messageRegistry('ext_authz', externalAuth, deps);
 
 // ---------------------------------------------------------------------------------------------
 // Typed shapes (what protoc-gen-es would generate for the fields above).

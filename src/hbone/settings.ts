@@ -8,6 +8,7 @@ import type { SecureContextOptions } from 'node:tls';
 
 /** PEM material of one workload identity. */
 export interface TlsMaterial {
+  /** The leaf, then any intermediates (istiod's CA answers with a chain), as presented to peers. */
   readonly certPem: string;
   readonly keyPem: string;
   /** Mesh root(s) peers must chain to. */

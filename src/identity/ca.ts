@@ -27,8 +27,9 @@ const CLOCK_SKEW_MS = 60_000;
 const ROOT_VALIDITY_MS = 10 * 365 * 24 * 3600_000;
 const P256: wc.EcKeyGenParams = { name: 'ECDSA', namedCurve: 'P-256' };
 
-/** A freshly issued workload certificate. PEMs: leaf only (no chain), key in PKCS#8. */
+/** A freshly issued workload certificate, key in PKCS#8. */
 export interface IssuedCertificate {
+  /** The leaf, then the intermediates up to (not including) the root, as a TLS server sends them. */
   readonly certPem: string;
   readonly keyPem: string;
   readonly notBefore: Date;
@@ -41,6 +42,11 @@ export interface CertificateIssuer {
   /** PEM of the trust anchor peers must verify issued leaves against. */
   readonly rootCertPem: string;
   issue(spiffe: string, ttlMs: number): Promise<IssuedCertificate>;
+  /**
+   * For trust roots that change at run time (istiod's root file, re-read): call `listener` with
+   * the new {@link rootCertPem} on each change; returns what unsubscribes it.
+   */
+  onRootsChanged?(listener: (rootCertPem: string) => void): () => void;
 }
 
 /**
@@ -109,13 +115,17 @@ async function importSigningKey(pem: string): Promise<wc.CryptoKey> {
 
 const PEM_BLOCK = /-----BEGIN ([A-Z0-9 ]+)-----[\s\S]*?-----END \1-----/g;
 
+/** What {@link readTrustRoot} tells to give instead of a wrong file, by default. */
+const LOCAL_ROOT_HINT = `give the mesh root certificate (${ROOT_CERT_FILE} in the directory of \`waypoint ca init\`)`;
+
 /**
- * Read a trust-root file (a role's `--ca`): PEM certificates, every one a CA (basicConstraints
- * CA:true), as `root-cert.pem` of {@link LocalCa.init} is. Returns the PEM text.
+ * Read a trust-root file (a role's `--ca`, istiod's root certificate): PEM certificates, every one
+ * a CA (basicConstraints CA:true), as `root-cert.pem` of {@link LocalCa.init} is. Returns the PEM
+ * text. `hint` says what file to give instead (default: the local CA's root).
  * @throws Error saying what the file is instead: missing, a private key, a workload (leaf)
  *   certificate, or no PEM certificate at all.
  */
-export async function readTrustRoot(file: string): Promise<string> {
+export async function readTrustRoot(file: string, hint = LOCAL_ROOT_HINT): Promise<string> {
   let text: string;
   try {
     text = await readFile(file, 'utf8');
@@ -124,7 +134,6 @@ export async function readTrustRoot(file: string): Promise<string> {
     throw new Error(code === 'ENOENT' ? 'the file does not exist' : `cannot read it: ${(err as Error).message}`, { cause: err });
   }
   const blocks = [...text.matchAll(PEM_BLOCK)];
-  const hint = `give the mesh root certificate (${ROOT_CERT_FILE} in the directory of \`waypoint ca init\`)`;
   if (blocks.some((b) => b[1].endsWith('PRIVATE KEY'))) throw new Error(`it holds a private key, not a CA certificate: ${hint}`);
   const certs = blocks.filter((b) => b[1] === 'CERTIFICATE');
   if (certs.length === 0) throw new Error(`it holds no PEM certificate: ${hint}`);

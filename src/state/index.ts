@@ -11,11 +11,17 @@
  */
 export { MeshStore, type MeshStoreLiveOptions } from './store.ts';
 export { definePart } from './parts.ts';
-export type { AccessLogEncoding, DiscoveredMesh, DiscoveryContext, Endpoint, KeptResource, MeshConfig, MeshPart, MeshSnapshot, PortProtocol, Service, ServicePort, Target, Workload, WaypointIdentity } from './types.ts';
+export type { AccessLogEncoding, DiscoveredMesh, DiscoveryContext, Endpoint, KeptResource, MeshConfig, MeshPart, MeshSnapshot, PortProtocol, Service, ServicePort, ServiceWaypoint, Target, TunnelProtocol, WaypointRef, Workload, WorkloadType, WaypointIdentity } from './types.ts';
 export { isHttpProtocol } from './protocol.ts';
 export { clusterName, serviceClusterName } from './cluster-name.ts';
 // Addresses, and where a resource's field is in the mesh file (for ConfigError positions).
-export { formatHostPort, normalizeIp, normalizeIpOrCidr, parseCidr, parseHostPort, type Cidr } from './ip.ts';
+export { formatHostPort, ipFamily, normalizeIp, normalizeIpOrCidr, parseCidr, parseHostPort, type Cidr } from './ip.ts';
 export { locateField } from './resource-location.ts';
 export { formatFieldPath, type FieldPath } from './yaml-locate.ts';
 export { upstreamEndpoints } from './service-waypoints.ts';
+// For discovery sources (istiod's WDS, src/istiod) building the same model objects the file does.
+export { throughWaypoint, WAYPOINT_HBONE_PORT } from './service-waypoints.ts';
+export { endpointsByPort, type TargetPortOf } from './services.ts';
+export { canonicalService } from './workload-names.ts';
+export { portProtocol } from './protocol.ts';
+export { servesServices, servesWorkloads } from './attachment.ts';

@@ -79,12 +79,32 @@ export function* chainServiceWaypoints(services: Service[], ctx: ServiceWaypoint
     const vip = s.addresses.find((a) => !a.includes('/'));
     if (vip === undefined) continue;
     const instances = resolver.instances(ref, s);
-    if (instances !== undefined) services[i] = { ...s, viaWaypoint: chained(ref, s, vip, instances) };
+    if (instances !== undefined) services[i] = { ...s, viaWaypoint: chained(ref, s, vip, instances, WAYPOINT_HBONE_PORT) };
   }
 }
 
+/**
+ * The {@link ServiceWaypoint} of `service` through waypoint `ref` reached at `reached`: the
+ * waypoint's Service (its healthy endpoints on `hbonePort`) or the waypoint workload at `ip`;
+ * undefined `reached` ⇒ no instance (requests fail rather than skip the waypoint). Undefined when
+ * the service has no VIP: a waypoint takes traffic addressed to a VIP only, so a headless service
+ * is reached directly. Also used by discovery sources that name the waypoint's address themselves
+ * (istiod's WDS `Service.waypoint`, src/istiod).
+ */
+export function throughWaypoint(
+  ref: WaypointRef,
+  service: Service,
+  reached: Service | Workload | undefined,
+  ip?: string,
+  hbonePort = WAYPOINT_HBONE_PORT,
+): ServiceWaypoint | undefined {
+  const vip = service.addresses.find((a) => !a.includes('/'));
+  if (vip === undefined) return undefined;
+  return chained(ref, service, vip, reached === undefined ? [] : instancesOf(reached, ip, hbonePort), hbonePort);
+}
+
 /** The endpoints of `service`'s ports through a waypoint's `instances`, `:authority` `vip:port`. */
-function chained(ref: WaypointRef, service: Service, vip: string, instances: readonly Instance[]): ServiceWaypoint {
+function chained(ref: WaypointRef, service: Service, vip: string, instances: readonly Instance[], hbonePort: number): ServiceWaypoint {
   const family = ipFamily(vip);
   const endpoints = new Map<number, Endpoint[]>();
   for (const port of service.ports) {
@@ -94,7 +114,7 @@ function chained(ref: WaypointRef, service: Service, vip: string, instances: rea
       port.port,
       instances.map((i) => {
         const address = i.workload.addresses.find((a) => ipFamily(a) === family) ?? i.address;
-        return { workload: i.workload, address, targetPort: WAYPOINT_HBONE_PORT, tunnel: 'HBONE', authority: formatHostPort(address, WAYPOINT_HBONE_PORT), connectAuthority };
+        return { workload: i.workload, address, targetPort: hbonePort, tunnel: 'HBONE', authority: formatHostPort(address, hbonePort), connectAuthority };
       }),
     );
   }
@@ -174,10 +194,10 @@ class WaypointResolver {
   }
 }
 
-/** A waypoint Service's healthy endpoints on port 15008, or the workload at the Gateway's IP. */
-function instancesOf(reached: Service | Workload, ip: string | undefined): Instance[] {
+/** A waypoint Service's healthy endpoints on its HBONE port (15008), or the workload at the Gateway's IP. */
+function instancesOf(reached: Service | Workload, ip: string | undefined, hbonePort = WAYPOINT_HBONE_PORT): Instance[] {
   if ('uid' in reached) return reached.healthy ? [{ workload: reached, address: ip ?? reached.addresses[0] }] : [];
-  return (reached.endpoints.get(WAYPOINT_HBONE_PORT) ?? []).map((ep) => ({ workload: ep.workload, address: ep.address }));
+  return (reached.endpoints.get(hbonePort) ?? []).map((ep) => ({ workload: ep.workload, address: ep.address }));
 }
 
 const NO_ENDPOINTS: readonly Endpoint[] = Object.freeze([]);

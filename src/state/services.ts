@@ -29,7 +29,7 @@ export interface ServiceContext {
 }
 
 /** Resolves one service port to a port on one workload; undefined = not an endpoint for that port. */
-type TargetPortOf = (workload: Workload, port: ServicePort) => number | undefined;
+export type TargetPortOf = (workload: Workload, port: ServicePort) => number | undefined;
 
 /**
  * Service from a Kubernetes `Service`. VIPs from `spec.clusterIPs` (else `spec.clusterIP`);
@@ -143,14 +143,17 @@ function selectWorkloads(candidates: readonly Workload[], selector: Labels): Wor
 }
 
 /**
- * Healthy endpoints per service port. The dialed address is the workload's first address of the
- * family of the service's first VIP (any first address when the service has none or no match).
+ * Healthy endpoints per service port (unhealthy ones too with `includeUnhealthy`: a service that
+ * publishes not-ready addresses, WDS `LoadBalancing.health_policy: ALLOW_ALL`). The dialed address
+ * is the workload's first address of the family of the service's first VIP (any first address
+ * when the service has none or no match).
  */
-function endpointsByPort(
+export function endpointsByPort(
   ports: readonly ServicePort[],
   workloads: readonly Workload[],
   vips: readonly string[],
   targetPortOf: TargetPortOf,
+  includeUnhealthy = false,
 ): Map<number, Endpoint[]> {
   const family = vips.length ? ipFamily(vips[0]) : undefined;
   const out = new Map<number, Endpoint[]>();
@@ -158,7 +161,7 @@ function endpointsByPort(
     if (out.has(port.port)) continue; // same number twice (TCP + UDP): the first declaration wins
     const list: Endpoint[] = [];
     for (const w of workloads) {
-      if (!w.healthy || w.addresses.length === 0) continue;
+      if ((!w.healthy && !includeUnhealthy) || w.addresses.length === 0) continue;
       const targetPort = targetPortOf(w, port);
       if (targetPort === undefined) continue;
       const address = w.addresses.find((a) => ipFamily(a) === family) ?? w.addresses[0];
