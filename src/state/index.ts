@@ -16,3 +16,6 @@ export { formatHostPort, normalizeIp, normalizeIpOrCidr, parseCidr, parseHostPor
 export { locateField } from './resource-location.ts';
 export { formatFieldPath, type FieldPath } from './yaml-locate.ts';
 export { upstreamEndpoints } from './service-waypoints.ts';
+// MeshConfig's telemetry fields (extension providers, default providers, tracing defaults) and the access-log format strings.
+export type { CustomTag, ExtensionProvider, FileAccessLogProvider, MeshTelemetryConfig, OpenTelemetryProvider } from './telemetry-config.ts';
+export { parseFormat, type FormatOperator, type FormatParts, type LogFormat, type LogOperator } from './log-format.ts';

@@ -2,6 +2,7 @@ import { describe, expect, test } from 'vitest';
 
 import { ConfigError } from '../../../src/util/errors.ts';
 import { DEFAULT_MESH_CONFIG, parseMeshConfig } from '../../../src/state/mesh-config.ts';
+import { DEFAULT_TELEMETRY_CONFIG } from '../../../src/state/telemetry-config.ts';
 import { caught } from '../../helpers/config-error.ts';
 
 
@@ -13,6 +14,7 @@ describe('parseMeshConfig', () => {
       rootNamespace: 'istio-system',
       accessLogFile: '',
       accessLogEncoding: 'TEXT',
+      telemetry: DEFAULT_TELEMETRY_CONFIG,
       raw: {},
     });
     expect(parseMeshConfig('', { file: 'm.yaml' })).toBe(DEFAULT_MESH_CONFIG);
