@@ -35,7 +35,7 @@ export interface OpenTelemetryProvider {
 /** A file access log (`extensionProviders[].envoyFileAccessLog`). */
 export interface FileAccessLogProvider {
   readonly path: string;
-  /** Undefined: Istio's default format (TEXT, or JSON with MeshConfig `accessLogEncoding: JSON`). */
+  /** Undefined: Istio's default TEXT line (istio/istio pilot/pkg/model/telemetry_logging.go `fileAccessLogFromTelemetry`). */
   readonly format: LogFormat | undefined;
 }
 
@@ -88,7 +88,7 @@ const OtelSchema = z.looseObject({
 });
 
 const FileLogSchema = z.looseObject({
-  path: str.min(1, { error: 'must be a file path' }),
+  path: str.nullish(),
   logFormat: z
     .looseObject({ text: str.nullish(), labels: z.record(z.string(), z.unknown()).nullish() })
     .nullish()
@@ -187,7 +187,7 @@ function provider(p: Record<string, unknown> & { name: string }, env: NodeJS.Pro
   const file = p.envoyFileAccessLog as z.output<typeof FileLogSchema> | null | undefined;
   if (file) {
     const f = file.logFormat;
-    return { name: p.name, kind: 'envoyFileAccessLog', envoyFileAccessLog: { path: file.path, format: f ? parseLogFormat({ text: f.text ?? undefined, labels: f.labels ?? undefined }) : undefined } };
+    return { name: p.name, kind: 'envoyFileAccessLog', envoyFileAccessLog: { path: file.path || '/dev/stdout', format: f ? parseLogFormat({ text: f.text ?? undefined, labels: f.labels ?? undefined }) : undefined } };
   }
   if (p.prometheus !== undefined && p.prometheus !== null) return { name: p.name, kind: 'prometheus' };
   const other = Object.keys(p).find((k) => k !== 'name' && !PROVIDER_KINDS.includes(k)) ?? '';

@@ -139,6 +139,7 @@ const bySnapshot = new WeakMap<MeshSnapshot, CompiledTelemetry | undefined>();
 
 /** The compiled part of `snapshot`; undefined for a snapshot compiled without it (embedding, tests). */
 function compiledOf(snapshot: MeshSnapshot): CompiledTelemetry | undefined {
+  if (typeof snapshot !== 'object' || snapshot === null) return undefined;
   if (bySnapshot.has(snapshot)) return bySnapshot.get(snapshot);
   let c: CompiledTelemetry | undefined;
   try {

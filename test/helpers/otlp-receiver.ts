@@ -62,6 +62,7 @@ const registry = createFileRegistry(
       { name: 'AnyValue', field: [f('string_value', 1, T.STRING), f('bool_value', 2, T.BOOL), f('int_value', 3, T.INT64), f('double_value', 4, T.DOUBLE)] },
     ],
   }),
+  () => undefined,
 );
 const ExportSchema = registry.getMessage('otlp.Export') as DescMessage;
 
