@@ -37,7 +37,7 @@ import type { Target } from '../../src/state/index.ts';
 import { NO_METRIC_OVERRIDES, telemetryOf, type MetricsPolicy } from '../../src/tracing/index.ts';
 import { instrumentsFor, parseStatsConfig, type IstioInstruments, type StatsConfig } from './config.ts';
 import { labelSet } from './instruments.ts';
-import { DROPPED_COUNTER, DROPPED_HISTOGRAM, overridden } from './overrides.ts';
+import { DROPPED_COUNTER, DROPPED_HISTOGRAM, overridden, type Base } from './overrides.ts';
 import { BoundedMap, CACHE_ENTRIES, ConnStats, GrpcLive, Pair, TcpLive, Tuple, type HttpSeries, type MessageSeries, type TcpSeries } from './series.ts';
 import {
   HTTP_LABEL_NAMES,
@@ -125,7 +125,9 @@ export class StatsFilter implements Filter {
     const flags = stream.responseFlags;
     const status = grpc ? grpcStatusCode(stream.grpcStatus, code) : NO_GRPC_STATUS;
     let s: HttpSeries | undefined;
-    if (flags === NO_FLAGS && code >= 0 && code <= 999 && Number.isInteger(code)) {
+    if (policy !== NO_METRIC_OVERRIDES) {
+      s = this.overriddenHttp(this.httpBase(pair, grpc, code, status, flags, conn.info.peer.uri), policy, stream);
+    } else if (flags === NO_FLAGS && code >= 0 && code <= 999 && Number.isInteger(code)) {
       // (code, status + 2 ∈ 0..18, protocol) in one integer.
       const key = ((code * 19 + status + 2) << 1) | (grpc ? 1 : 0);
       s = pair.http.get(key);
@@ -141,7 +143,6 @@ export class StatsFilter implements Filter {
         pair.other.set(key, s);
       }
     }
-    if (policy !== NO_METRIC_OVERRIDES) s = this.overriddenHttp(s, policy, stream);
     s.requests.value++;
     s.duration.observe(Math.floor(performance.now() - stream.startMonotonic));
     s.requestBytes.observe(stream.bytesReceived);
@@ -332,11 +333,15 @@ export class StatsFilter implements Filter {
     this.dstMemo = new WeakMap();
   }
 
+  /** The standard HTTP label set of a request (key and labels), without creating any series. */
+  private httpBase(pair: Pair, grpc: boolean, code: number, status: number, flags: string, principal: string): Base {
+    const values = [...pair.src.values, ...pair.dst.values, grpc ? 'grpc' : 'http', String(code), grpcStatusText(status), flags, securityPolicy(principal)];
+    return { key: values.join('\u0001'), labels: labelSet(HTTP_LABEL_NAMES, values) };
+  }
+
   private httpSeries(pair: Pair, grpc: boolean, code: number, status: number, flags: string, principal: string): HttpSeries {
     this.grew();
-    const values = [...pair.src.values, ...pair.dst.values, grpc ? 'grpc' : 'http', String(code), grpcStatusText(status), flags, securityPolicy(principal)];
-    const key = values.join('\u0001');
-    const labels = labelSet(HTTP_LABEL_NAMES, values);
+    const { key, labels } = this.httpBase(pair, grpc, code, status, flags, principal);
     const m = this.m;
     return Object.freeze({
       requests: m.requestsTotal.seriesFor(key, labels),
@@ -348,12 +353,13 @@ export class StatsFilter implements Filter {
 
   /** The TCP series of a tunnel: the pair's for its flags, with the target's metric overrides applied (per tunnel, uncached). */
   private tcpSeries(pair: Pair, flags: string, conn: ConnectionContext): TcpSeries {
-    const base = this.baseTcpSeries(pair, flags, conn.info.peer.uri);
     const policy = telemetryOf(conn).metrics;
-    if (policy === NO_METRIC_OVERRIDES) return base;
+    if (policy === NO_METRIC_OVERRIDES) return this.baseTcpSeries(pair, flags, conn.info.peer.uri);
+    const values = [...pair.src.values, ...pair.dst.values, 'tcp', flags, securityPolicy(conn.info.peer.uri)];
+    const base = { key: values.join('\u0001'), labels: labelSet(TCP_LABEL_NAMES, values) };
     const m = this.m;
-    const c = (metric: typeof m.tcpOpened, b: typeof base.opened) => overridden(metric, b, DROPPED_COUNTER, policy, conn, undefined);
-    return { opened: c(m.tcpOpened, base.opened), closed: c(m.tcpClosed, base.closed), sent: c(m.tcpSent, base.sent), received: c(m.tcpReceived, base.received) };
+    const c = (metric: typeof m.tcpOpened) => overridden(metric, base, DROPPED_COUNTER, policy, conn, undefined);
+    return { opened: c(m.tcpOpened), closed: c(m.tcpClosed), sent: c(m.tcpSent), received: c(m.tcpReceived) };
   }
 
   private baseTcpSeries(pair: Pair, flags: string, principal: string): TcpSeries {
@@ -372,25 +378,25 @@ export class StatsFilter implements Filter {
 
   /** The gRPC message series of a request: the pair's, with the target's metric overrides applied. */
   private messageSeries(pair: Pair, conn: ConnectionContext, stream: StreamContext): MessageSeries {
-    const base = this.baseMessageSeries(pair);
     const policy = telemetryOf(conn).metrics;
-    if (policy === NO_METRIC_OVERRIDES) return base;
-    const m = this.m;
+    if (policy === NO_METRIC_OVERRIDES) return this.baseMessageSeries(pair);
+    const values = [...pair.src.values, ...pair.dst.values];
+    const base = { key: values.join('\u0001'), labels: labelSet(PEER_LABEL_NAMES, values) };
     return {
-      request: overridden(m.requestMessages, base.request, DROPPED_COUNTER, policy, conn, stream),
-      response: overridden(m.responseMessages, base.response, DROPPED_COUNTER, policy, conn, stream),
+      request: overridden(this.m.requestMessages, base, DROPPED_COUNTER, policy, conn, stream),
+      response: overridden(this.m.responseMessages, base, DROPPED_COUNTER, policy, conn, stream),
     };
   }
 
   /** A request's HTTP series with the target's metric overrides applied. */
-  private overriddenHttp(s: HttpSeries, policy: MetricsPolicy, stream: StreamContext): HttpSeries {
+  private overriddenHttp(base: Base, policy: MetricsPolicy, stream: StreamContext): HttpSeries {
     const m = this.m;
     const conn = stream.conn;
     return {
-      requests: overridden(m.requestsTotal, s.requests, DROPPED_COUNTER, policy, conn, stream),
-      duration: overridden(m.requestDuration, s.duration, DROPPED_HISTOGRAM, policy, conn, stream),
-      requestBytes: overridden(m.requestBytes, s.requestBytes, DROPPED_HISTOGRAM, policy, conn, stream),
-      responseBytes: overridden(m.responseBytes, s.responseBytes, DROPPED_HISTOGRAM, policy, conn, stream),
+      requests: overridden(m.requestsTotal, base, DROPPED_COUNTER, policy, conn, stream),
+      duration: overridden(m.requestDuration, base, DROPPED_HISTOGRAM, policy, conn, stream),
+      requestBytes: overridden(m.requestBytes, base, DROPPED_HISTOGRAM, policy, conn, stream),
+      responseBytes: overridden(m.responseBytes, base, DROPPED_HISTOGRAM, policy, conn, stream),
     };
   }
 

@@ -14,21 +14,28 @@ import { CounterSeries, ENVOY_DEFAULT_BUCKETS, HistogramSeries } from './instrum
 export const DROPPED_COUNTER = new CounterSeries(Object.freeze({}));
 export const DROPPED_HISTOGRAM = new HistogramSeries(Object.freeze({}), ENVOY_DEFAULT_BUCKETS);
 
+/** The standard label set of a sample: its key (the joined values) and its labels. */
+export interface Base {
+  readonly key: string;
+  readonly labels: Readonly<Record<string, string>>;
+}
+
 /**
- * The series `metric` records into under `policy`: `base` (the series of the standard labels)
+ * The series `metric` records into under `policy`: the series of the standard label set `base`
  * when the metric has no override, `dropped` when the override drops it, else the series of the
- * overridden label set, evaluated against `conn` and `stream` (undefined on TCP).
+ * overridden label set, evaluated against `conn` and `stream` (undefined on TCP). The standard
+ * series of an overridden metric is never created, so it is not exported at zero.
  */
 export function overridden<S extends CounterSeries | HistogramSeries>(
   metric: { readonly name: string; seriesFor(key: string, labels: Readonly<Record<string, string>>): S },
-  base: S,
+  base: Base,
   dropped: S,
   policy: MetricsPolicy,
   conn: ConnectionContext,
   stream: StreamContext | undefined,
 ): S {
   const o = policy.overrides.get(metric.name);
-  if (o === undefined) return base;
+  if (o === undefined) return metric.seriesFor(base.key, base.labels);
   if (o.drop) return dropped;
   const labels: Record<string, string> = { ...base.labels };
   for (const t of o.tags) {
