@@ -75,5 +75,3 @@ export function traceparent(v: string | undefined): { traceId: string; spanId: s
 /** A fresh random trace id / span id (the client's span). */
 export const randomHex = (bytes: number): string => Buffer.from(Array.from({ length: bytes }, () => Math.floor(Math.random() * 256))).toString('hex');
 
-/** Wait a moment for exports that should not come (a negative check, bounded). */
-export const settle = (ms = 300): Promise<void> => new Promise((r) => setTimeout(r, ms));

@@ -65,6 +65,8 @@ describe('what Istio documents', () => {
     expect(run("request.headers['missing'] == 'x' || response.code == 503")).toBe(true);
     expect(run("request.headers['missing'] == 'x' && response.code == 200")).toBe(false);
     expect(run("request.headers['missing'] == 'x' && response.code == 503")).toBe(CEL_ERROR);
+    expect(run("response.code == 503 || request.headers['missing'] == 'x'")).toBe(true);
+    expect(run("response.code == 200 && request.headers['missing'] == 'x'")).toBe(false);
     expect(run("!(response.code < 500) && request.method != 'POST'")).toBe(true);
   });
 });
