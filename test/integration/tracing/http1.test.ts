@@ -19,7 +19,7 @@ let zero: { host: string; port: number; close(): Promise<void> };
 beforeAll(async () => {
   rx = await startOtlpReceiver('127.0.144.200');
   topo = await tracedTopology(144, { extensionProviders: [otelProvider('otel', '127.0.144.200', rx.httpPort, true)] }, [
-    telemetry('mesh', 'istio-system', { tracing: [{ providers: [{ name: 'otel' }], randomSamplingPercentage: 100, customTags: { team: { literal: { value: 'blue' } }, tenant: { header: { name: 'x-tenant', defaultValue: 'none' } } } }] }),
+    telemetry('mesh', 'istio-system', { tracing: [{ providers: [{ name: 'otel' }], randomSamplingPercentage: 100, customTags: { team: { literal: { value: 'blue' } }, tenant: { header: { name: 'x-tenant', defaultValue: 'none' } }, route: { formatter: { value: '%REQ(:METHOD)% %REQ(:PATH)%' } } } }] }),
     echoService('zero', '127.0.144.101', servicePort('http', 80, 'http')),
     telemetry('zero', 'demo', { targetRefs: toService('zero'), tracing: [{ randomSamplingPercentage: 0 }] }),
     authorizationPolicy('deny-admin', { targetRefs: toGateway(), action: 'DENY', rules: [{ to: [{ operation: { paths: ['/admin'] } }] }] }, { namespace: 'demo' }),
@@ -75,6 +75,7 @@ describe('parentage and attributes', () => {
       'istio.destination_app_version': 'v1',
       team: 'blue',
       tenant: 'acme',
+      route: 'GET /items?id=7',
     });
     expect(Number(span.attributes.response_size)).toBeGreaterThan(0);
     expect(span.attributes.error).toBeUndefined();
