@@ -20,7 +20,8 @@ const LAYERS = {
   authn: ['util', 'identity', 'state', 'pipeline', 'peer', 'authz'], // RequestAuthentication (JWT)
   netpol: ['util', 'identity', 'state', 'pipeline', 'peer'], // NetworkPolicy
   routing: ['util', 'identity', 'state', 'pipeline', 'peer'], // HTTPRoute/GRPCRoute, DestinationRule traffic policy
-  telemetry: ['util', 'identity', 'state', 'pipeline', 'peer'], // access log, metrics
+  tracing: ['util', 'identity', 'state', 'pipeline', 'peer'], // Telemetry API (compiled per snapshot), spans: propagation, sampling, OTLP export
+  telemetry: ['util', 'identity', 'state', 'pipeline', 'peer', 'tracing'], // access log, metrics
   hbone: ['util', 'identity', 'state'], // HBONE server, session pool, relay, HTTP/2 settings
   upstream: ['util', 'identity', 'state', 'pipeline', 'peer', 'routing', 'hbone'], // clusters, LB, pools, h2 upstream, failures
   'ext-authz': ['util', 'identity', 'state', 'pipeline', 'authz', 'hbone', 'upstream'], // ext_authz client (gRPC/HTTP)
@@ -33,8 +34,9 @@ const LAYERS = {
 };
 // Above the table: src/app.ts (wires the waypoint) < src/demo/ < src/cli/, which may import every
 // layer's entry.
-// Filters see the filter API and the engines' entries only.
-const FILTER_MAY_USE = ['util', 'identity', 'state', 'pipeline', 'peer', 'authz', 'authn', 'netpol'];
+// Filters see the filter API and the engines' entries only. tracing is one: it compiles the
+// Telemetry API per snapshot (what istio.stats and istio.tracing read per tunnel) and owns spans.
+const FILTER_MAY_USE = ['util', 'identity', 'state', 'pipeline', 'peer', 'authz', 'authn', 'netpol', 'tracing'];
 
 const entry = (layer) => `^src/${layer}/index\\.ts$`;
 const layerRules = Object.entries(LAYERS).map(([layer, allowed]) => ({

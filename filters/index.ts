@@ -6,20 +6,25 @@
  * Later work adds `istio.metadata_exchange`.
  */
 import type { FilterRegistry } from '../src/pipeline/index.ts';
+import type { TracingRuntime } from '../src/tracing/index.ts';
 import { authzFactory, authzFilterFactory, type AuthzFilterOptions } from './authz/index.ts';
 import { peerMetadataFactory } from './peer-metadata/index.ts';
 import { statsFactory } from './stats/index.ts';
+import { tracingFilterFactory } from './tracing/index.ts';
 
 /** What the composition root hands to built-in filters (clients that outlive one chain). */
 export interface BuiltinFilterOptions {
   /** `istio.authz`: the ext_authz client (CUSTOM) and RequestAuthentication (JWT). */
   readonly authz?: AuthzFilterOptions;
+  /** `istio.tracing`: the runtime that exports spans (without it, requests pass untraced). */
+  readonly tracing?: TracingRuntime;
 }
 
 /** Register every built-in filter factory; returns the registry for chaining. */
 export function registerBuiltinFilters(registry: FilterRegistry, opts: BuiltinFilterOptions = {}): FilterRegistry {
   registry.register(peerMetadataFactory);
   registry.register(statsFactory);
+  registry.register(tracingFilterFactory(opts.tracing));
   registry.register(opts.authz ? authzFilterFactory(opts.authz) : authzFactory);
   return registry;
 }

@@ -25,6 +25,7 @@ import { routerFactory, TcpProxy } from './router/index.ts';
 import { compileDestinationRules, DESTINATION_RULES, destinationRulesFor, ROUTES, type LbAlgorithm } from './routing/index.ts';
 import { MeshStore, type MeshPart } from './state/index.ts';
 import { AccessLogFilter, AccessLogSinks, createMetricsRegistry, registerOverloadMetrics } from './telemetry/index.ts';
+import { TELEMETRY, TracingRuntime } from './tracing/index.ts';
 import { ClusterManager, ClusterTable, SidecarTransport } from './upstream/index.ts';
 import { waypointSelf } from './peer/index.ts';
 import { registerBuiltinFilters } from '../filters/index.ts';
@@ -72,6 +73,7 @@ export class Waypoint {
   private readonly extAuthz: ExtAuthzClient;
   private readonly inner: InnerHttpServer;
   private readonly accessLog: AccessLogSinks;
+  private readonly tracing: TracingRuntime;
   private readonly bootstrap: BootstrapConfig;
   /** The buffered-bytes budget (read-only outside: tests and `/stats/prometheus`). */
   readonly overload: OverloadManager;
@@ -93,6 +95,7 @@ export class Waypoint {
     extAuthz: ExtAuthzClient;
     inner: InnerHttpServer;
     accessLog: AccessLogSinks;
+    tracing: TracingRuntime;
     bootstrap: BootstrapConfig;
     overload: OverloadManager;
   }) {
@@ -110,6 +113,7 @@ export class Waypoint {
     this.extAuthz = parts.extAuthz;
     this.inner = parts.inner;
     this.accessLog = parts.accessLog;
+    this.tracing = parts.tracing;
     this.bootstrap = parts.bootstrap;
     this.overload = parts.overload;
   }
@@ -126,6 +130,8 @@ export class Waypoint {
     const metrics = createMetricsRegistry();
     const authn = new RequestAuthn();
     const clusterTable = new ClusterTable({ metrics, clusters: (s) => destinationRulesFor(s).clusters });
+    // The span collectors the Telemetry API names, reconciled as each snapshot is published.
+    const tracing = new TracingRuntime({ metrics });
     const mesh = await MeshStore.open({
       meshFile: opts.meshFile,
       meshConfigFile: opts.meshConfigFile,
@@ -134,7 +140,7 @@ export class Waypoint {
       // Every snapshot is compiled with these; an invalid AuthorizationPolicy, RequestAuthentication,
       // DestinationRule, NetworkPolicy or PeerAuthentication stops the start, or refuses the whole
       // update (the last good state stays enforced), naming the file, line, object and field.
-      parts: waypointParts(authn, clusterTable, cfg.upstream.loadBalancer),
+      parts: waypointParts(authn, clusterTable, cfg.upstream.loadBalancer, tracing.part),
       accept: (next, prev) => {
         if (next.waypoint.identity !== prev.waypoint.identity) {
           return `the waypoint's identity would change from ${prev.waypoint.identity} to ${next.waypoint.identity}; restart the waypoint to take a new identity`;
@@ -145,7 +151,7 @@ export class Waypoint {
         return undefined;
       },
     });
-    const cleanup: (() => unknown)[] = [() => mesh.close(), () => clusterTable.close()];
+    const cleanup: (() => unknown)[] = [() => mesh.close(), () => clusterTable.close(), () => tracing.close()];
     try {
       const snap = mesh.current;
       if (cfg.networkPolicy.enforceOnOriginalIdentity && !cfg.filters.some((f) => f.name === AUTHZ_FILTER_NAME)) {
@@ -208,6 +214,7 @@ export class Waypoint {
 
       const registry = registerBuiltinFilters(new FilterRegistry(), {
         authz: { extAuthz: createExtAuthzHook(extAuthzClient, mesh), authn, networkPolicy: cfg.networkPolicy.enforceOnOriginalIdentity },
+        tracing,
       }).register(
         routerFactory(clusters, {
           requestTimeoutMs: cfg.http.requestTimeoutMs,
@@ -283,6 +290,7 @@ export class Waypoint {
         extAuthz: extAuthzClient,
         inner,
         accessLog,
+        tracing,
         bootstrap: cfg,
         overload,
       });
@@ -343,7 +351,7 @@ export class Waypoint {
       this.overload.stop();
       this.certificate.close();
       this.mesh.close();
-      await Promise.all([this.admin.close(), this.readiness?.close(), this.accessLog.close()]);
+      await Promise.all([this.admin.close(), this.readiness?.close(), this.accessLog.close(), this.tracing.close()]);
       log.info('waypoint stopped');
     })();
     return this.stopped;
@@ -353,9 +361,10 @@ export class Waypoint {
 /**
  * The compiled parts of the waypoint's mesh snapshots, in compile order (the cluster table reads
  * the DestinationRules): `authn` and `clusters` bind theirs to their long-lived state; `fallback`
- * is the balancer a DestinationRule without `loadBalancer.simple` gets (the bootstrap's).
+ * is the balancer a DestinationRule without `loadBalancer.simple` gets (the bootstrap's);
+ * `telemetry` is the Telemetry API part (the tracing runtime's binding publishes its collectors).
  */
-export function waypointParts(authn: RequestAuthn, clusters: ClusterTable, fallback: LbAlgorithm): MeshPart<unknown>[] {
+export function waypointParts(authn: RequestAuthn, clusters: ClusterTable, fallback: LbAlgorithm, telemetry: MeshPart<unknown> = TELEMETRY): MeshPart<unknown>[] {
   return [
     AUTHZ,
     authn.part,
@@ -365,6 +374,7 @@ export function waypointParts(authn: RequestAuthn, clusters: ClusterTable, fallb
     DESTINATION_RULES.with({ compile: (s) => compileDestinationRules(s, fallback) }),
     clusters.part,
     EXT_AUTHZ_PROVIDERS,
+    telemetry,
   ];
 }
 

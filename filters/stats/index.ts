@@ -22,19 +22,22 @@
  * labels without peer info: `unknown`, `latest` for the source revision, namespace and principal
  * from the client certificate).
  *
+ * The Telemetry API (src/tracing, per tunnel) can turn a target's metrics off, drop a metric or
+ * remove, change or add labels (`metrics[].overrides`, overrides.ts).
+ *
  * Recording is cheap: the source labels are built once per tunnel (and per downstream peer), the
  * destination labels once per (upstream peer, service); the series of a whole label tuple hang off
  * the (source, destination) pair under one small integer made of the per-request values (status
  * code, gRPC status, protocol; a string key only when there are response flags). Caches are
  * bounded (CACHE_ENTRIES); a request costs a few hundred ns (bench/micro/stats.ts).
  */
-import { Gauge, type Registry } from 'prom-client';
-import type { Logger } from 'pino';
-import { z } from 'zod';
 import { FilterStatus, defineSlot, type ConnectionContext, type Filter, type FilterFactory, type StreamContext } from '../../src/pipeline/index.ts';
 import { TCP_UPSTREAM_PEER, UPSTREAM_PEER, DOWNSTREAM_PEER, downstreamPeerOf, type PeerInfo } from '../../src/peer/index.ts';
 import type { Target } from '../../src/state/index.ts';
-import { IstioCounter, IstioHistogram, labelSet, register } from './instruments.ts';
+import { NO_METRIC_OVERRIDES, telemetryOf, type MetricsPolicy } from '../../src/tracing/index.ts';
+import { instrumentsFor, parseStatsConfig, type IstioInstruments, type StatsConfig } from './config.ts';
+import { labelSet } from './instruments.ts';
+import { DROPPED_COUNTER, DROPPED_HISTOGRAM, overridden, type Base } from './overrides.ts';
 import { BoundedMap, CACHE_ENTRIES, ConnStats, GrpcLive, Pair, TcpLive, Tuple, type HttpSeries, type MessageSeries, type TcpSeries } from './series.ts';
 import {
   HTTP_LABEL_NAMES,
@@ -51,41 +54,9 @@ import {
 } from './labels.ts';
 
 export { ENVOY_DEFAULT_BUCKETS } from './instruments.ts';
+export { DEFAULT_STATS_CONFIG, instrumentsFor, parseStatsConfig, type IstioInstruments, type StatsConfig } from './config.ts';
 
 export const STATS_FILTER_NAME = 'istio.stats';
-
-/** The filter's configuration (bootstrap `filters: [{ name: istio.stats, config: {...} }]`). */
-export interface StatsConfig {
-  /**
-   * How often (ms) open TCP tunnels report their byte counts and open gRPC streams their message
-   * counts (Istio's `tcp_reporting_duration`, default 5 s); 0 = only at the end.
-   */
-  readonly tcpReportingDurationMs: number;
-  /** Series per metric at most (memory bound against label explosions; Envoy has none). */
-  readonly maxSeries: number;
-  /** `tag` of `istio_build` (Istio: the proxy's ISTIO_VERSION; `unknown` when unset, as Envoy). */
-  readonly istioVersion: string;
-}
-
-export const DEFAULT_STATS_CONFIG: StatsConfig = Object.freeze({ tcpReportingDurationMs: 5000, maxSeries: 10_000, istioVersion: 'unknown' });
-
-const schema = z.strictObject({
-  tcpReportingDurationMs: z.number().int().min(0).optional(),
-  maxSeries: z.number().int().min(1).optional(),
-  istioVersion: z.string().min(1).optional(),
-});
-
-/** Validate the filter's `config:` (absent = defaults). @throws Error naming the field. */
-export function parseStatsConfig(raw: unknown): StatsConfig {
-  if (raw === undefined || raw === null) return DEFAULT_STATS_CONFIG;
-  const r = schema.safeParse(raw);
-  if (!r.success) {
-    const issue = r.error.issues[0];
-    const at = issue.path.map(String).join('.');
-    throw new Error(at ? `${at}: ${issue.message}` : issue.message);
-  }
-  return Object.freeze({ ...DEFAULT_STATS_CONFIG, ...r.data });
-}
 
 export const statsFactory: FilterFactory<StatsConfig> = {
   name: STATS_FILTER_NAME,
@@ -94,52 +65,6 @@ export const statsFactory: FilterFactory<StatsConfig> = {
   parseConfig: parseStatsConfig,
   create: (config, env) => new StatsFilter(config, instrumentsFor(env.metrics, config, env.log)),
 };
-
-// ---- instruments ----------------------------------------------------------------------------
-
-/** The `istio_*` instruments of one registry. */
-export interface IstioInstruments {
-  readonly requestsTotal: IstioCounter;
-  readonly requestDuration: IstioHistogram;
-  readonly requestBytes: IstioHistogram;
-  readonly responseBytes: IstioHistogram;
-  readonly requestMessages: IstioCounter;
-  readonly responseMessages: IstioCounter;
-  readonly tcpOpened: IstioCounter;
-  readonly tcpClosed: IstioCounter;
-  readonly tcpSent: IstioCounter;
-  readonly tcpReceived: IstioCounter;
-}
-
-// One set per registry: a rebuilt chain (or a second chain) keeps counting into the same series
-// (the first configuration's `maxSeries` and `istioVersion` stay).
-const byRegistry = new WeakMap<Registry, IstioInstruments>();
-
-/** The registry's `istio_*` instruments, created and registered on first use. */
-export function instrumentsFor(registry: Registry, config: StatsConfig, log?: Logger): IstioInstruments {
-  let m = byRegistry.get(registry);
-  if (m) return m;
-  const max = config.maxSeries;
-  const counter = (name: string, help: string, labels: readonly string[]) => new IstioCounter(name, help, labels, max, log);
-  const histogram = (name: string, help: string) => new IstioHistogram(name, help, HTTP_LABEL_NAMES, max, log);
-  m = Object.freeze({
-    requestsTotal: counter('istio_requests_total', 'Requests handled by the waypoint.', HTTP_LABEL_NAMES),
-    requestDuration: histogram('istio_request_duration_milliseconds', 'Request duration (ms).'),
-    requestBytes: histogram('istio_request_bytes', 'Request body size (bytes).'),
-    responseBytes: histogram('istio_response_bytes', 'Response body size (bytes).'),
-    requestMessages: counter('istio_request_messages_total', 'gRPC messages sent by clients.', PEER_LABEL_NAMES),
-    responseMessages: counter('istio_response_messages_total', 'gRPC messages sent by servers.', PEER_LABEL_NAMES),
-    tcpOpened: counter('istio_tcp_connections_opened_total', 'TCP connections opened.', TCP_LABEL_NAMES),
-    tcpClosed: counter('istio_tcp_connections_closed_total', 'TCP connections closed.', TCP_LABEL_NAMES),
-    tcpSent: counter('istio_tcp_sent_bytes_total', 'Bytes sent to the client on TCP connections.', TCP_LABEL_NAMES),
-    tcpReceived: counter('istio_tcp_received_bytes_total', 'Bytes received from the client on TCP connections.', TCP_LABEL_NAMES),
-  });
-  for (const metric of Object.values(m)) register(registry, metric);
-  const build = new Gauge({ name: 'istio_build', help: 'Istio component build info.', labelNames: ['component', 'tag'], registers: [registry] });
-  build.labels('proxy', config.istioVersion).set(1);
-  byRegistry.set(registry, m);
-  return m;
-}
 
 const CONN_STATS = defineSlot<ConnStats>('istio.stats', 'connection');
 const GRPC_LIVE = defineSlot<GrpcLive>('istio.stats', 'stream');
@@ -177,7 +102,7 @@ export class StatsFilter implements Filter {
 
   /** gRPC streams are tracked for the periodic message report. */
   onRequestHeaders(stream: StreamContext): FilterStatus {
-    if (this.reportMs > 0 && isGrpcContentType(contentType(stream))) {
+    if (this.reportMs > 0 && isGrpcContentType(contentType(stream)) && !telemetryOf(stream.conn).metrics.disabled) {
       const live = new GrpcLive(stream);
       stream.set(GRPC_LIVE, live);
       this.track(live);
@@ -187,6 +112,9 @@ export class StatsFilter implements Filter {
 
   onStreamComplete(stream: StreamContext): void {
     const conn = stream.conn;
+    // The Telemetry API may turn the target's metrics off, or drop or relabel some (overrides.ts).
+    const policy = telemetryOf(conn).metrics;
+    if (policy.disabled) return;
     const pair = this.pair(this.sourceOf(conn, downstreamPeerOf(stream)), this.destinationOf(stream.get(UPSTREAM_PEER), stream.routeTarget ?? conn.target));
     // gRPC-Web counts as gRPC, as Istio reports it (Envoy's grpc_web filter, on `grpc-web` ports,
     // makes it gRPC before the stats see it); its status comes from the body's trailer frame,
@@ -197,7 +125,9 @@ export class StatsFilter implements Filter {
     const flags = stream.responseFlags;
     const status = grpc ? grpcStatusCode(stream.grpcStatus, code) : NO_GRPC_STATUS;
     let s: HttpSeries | undefined;
-    if (flags === NO_FLAGS && code >= 0 && code <= 999 && Number.isInteger(code)) {
+    if (policy !== NO_METRIC_OVERRIDES) {
+      s = this.overriddenHttp(this.httpBase(pair, grpc, code, status, flags, conn.info.peer.uri), policy, stream);
+    } else if (flags === NO_FLAGS && code >= 0 && code <= 999 && Number.isInteger(code)) {
       // (code, status + 2 ∈ 0..18, protocol) in one integer.
       const key = ((code * 19 + status + 2) << 1) | (grpc ? 1 : 0);
       s = pair.http.get(key);
@@ -223,7 +153,7 @@ export class StatsFilter implements Filter {
         this.live.delete(live);
         this.reportMessages(live);
       } else {
-        const ms = this.messageSeries(pair);
+        const ms = this.messageSeries(pair, stream.conn, stream);
         ms.request.add(stream.requestMessages);
         ms.response.add(stream.responseMessages);
       }
@@ -233,9 +163,10 @@ export class StatsFilter implements Filter {
   // -- TCP ----------------------------------------------------------------------------------
 
   onUpstreamConnected(conn: ConnectionContext): void {
+    if (telemetryOf(conn).metrics.disabled) return;
     const cs = this.connStats(conn, conn.get(DOWNSTREAM_PEER));
     const pair = this.pair(cs.src, this.destinationOf(conn.get(TCP_UPSTREAM_PEER), conn.target));
-    const series = this.tcpSeries(pair, conn.responseFlags, conn.info.peer.uri);
+    const series = this.tcpSeries(pair, conn.responseFlags, conn);
     series.opened.add(1);
     const live = new TcpLive(conn, pair, series);
     cs.tcp = live;
@@ -251,13 +182,13 @@ export class StatsFilter implements Filter {
       live.series.closed.add(1);
       return;
     }
-    if (conn.innerProtocol !== 'TCP' && conn.rejectStatus === 0) return;
+    if ((conn.innerProtocol !== 'TCP' && conn.rejectStatus === 0) || telemetryOf(conn).metrics.disabled) return;
     // A TCP tunnel that never reached its upstream (UH, UF), or one refused at CONNECT by a filter
     // (an L4 authorization denial: 401): Envoy's istio_stats network filter still sees the
     // connection its RBAC / ext_authz filter closed and reports it at close, opened and closed,
     // no bytes, with the connection's response flags (`-` for RBAC, `UAEX` for ext_authz).
     const cs = this.connStats(conn, conn.get(DOWNSTREAM_PEER));
-    const series = this.tcpSeries(this.pair(cs.src, this.destinationOf(conn.get(TCP_UPSTREAM_PEER), conn.target)), conn.responseFlags, conn.info.peer.uri);
+    const series = this.tcpSeries(this.pair(cs.src, this.destinationOf(conn.get(TCP_UPSTREAM_PEER), conn.target)), conn.responseFlags, conn);
     series.opened.add(1);
     series.sent.add(conn.bytesSent);
     series.received.add(conn.bytesReceived);
@@ -273,7 +204,7 @@ export class StatsFilter implements Filter {
     const flags = live.conn.responseFlags;
     if (flags === live.flags) return;
     live.flags = flags;
-    live.series = this.tcpSeries(live.pair, flags, live.conn.info.peer.uri);
+    live.series = this.tcpSeries(live.pair, flags, live.conn);
   }
 
   // -- periodic reports ---------------------------------------------------------------------
@@ -306,7 +237,7 @@ export class StatsFilter implements Filter {
     const s = live.stream;
     let ms = live.series;
     if (ms === undefined) {
-      ms = this.messageSeries(this.pair(this.sourceOf(s.conn, downstreamPeerOf(s)), this.destinationOf(s.get(UPSTREAM_PEER), s.routeTarget ?? s.conn.target)));
+      ms = this.messageSeries(this.pair(this.sourceOf(s.conn, downstreamPeerOf(s)), this.destinationOf(s.get(UPSTREAM_PEER), s.routeTarget ?? s.conn.target)), s.conn, s);
       live.series = ms;
     }
     ms.request.add(s.requestMessages - live.request);
@@ -402,11 +333,15 @@ export class StatsFilter implements Filter {
     this.dstMemo = new WeakMap();
   }
 
+  /** The standard HTTP label set of a request (key and labels), without creating any series. */
+  private httpBase(pair: Pair, grpc: boolean, code: number, status: number, flags: string, principal: string): Base {
+    const values = [...pair.src.values, ...pair.dst.values, grpc ? 'grpc' : 'http', String(code), grpcStatusText(status), flags, securityPolicy(principal)];
+    return { key: values.join('\u0001'), labels: labelSet(HTTP_LABEL_NAMES, values) };
+  }
+
   private httpSeries(pair: Pair, grpc: boolean, code: number, status: number, flags: string, principal: string): HttpSeries {
     this.grew();
-    const values = [...pair.src.values, ...pair.dst.values, grpc ? 'grpc' : 'http', String(code), grpcStatusText(status), flags, securityPolicy(principal)];
-    const key = values.join('\u0001');
-    const labels = labelSet(HTTP_LABEL_NAMES, values);
+    const { key, labels } = this.httpBase(pair, grpc, code, status, flags, principal);
     const m = this.m;
     return Object.freeze({
       requests: m.requestsTotal.seriesFor(key, labels),
@@ -416,7 +351,18 @@ export class StatsFilter implements Filter {
     });
   }
 
-  private tcpSeries(pair: Pair, flags: string, principal: string): TcpSeries {
+  /** The TCP series of a tunnel: the pair's for its flags, with the target's metric overrides applied (per tunnel, uncached). */
+  private tcpSeries(pair: Pair, flags: string, conn: ConnectionContext): TcpSeries {
+    const policy = telemetryOf(conn).metrics;
+    if (policy === NO_METRIC_OVERRIDES) return this.baseTcpSeries(pair, flags, conn.info.peer.uri);
+    const values = [...pair.src.values, ...pair.dst.values, 'tcp', flags, securityPolicy(conn.info.peer.uri)];
+    const base = { key: values.join('\u0001'), labels: labelSet(TCP_LABEL_NAMES, values) };
+    const m = this.m;
+    const c = (metric: typeof m.tcpOpened) => overridden(metric, base, DROPPED_COUNTER, policy, conn, undefined);
+    return { opened: c(m.tcpOpened), closed: c(m.tcpClosed), sent: c(m.tcpSent), received: c(m.tcpReceived) };
+  }
+
+  private baseTcpSeries(pair: Pair, flags: string, principal: string): TcpSeries {
     let s = pair.tcp.get(flags);
     if (s === undefined) {
       this.grew();
@@ -430,7 +376,31 @@ export class StatsFilter implements Filter {
     return s;
   }
 
-  private messageSeries(pair: Pair): MessageSeries {
+  /** The gRPC message series of a request: the pair's, with the target's metric overrides applied. */
+  private messageSeries(pair: Pair, conn: ConnectionContext, stream: StreamContext): MessageSeries {
+    const policy = telemetryOf(conn).metrics;
+    if (policy === NO_METRIC_OVERRIDES) return this.baseMessageSeries(pair);
+    const values = [...pair.src.values, ...pair.dst.values];
+    const base = { key: values.join('\u0001'), labels: labelSet(PEER_LABEL_NAMES, values) };
+    return {
+      request: overridden(this.m.requestMessages, base, DROPPED_COUNTER, policy, conn, stream),
+      response: overridden(this.m.responseMessages, base, DROPPED_COUNTER, policy, conn, stream),
+    };
+  }
+
+  /** A request's HTTP series with the target's metric overrides applied. */
+  private overriddenHttp(base: Base, policy: MetricsPolicy, stream: StreamContext): HttpSeries {
+    const m = this.m;
+    const conn = stream.conn;
+    return {
+      requests: overridden(m.requestsTotal, base, DROPPED_COUNTER, policy, conn, stream),
+      duration: overridden(m.requestDuration, base, DROPPED_HISTOGRAM, policy, conn, stream),
+      requestBytes: overridden(m.requestBytes, base, DROPPED_HISTOGRAM, policy, conn, stream),
+      responseBytes: overridden(m.responseBytes, base, DROPPED_HISTOGRAM, policy, conn, stream),
+    };
+  }
+
+  private baseMessageSeries(pair: Pair): MessageSeries {
     let s = pair.messages;
     if (s === undefined) {
       const values = [...pair.src.values, ...pair.dst.values];

@@ -253,9 +253,10 @@ const schema = z.strictObject({
   filters: z
     .array(filterEntry)
     .min(1)
-    // Istio's waypoint always runs peer metadata discovery, RBAC (with path normalization) and
-    // the standard stats.
-    .default([{ name: 'istio.peer_metadata' }, { name: 'istio.authz' }, { name: 'istio.stats' }, { name: 'envoy.filters.http.router' }]),
+    // Istio's waypoint always runs peer metadata discovery, tracing (the connection manager's, on
+    // when the Telemetry API or MeshConfig says so; before RBAC so denials get a span), RBAC
+    // (with path normalization) and the standard stats.
+    .default([{ name: 'istio.peer_metadata' }, { name: 'istio.tracing' }, { name: 'istio.authz' }, { name: 'istio.stats' }, { name: 'envoy.filters.http.router' }]),
 });
 
 function validTtl(v: string): boolean {

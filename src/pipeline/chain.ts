@@ -17,6 +17,7 @@ export class FilterChain implements StreamPhases {
   private readonly connectionPhase: readonly Filter[];
   private readonly requestPhase: readonly Filter[];
   private readonly upstreamRequestPhase: readonly Filter[];
+  private readonly upstreamAttemptPhase: readonly Filter[];
   private readonly upstreamConnectedPhase: readonly Filter[];
   /** Reverse configuration order. */
   private readonly responsePhase: readonly Filter[];
@@ -36,6 +37,7 @@ export class FilterChain implements StreamPhases {
     this.connectionPhase = having('onConnection');
     this.requestPhase = having('onRequestHeaders');
     this.upstreamRequestPhase = having('onUpstreamRequest');
+    this.upstreamAttemptPhase = having('onUpstreamAttempt');
     this.upstreamConnectedPhase = having('onUpstreamConnected');
     this.responsePhase = Object.freeze([...having('onResponseHeaders')].reverse());
     this.streamCompletePhase = Object.freeze([...having('onStreamComplete')].reverse());
@@ -67,6 +69,18 @@ export class FilterChain implements StreamPhases {
   runUpstreamRequest(stream: StreamContext, headers: HeaderList): void {
     const fs = this.upstreamRequestPhase;
     for (let i = 0; i < fs.length; i++) fs[i].onUpstreamRequest!(stream, headers);
+  }
+
+  /** Runs `onUpstreamAttempt` in order (none: one length check); a throwing filter is logged and skipped. */
+  runUpstreamAttempt(stream: StreamContext, headers: HeaderList): void {
+    const fs = this.upstreamAttemptPhase;
+    for (let i = 0; i < fs.length; i++) {
+      try {
+        fs[i].onUpstreamAttempt!(stream, headers);
+      } catch (err) {
+        log.error({ err, filter: fs[i].name }, 'onUpstreamAttempt failed');
+      }
+    }
   }
 
   /** Runs `onResponseHeaders` in reverse order; a throwing filter is logged and skipped. */

@@ -155,12 +155,13 @@ export interface RequestHead {
 
 /**
  * What a stream needs of its filter chain once the request phases ran: the router's upstream
- * request phase, the response-header phase (local-reply.ts) and completion. FilterChain
+ * request and attempt phases, the response-header phase (local-reply.ts) and completion. FilterChain
  * implements it; the context holds it by this interface so the contexts do not depend on the
  * chain.
  */
 export interface StreamPhases {
   runUpstreamRequest(stream: StreamContext, headers: HeaderList): void;
+  runUpstreamAttempt(stream: StreamContext, headers: HeaderList): void;
   runResponseHeaders(stream: StreamContext, headers: HeaderList): void;
   completeStream(stream: StreamContext): void;
 }

@@ -54,6 +54,12 @@ export interface Filter {
    */
   onUpstreamRequest?(stream: StreamContext, headers: HeaderList): void;
   /**
+   * Each upstream attempt (the first and every retry) is about to be sent to `stream.endpoint`
+   * (pooled HTTP upstreams; `stream.attempts` counts it): `headers` are the attempt's (mutable,
+   * shared by the attempts). Configuration order. Must not throw.
+   */
+  onUpstreamAttempt?(stream: StreamContext, headers: HeaderList): void;
+  /**
    * Response headers (upstream or local reply) are about to be written downstream; reverse order.
    * `headers` is mutable; `stream.responseCode` is set.
    */

@@ -158,6 +158,7 @@ export class RequestForwarder implements AttemptOwner, BufferAccount {
       return;
     }
     const a = (this.current = new UpstreamRequest(this, lease));
+    s.chain.runUpstreamAttempt(s, this.headers);
     const req = { method: s.method, path: this.path, authority: this.authority, headers: this.headers.raw, body: this.body };
     a.start(this.target, req, this.h2, s.attempts > 1, this.retry.route.perTryTimeoutMs);
   }

@@ -7,6 +7,7 @@ import { LineCounter, isMap, isScalar, parseDocument } from 'yaml';
 import { z } from 'zod';
 
 import { ConfigError, type ConfigLocation, deepFreeze } from '../util/index.ts';
+import { buildTelemetryConfig, DEFAULT_TELEMETRY_CONFIG, TELEMETRY_FIELDS } from './telemetry-config.ts';
 import type { MeshConfig } from './types.ts';
 import { formatFieldPath, lineOf, nodeAt, type FieldPath } from './yaml-locate.ts';
 
@@ -20,6 +21,7 @@ export const DEFAULT_MESH_CONFIG: MeshConfig = deepFreeze({
   rootNamespace: 'istio-system',
   accessLogFile: '',
   accessLogEncoding: 'TEXT',
+  telemetry: DEFAULT_TELEMETRY_CONFIG,
   raw: {},
 });
 
@@ -35,6 +37,7 @@ const MeshConfigSchema = z.looseObject({
   rootNamespace: z.string({ error: (iss) => `must be a string, ${got(iss.input)}` }).nullish(),
   accessLogFile: z.string({ error: (iss) => `must be a string, ${got(iss.input)}` }).nullish(),
   accessLogEncoding: z.enum(['TEXT', 'JSON'], { error: (iss) => `must be TEXT or JSON, ${got(iss.input)}` }).nullish(),
+  ...TELEMETRY_FIELDS,
 });
 
 /**
@@ -86,6 +89,7 @@ export function parseMeshConfig(text: string, where: ConfigLocation = {}): MeshC
     rootNamespace: m.rootNamespace || DEFAULT_MESH_CONFIG.rootNamespace,
     accessLogFile: m.accessLogFile ?? DEFAULT_MESH_CONFIG.accessLogFile,
     accessLogEncoding: m.accessLogEncoding ?? DEFAULT_MESH_CONFIG.accessLogEncoding,
+    telemetry: buildTelemetryConfig(m),
     raw: value,
   });
 }

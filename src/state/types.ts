@@ -7,6 +7,7 @@
  * Kubernetes objects: it only reads the indexes of a {@link MeshSnapshot}.
  */
 import type { ConfigLocation } from '../util/index.ts';
+import type { MeshTelemetryConfig } from './telemetry-config.ts';
 import type { FieldPath } from './yaml-locate.ts';
 
 /**
@@ -193,6 +194,8 @@ export interface MeshConfig {
   readonly accessLogFile: string;
   /** `accessLogEncoding`: `TEXT` (Istio's default line) or `JSON`; default `TEXT`. */
   readonly accessLogEncoding: AccessLogEncoding;
+  /** `extensionProviders` (telemetry kinds), `defaultProviders`, `enableTracing`, `defaultConfig.tracing`: telemetry-config.ts. */
+  readonly telemetry: MeshTelemetryConfig;
   /** The whole parsed MeshConfig, for the fields engines read themselves (`extensionProviders`, ...). */
   readonly raw: Readonly<Record<string, unknown>>;
 }

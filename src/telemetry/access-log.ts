@@ -10,17 +10,19 @@
  * `%RESP(..)%`) are strings.
  *
  * Three layers: pure formatters over an {@link AccessLogEntry}; builders reading a
- * {@link StreamContext} / {@link ConnectionContext}; {@link AccessLogSinks} (non-blocking file
- * writers, sonic-boom) and {@link AccessLogFilter}, the filter the core puts first in every chain
- * so its completion hooks (reverse order) run after every other filter has set its flags.
+ * {@link StreamContext} / {@link ConnectionContext}; {@link AccessLogFilter}, the filter the core
+ * puts first in every chain so its completion hooks (reverse order) run after every other filter
+ * has set its flags, writing through {@link AccessLogSinks} (log-sinks.ts). Which files: the
+ * bootstrap's `accessLog.file` when set, else the Telemetry API's `accessLogging[]` file
+ * providers of the tunnel's target (with their filter expressions and formats), else MeshConfig.
  */
 import type { Logger } from 'pino';
-import sonicBoom, { type SonicBoom } from 'sonic-boom';
 import { type ConnectionContext, type Filter, type StreamContext, ResponseFlag } from '../pipeline/index.ts';
 import { formatHostPort, type AccessLogEncoding, type MeshSnapshot } from '../state/index.ts';
+import { renderLine, telemetryOf, type AccessLogSink as TelemetryLog } from '../tracing/index.ts';
+import type { AccessLogSink, AccessLogSinks } from './log-sinks.ts';
 
-// sonic-boom is CommonJS: its class is the module itself (also exported as `.SonicBoom`).
-const SonicBoomClass = sonicBoom.SonicBoom;
+export { AccessLogSink, AccessLogSinks } from './log-sinks.ts';
 
 /**
  * The values of one access log line, one field per Envoy command operator of Istio's default
@@ -223,150 +225,6 @@ export function entryFromConnection(conn: ConnectionContext, now: number = perfo
   };
 }
 
-/** Most bytes buffered for one file before lines are dropped (a reader that stopped reading). */
-const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
-/** After a file could not be opened or written, wait this long (ms) before opening it again. */
-const REOPEN_BACKOFF_MS = 5_000;
-/** `close()` waits at most this long (ms) for buffered lines to reach a file nobody reads. */
-const CLOSE_TIMEOUT_MS = 2_000;
-
-/**
- * One access log file, written asynchronously (sonic-boom: at most one `write(2)` in flight, lines
- * arriving meanwhile are batched into the next one). `/dev/stdout` and `/dev/stderr` use the
- * process's descriptors 1 and 2 (which are never closed). Errors never throw: the first one is
- * logged at warn and the sink turns {@link broken}; lines beyond 16 MiB of backlog are dropped.
- */
-export class AccessLogSink {
-  readonly path: string;
-  /** True after an open or write error; lines are then dropped. */
-  broken: boolean;
-  /** Lines dropped because the backlog was full. */
-  dropped: number;
-  private readonly boom: SonicBoom;
-  private readonly log: Logger;
-  private closing: Promise<void> | undefined;
-
-  /** Opens `path` for appending (asynchronously; an error surfaces as {@link broken}). */
-  constructor(path: string, log: Logger) {
-    this.path = path;
-    this.broken = false;
-    this.dropped = 0;
-    this.log = log;
-    this.closing = undefined;
-    const fd = path === '/dev/stdout' ? 1 : path === '/dev/stderr' ? 2 : undefined;
-    this.boom = new SonicBoomClass({ ...(fd === undefined ? { dest: path } : { fd }), append: true, sync: false, maxLength: MAX_BUFFERED_BYTES });
-    this.boom.on('error', (err: Error) => {
-      if (this.broken) return;
-      this.broken = true;
-      this.log.warn({ err, path }, 'access log: cannot write the file; dropping lines');
-      try {
-        this.boom.destroy();
-      } catch {
-        // already destroyed
-      }
-    });
-    this.boom.on('drop', () => {
-      if (this.dropped++ === 0) this.log.warn({ path }, `access log: more than ${MAX_BUFFERED_BYTES} bytes waiting to be written; dropping lines`);
-    });
-  }
-
-  /** Queue one line (already newline-terminated). Never throws, never blocks. */
-  write(line: string): void {
-    if (this.broken || this.closing) return;
-    try {
-      this.boom.write(line);
-    } catch (err) {
-      this.broken = true;
-      this.log.debug({ err, path: this.path }, 'access log: write failed');
-    }
-  }
-
-  /** Flush what is buffered, then close (descriptors 1 and 2 stay open). Resolves within 2 s, even on a stuck reader. */
-  close(): Promise<void> {
-    this.closing ??= new Promise<void>((resolve) => {
-      if (this.broken) return resolve();
-      const timer = setTimeout(() => {
-        this.log.warn({ path: this.path }, 'access log: lines still unwritten at close; dropping them');
-        try {
-          this.boom.destroy();
-        } catch {
-          // already destroyed
-        }
-        resolve();
-      }, CLOSE_TIMEOUT_MS);
-      const done = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-      this.boom.once('close', done);
-      this.boom.once('error', done);
-      try {
-        this.boom.end();
-      } catch {
-        done();
-      }
-    });
-    return this.closing;
-  }
-}
-
-/**
- * The open access log files, one {@link AccessLogSink} per path, shared by every line. Only the
- * path in use stays open: when the configured path changes, the previous file is flushed and
- * closed. A broken file is reopened after a 5 s back-off. {@link close} flushes and closes all.
- */
-export class AccessLogSinks {
-  private readonly log: Logger;
-  private readonly sinks: Map<string, AccessLogSink>;
-  private readonly retryAt: Map<string, number>;
-  private current: AccessLogSink | undefined;
-  private closed: boolean;
-
-  constructor(log: Logger) {
-    this.log = log;
-    this.sinks = new Map();
-    this.retryAt = new Map();
-    this.current = undefined;
-    this.closed = false;
-  }
-
-  /** The sink for `path`, opened on first use; undefined after {@link close} or while a broken file backs off. */
-  use(path: string): AccessLogSink | undefined {
-    const cur = this.current;
-    if (cur && cur.path === path && !cur.broken) return cur;
-    if (this.closed) return undefined;
-    let sink = this.sinks.get(path);
-    if (sink?.broken) {
-      this.sinks.delete(path);
-      if (!this.retryAt.has(path)) this.retryAt.set(path, performance.now() + REOPEN_BACKOFF_MS);
-      sink = undefined;
-    }
-    if (!sink) {
-      const at = this.retryAt.get(path);
-      if (at !== undefined && performance.now() < at) return undefined;
-      this.retryAt.delete(path);
-      sink = new AccessLogSink(path, this.log);
-      this.sinks.set(path, sink);
-    }
-    for (const [p, other] of this.sinks) {
-      if (p === path) continue;
-      this.sinks.delete(p);
-      void other.close();
-    }
-    this.current = sink;
-    return sink;
-  }
-
-  /** Flush and close every file; later lines are dropped. Idempotent. */
-  async close(): Promise<void> {
-    this.closed = true;
-    this.current = undefined;
-    const all = [...this.sinks.values()];
-    this.sinks.clear();
-    await Promise.all(all.map((s) => s.close()));
-  }
-}
-
 /** Envoy's name for the file access logger. */
 export const ACCESS_LOG_FILTER_NAME = 'envoy.access_loggers.file';
 
@@ -401,6 +259,8 @@ export class AccessLogFilter implements Filter {
 
   onStreamComplete(stream: StreamContext): void {
     try {
+      const logs = this.telemetryLogs(stream.conn);
+      if (logs !== undefined) return this.writeTelemetry(logs, stream.conn, stream);
       const to = this.destination();
       if (to) to.sink.write(formatEntry(entryFromStream(stream), to.encoding));
     } catch (err) {
@@ -411,10 +271,36 @@ export class AccessLogFilter implements Filter {
   onConnectionComplete(conn: ConnectionContext): void {
     try {
       if (conn.innerProtocol !== 'TCP' && conn.rejectStatus === 0) return;
+      const logs = this.telemetryLogs(conn);
+      if (logs !== undefined) return this.writeTelemetry(logs, conn, undefined);
       const to = this.destination();
       if (to) to.sink.write(formatEntry(entryFromConnection(conn), to.encoding));
     } catch (err) {
       this.log.debug({ err }, 'access log: connection line failed');
+    }
+  }
+
+  /**
+   * The Telemetry API's access logs of the tunnel's target (`accessLogging[]`, src/tracing), unless
+   * the bootstrap names the file; undefined: MeshConfig `accessLogFile` applies.
+   */
+  private telemetryLogs(conn: ConnectionContext): readonly TelemetryLog[] | undefined {
+    return this.override.file === undefined ? telemetryOf(conn).accessLogs : undefined;
+  }
+
+  /**
+   * One line per provider whose filter expression is true (an expression that fails to evaluate,
+   * e.g. `response.code` on a TCP tunnel, logs nothing, as Envoy's CEL filter), in the provider's
+   * `logFormat`, else Istio's TEXT line.
+   */
+  private writeTelemetry(logs: readonly TelemetryLog[], conn: ConnectionContext, stream: StreamContext | undefined): void {
+    let text: string | undefined;
+    for (const l of logs) {
+      if (l.filter !== undefined && l.filter.evaluate(conn, stream) !== true) continue;
+      const sink = this.sinks.use(l.file.path, true);
+      if (!sink) continue;
+      const format = l.file.format;
+      sink.write(format ? renderLine(format, conn, stream) : (text ??= formatText(stream ? entryFromStream(stream) : entryFromConnection(conn))));
     }
   }
 

@@ -130,6 +130,12 @@ export function meshConfig(config: object | string): Doc {
   };
 }
 
+/** A `telemetry.istio.io/v1` Telemetry; `spec` an object or YAML text. */
+export function telemetry(name: string, ns: string, spec: object | string, opts: { created?: string } = {}): Doc {
+  const metadata = { ...meta(name, ns), ...(opts.created ? { creationTimestamp: opts.created } : {}) };
+  return { apiVersion: 'telemetry.istio.io/v1', kind: 'Telemetry', metadata, spec: specOf(spec) };
+}
+
 /** `spec` given as an object, or as YAML text (written at the left margin). */
 const specOf = (spec: object | string): unknown => (typeof spec === 'string' ? parse(spec) : spec);
 

@@ -56,7 +56,13 @@ describe('defaults', () => {
   });
 
   test('the filter chain defaults to Istio waypoint\'s: peer metadata, authz, stats, router', () => {
-    expect(defaultBootstrap().filters).toEqual([{ name: 'istio.peer_metadata' }, { name: 'istio.authz' }, { name: 'istio.stats' }, { name: 'envoy.filters.http.router' }]);
+    expect(defaultBootstrap().filters).toEqual([
+      { name: 'istio.peer_metadata' },
+      { name: 'istio.tracing' },
+      { name: 'istio.authz' },
+      { name: 'istio.stats' },
+      { name: 'envoy.filters.http.router' },
+    ]);
   });
 
   test('the stream window fits in the connection window, and the session memory cap exceeds both', () => {

@@ -2,6 +2,7 @@ import { describe, expect, test } from 'vitest';
 
 import { ConfigError } from '../../../src/util/errors.ts';
 import { DEFAULT_MESH_CONFIG, parseMeshConfig } from '../../../src/state/mesh-config.ts';
+import { DEFAULT_TELEMETRY_CONFIG } from '../../../src/state/telemetry-config.ts';
 import { caught } from '../../helpers/config-error.ts';
 
 
@@ -13,6 +14,7 @@ describe('parseMeshConfig', () => {
       rootNamespace: 'istio-system',
       accessLogFile: '',
       accessLogEncoding: 'TEXT',
+      telemetry: DEFAULT_TELEMETRY_CONFIG,
       raw: {},
     });
     expect(parseMeshConfig('', { file: 'm.yaml' })).toBe(DEFAULT_MESH_CONFIG);
@@ -75,5 +77,29 @@ describe('parseMeshConfig', () => {
   test('line offsets when embedded at a given line', () => {
     const err = caught(() => parseMeshConfig('a: 1\ntrustDomain: 5\n', { file: 'f.yaml', line: 20, object: 'ConfigMap/x/istio', field: 'data.mesh' }));
     expect(err.location).toEqual({ file: 'f.yaml', line: 21, object: 'ConfigMap/x/istio', field: 'data.mesh.trustDomain' });
+  });
+});
+
+describe('telemetry fields (extensionProviders, defaultProviders, tracing defaults)', () => {
+  test('typed providers, Istio defaults, and errors that name the line', () => {
+    const m = parseMeshConfig(
+      'enableTracing: true\ndefaultConfig:\n  meshId: mesh-1\n  tracing: { sampling: 250, customTags: { env: { literal: { value: prod } } } }\nextensionProviders:\n- name: otel\n  opentelemetry: { service: otel.obs.svc.cluster.local, port: 4317, grpc: { timeout: 3s } }\n- name: log\n  envoyFileAccessLog: { logFormat: { text: "%RESPONSE_CODE% %REQ(:PATH)%" } }\n',
+    );
+    const t = m.telemetry;
+    expect(t.enableTracing).toBe(true);
+    expect(t.tracingSampling).toBe(1); // over 100 is 1, as istiod
+    expect(t.meshId).toBe('mesh-1');
+    expect(t.tracingCustomTags).toEqual({ env: { kind: 'literal', value: 'prod' } });
+    expect(t.defaultProviders).toEqual({ tracing: [], metrics: ['prometheus'], accessLogging: [] });
+    expect(t.extensionProviders.map((p) => `${p.name}:${p.kind}`)).toEqual(['prometheus:prometheus', 'envoy:envoyFileAccessLog', 'otel:opentelemetry', 'log:envoyFileAccessLog']);
+    expect(t.extensionProviders[2]).toMatchObject({ opentelemetry: { protocol: 'grpc', timeoutMs: 3000, port: 4317 } });
+    expect(t.extensionProviders[3]).toMatchObject({ envoyFileAccessLog: { path: '/dev/stdout', format: { kind: 'text' } } });
+    expect(String(caught(() => parseMeshConfig('extensionProviders:\n- name: a\n  opentelemetry: { service: x, port: 0 }\n', { file: 'm.yaml' })))).toBe(
+      'm.yaml:3: field extensionProviders[0].opentelemetry.port: MeshConfig extensionProviders[0].opentelemetry.port must be 1-65535',
+    );
+    expect(String(caught(() => parseMeshConfig('extensionProviders:\n- name: a\n  prometheus: {}\n- name: a\n  prometheus: {}\n')))).toContain('duplicate provider name "a"');
+    expect(String(caught(() => parseMeshConfig('extensionProviders:\n- name: a\n  envoyFileAccessLog: { logFormat: { text: "%DYNAMIC_METADATA(x)%" } }\n')))).toContain(
+      'unsupported command operator %DYNAMIC_METADATA(x)%',
+    );
   });
 });
