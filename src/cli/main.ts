@@ -21,6 +21,7 @@ program.addCommand(caCommand());
 program.addCommand(tunnelCommand());
 program.addCommand(inboundCommand());
 program.addCommand(demoCommand());
+program.addCommand((await import('./loadtest.ts')).loadtestCommand());
 
 try {
   await program.parseAsync(process.argv);
