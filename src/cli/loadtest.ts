@@ -134,7 +134,10 @@ function compareCommand(): Command {
       .argument('<a.json>', 'the baseline run (A)')
       .argument('<b.json>', 'the run compared with it (B)')
       .option('--report <file.html>', 'write the comparison as one HTML page (ratio bars, both runs overlaid)')
-      .action((a: string, b: string, o: { report?: string }) => {
+      .action((a: string, b: string, _o: unknown, self: Command) => {
+        // The root command reads options anywhere on the line, so `loadtest` may have taken
+        // `--report` for itself before handing `compare` its arguments.
+        const o = self.optsWithGlobals<{ report?: string }>();
         let ra;
         let rb;
         try {

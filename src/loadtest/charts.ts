@@ -72,7 +72,7 @@ export function lineChart(c: LineChartSpec): string {
   const x = scaleLinear()
     .domain(c.xKind === 'nines' ? [0, cap] : [Math.min(0, ...xs), Math.max(1, ...xs)])
     .range([M.left, W - M.right]);
-  const yMax = Math.max(1, ...ys);
+  const yMax = Math.max(0, ...ys) || 1;
   const y = c.yLog
     ? scaleLog().domain([Math.max(1, Math.min(...ys.filter((v) => v > 0), yMax)), yMax * 1.1]).range([H - M.bottom, M.top]).clamp(true)
     : scaleLinear().domain([0, yMax * 1.1]).nice().range([H - M.bottom, M.top]);
@@ -126,6 +126,8 @@ export interface Bar {
   readonly label: string;
   readonly value: number | null;
   readonly text: string;
+  /** Whether this ratio is good news (colours the bar). */
+  readonly better?: boolean;
 }
 
 /** Horizontal bars of ratios around 1× (the compare report). */
@@ -149,7 +151,7 @@ export function ratioChart(id: string, title: string, bars: readonly Bar[]): str
     const px = x(b.value);
     const [a, z] = px < one ? [px, one] : [one, px];
     // A path (not a rect) so every chart is made of paths.
-    out.push(`<path class="bar${b.value > 1 ? ' more' : ' less'}" d="M${a},${cy - 8}H${z}V${cy + 8}H${a}Z" data-series="${esc(b.label)}" data-points="${esc(JSON.stringify([[Math.round(px), Math.round(cy), b.label, b.text]]))}"/>`);
+    out.push(`<path class="bar${b.better === undefined ? '' : b.better ? ' better' : ' worse'}" d="M${a},${cy - 8}H${z}V${cy + 8}H${a}Z" data-series="${esc(b.label)}" data-points="${esc(JSON.stringify([[Math.round(px), Math.round(cy), b.label, b.text]]))}"/>`);
     out.push(`<text class="tick" x="${Math.max(px, one) + 6}" y="${cy + 4}">${esc(b.text)}</text>`);
   });
   out.push(`<line class="axis" x1="${one}" x2="${one}" y1="${M.top - 4}" y2="${h - 26}"/>`);

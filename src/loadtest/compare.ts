@@ -94,7 +94,7 @@ export function renderCompare(a: LoadtestReport, b: LoadtestReport, c: Compariso
   const parts: string[] = [];
   parts.push(`<h1>Load-test comparison</h1><p class="sub">A: ${esc(c.a)} (${esc(a.StartTime)})<br>B: ${esc(c.b)} (${esc(b.StartTime)})</p>`);
   if (c.differences.length > 0) parts.push(`<div class="warn">Not the same load: ${esc(c.differences.join('; '))}</div>`);
-  parts.push(ratioChart('chart-ratios', 'B ÷ A (left of 1×: B lower; for latency, CPU and memory lower is better)', c.rows.map((r) => ({ label: r.metric, value: r.ratio, text: r.ratio === null ? 'n/a' : `${r.ratio.toFixed(2)}×` }))));
+  parts.push(ratioChart('chart-ratios', 'B ÷ A (green: B better, red: B worse)', c.rows.map((r) => ({ label: r.metric, value: r.ratio, text: r.ratio === null ? 'n/a' : `${r.ratio.toFixed(2)}×`, better: r.ratio === null || r.ratio === 1 ? undefined : r.better === 'lower' ? r.ratio < 1 : r.ratio > 1 }))));
   parts.push(table(['', 'A', 'B', 'B ÷ A', ''], c.rows.map((r) => [r.metric, cell(r.a, r.format), cell(r.b, r.format), r.ratio === null ? 'n/a' : `${r.ratio.toFixed(3)}×`, verdict(r)])));
   parts.push(
     lineChart({

@@ -236,6 +236,11 @@ class Run {
     this.measureAt = performance.now();
     this.startedAt = new Date();
     this.hooks.onMeasureStart?.();
+    // Intervals of the time series start with the window (not mid-way from the warm-up's).
+    if (this.intervalTimer) {
+      clearTimeout(this.intervalTimer);
+      this.intervalTimer = setTimeout(this.onInterval, this.plan.intervalMs);
+    }
     const d = this.plan.durationMs;
     // Closed loop with a duration: new requests stop at the end of the window.
     if (this.plan.rate === null && d !== null) this.later(() => this.endSchedule(), d);

@@ -18,7 +18,7 @@ td:first-child,th:first-child{text-align:left}th{background:#f6f6f6}
 figure.chart{margin:14px 0}figcaption{font-weight:600;margin-bottom:2px}
 svg .grid{stroke:#eee}svg .axis{stroke:#888}svg .tick,svg .legend{font-size:11px;fill:#444}
 svg .label{font-size:12px;fill:#333}svg .series{fill:none;stroke-width:2}svg .readout{font-size:12px;fill:#000}
-svg .empty{fill:#999}svg .bar.more{fill:#e8a0a0}svg .bar.less{fill:#9cc9a3}
+svg .empty{fill:#999}svg .bar{fill:#aab}svg .bar.worse{fill:#e8a0a0}svg .bar.better{fill:#9cc9a3}
 details{margin:6px 0}code{background:#f4f4f4;padding:0 3px}
 `;
 
