@@ -11,7 +11,9 @@ import { Command, type CommanderError } from 'commander';
 import { WorkloadCertificate } from '../identity/index.ts';
 import {
   DEFAULT_CAPS,
+  IN_CLUSTER_DEFAULTS,
   LoadtestUsageError,
+  inClusterIdentity,
   checkLoopback,
   compareReports,
   formatComparison,
@@ -30,6 +32,11 @@ import {
 interface Flags extends LoadtestFlags {
   identity?: string;
   ca?: string;
+  inCluster?: boolean;
+  istiod?: string;
+  tokenFile?: string;
+  trustDomain?: string;
+  clusterId?: string;
   pid?: string;
   admin?: string;
   statsUrl?: string[];
@@ -68,7 +75,22 @@ function usageExits(cmd: Command): Command {
 
 async function loadIdentity(f: Flags, s: LoadtestSettings): Promise<ClientIdentity | undefined> {
   if (s.via.kind !== 'hbone') return undefined;
-  if (!f.identity || !f.ca) throw new LoadtestUsageError('an HBONE run needs the client identity: --identity PREFIX (PREFIX-cert.pem, PREFIX-key.pem) and --ca ROOT (the mesh root certificate)');
+  if (f.inCluster) {
+    if (f.identity) throw new LoadtestUsageError('give --identity or --in-cluster, not both');
+    // Long enough for the whole run; nothing renews it meanwhile.
+    const validitySeconds = Math.max(3600, Math.ceil(((s.durationMs ?? 0) + s.warmupMs) / 1000) + 600);
+    const id = await inClusterIdentity({
+      istiod: f.istiod ?? IN_CLUSTER_DEFAULTS.istiod,
+      rootFile: f.ca ?? IN_CLUSTER_DEFAULTS.rootFile,
+      tokenFile: f.tokenFile ?? IN_CLUSTER_DEFAULTS.tokenFile,
+      trustDomain: f.trustDomain ?? IN_CLUSTER_DEFAULTS.trustDomain,
+      clusterId: f.clusterId ?? IN_CLUSTER_DEFAULTS.clusterId,
+      validitySeconds,
+    });
+    process.stderr.write(`waypoint: in-cluster identity ${id.spiffe} from istiod ${f.istiod ?? IN_CLUSTER_DEFAULTS.istiod}\n`);
+    return { material: () => id.material, trustDomain: id.trustDomain };
+  }
+  if (!f.identity || !f.ca) throw new LoadtestUsageError('an HBONE run needs the client identity: --identity PREFIX (PREFIX-cert.pem, PREFIX-key.pem) and --ca ROOT (the mesh root certificate), or --in-cluster');
   let cert: WorkloadCertificate;
   try {
     cert = await WorkloadCertificate.fromPrefix(f.identity, f.ca);
@@ -168,7 +190,12 @@ export function loadtestCommand(): Command {
     .option('--authority <vip:port>', 'CONNECT :authority: the service VIP:port behind the waypoint')
     .option('--target <host:port>', 'plain TCP instead of HBONE (a baseline without the waypoint)')
     .option('--identity <prefix>', 'client workload certificate (PREFIX-cert.pem, PREFIX-key.pem), for HBONE')
-    .option('--ca <file>', 'mesh root certificate (root-cert.pem), for HBONE')
+    .option('--ca <file>', `mesh root certificate (root-cert.pem), for HBONE (with --in-cluster default ${IN_CLUSTER_DEFAULTS.rootFile})`)
+    .option('--in-cluster', "the pod's own mesh identity: a certificate from istiod's CA for its service account token")
+    .option('--istiod <host:port>', `with --in-cluster: istiod's CA (default ${IN_CLUSTER_DEFAULTS.istiod})`)
+    .option('--token-file <file>', `with --in-cluster: token with audience istio-ca (default ${IN_CLUSTER_DEFAULTS.tokenFile})`)
+    .option('--trust-domain <td>', `with --in-cluster: the mesh trust domain (default ${IN_CLUSTER_DEFAULTS.trustDomain})`)
+    .option('--cluster-id <id>', `with --in-cluster: istiod's cluster id (default ${IN_CLUSTER_DEFAULTS.clusterId})`)
     .option('--expect-san <uri>', 'SPIFFE identity the waypoint must present (default: any of the trust domain)')
     .option('--bind <ip>', 'source IP of the HBONE connections (also sent in the forwarded header)')
     .option('--tunnels-per-connection <n>', 'CONNECT tunnels per HBONE connection (ztunnel: 100)')

@@ -132,10 +132,13 @@ async function openAll(plan: LoadPlan, conns: Conn[]): Promise<Record<string, st
 export async function runLoad(plan: LoadPlan, hooks: LoadHooks = {}, signal?: AbortSignal): Promise<LoadResult> {
   if ((plan.requests === null) === (plan.durationMs === null)) throw new Error('a load plan needs exactly one of requests and durationMs');
   const conns: Conn[] = [];
+  // The HBONE pool's connections do not hold the process (a waypoint's pool must not): the run does.
+  const hold = setInterval(() => {}, 60_000);
   try {
     const probeHeaders = await openAll(plan, conns);
     return await new Run(plan, hooks, conns, probeHeaders).start(signal);
   } finally {
+    clearInterval(hold);
     for (const c of conns) c.close();
     plan.transport.close();
   }

@@ -9,7 +9,7 @@ export { DEFAULT_CAPS, LoadtestUsageError, PROTOCOLS, checkLoopback, parseDurati
 export { hboneTransport, tcpTransport, type Transport } from './transport.ts';
 export type { Outcome, RequestSpec } from './protocols.ts';
 export { LoadProbeError, runLoad, type LoadHooks, type LoadPlan, type LoadResult, type Progress } from './engine.ts';
-export { summarize, type IntervalSample, type LatencySummary } from './recorder.ts';
+export { countAbove, summarize, type IntervalSample, type LatencySummary } from './recorder.ts';
 export { clockTicks, cpuSeconds, rssKiB } from './proc.ts';
 export { ResourceMonitor, PrometheusWatch, type ResourceReport, type PrometheusReport } from './monitor.ts';
 export { parsePrometheus, diffPrometheus } from './prometheus.ts';
@@ -19,3 +19,4 @@ export { compareReports, formatComparison, renderCompare, type Comparison } from
 export { progressDisplay, type ProgressDisplay } from './progress.ts';
 export { runLoadtest, type ClientIdentity, type RunOptions } from './run.ts';
 export { formatSummary } from './summary.ts';
+export { IN_CLUSTER_DEFAULTS, inClusterIdentity, tokenSubject, type InClusterOptions } from './istiod-ca.ts';

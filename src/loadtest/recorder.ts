@@ -153,3 +153,20 @@ export function summarize(h: Histogram): LatencySummary {
     max: h.maxValue,
   };
 }
+
+/** The distinct recorded values of `h` (JS histograms, as `newHistogram` builds) with their counts. */
+export function* recordedValues(h: Histogram): Generator<{ readonly value: number; readonly count: number }> {
+  const it = (h as unknown as { recordedValuesIterator: { reset(): void; hasNext(): boolean; next(): { valueIteratedTo: number; countAtValueIteratedTo: number } } }).recordedValuesIterator;
+  it.reset();
+  while (it.hasNext()) {
+    const v = it.next();
+    yield { value: v.valueIteratedTo, count: v.countAtValueIteratedTo };
+  }
+}
+
+/** How many recorded values of `h` are above `us`. */
+export function countAbove(h: Histogram, us: number): number {
+  let n = 0;
+  for (const v of recordedValues(h)) if (v.value > us) n += v.count;
+  return n;
+}

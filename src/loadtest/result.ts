@@ -11,7 +11,7 @@ import { decodeFromCompressedBase64, encodeIntoCompressedBase64, type Histogram 
 import type { LoadResult } from './engine.ts';
 import type { PrometheusReport, ResourceReport } from './monitor.ts';
 import type { LoadtestSettings } from './options.ts';
-import { newHistogram, summarize, type IntervalSample, type LatencySummary } from './recorder.ts';
+import { newHistogram, recordedValues, summarize, type IntervalSample, type LatencySummary } from './recorder.ts';
 
 /** The schema id of this version; a reader refuses anything else. */
 export const SCHEMA = 'node-waypoint.loadtest/v1';
@@ -109,8 +109,6 @@ export function fortioHistogram(h: Histogram): FortioHistogram {
   const n = h.totalCount;
   if (n === 0) return { Count: 0, Min: 0, Max: 0, Sum: 0, Avg: 0, StdDev: 0, Data: [], Percentiles: [] };
   const data: { Start: number; End: number; Percent: number; Count: number }[] = [];
-  const it = (h as unknown as { recordedValuesIterator: { reset(): void; hasNext(): boolean; next(): { valueIteratedTo: number; countAtValueIteratedTo: number } } }).recordedValuesIterator;
-  it.reset();
   let seen = 0;
   let bucket: { start: number; end: number; count: number } | undefined;
   const flush = () => {
@@ -118,14 +116,13 @@ export function fortioHistogram(h: Histogram): FortioHistogram {
     seen += bucket.count;
     data.push({ Start: s6(Math.max(bucket.start, h.minNonZeroValue)), End: s6(Math.min(bucket.end, h.maxValue)), Percent: Math.round((seen / n) * 1e6) / 1e4, Count: bucket.count });
   };
-  while (it.hasNext()) {
-    const v = it.next();
-    const [start, end] = bucketOf(v.valueIteratedTo);
+  for (const v of recordedValues(h)) {
+    const [start, end] = bucketOf(v.value);
     if (bucket?.end !== end) {
       flush();
       bucket = { start, end, count: 0 };
     }
-    bucket.count += v.countAtValueIteratedTo;
+    bucket.count += v.count;
   }
   flush();
   return {
