@@ -9,25 +9,20 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Command, type CommanderError } from 'commander';
 import { WorkloadCertificate } from '../identity/index.ts';
-import {
-  DEFAULT_CAPS,
-  IN_CLUSTER_DEFAULTS,
-  LoadtestUsageError,
-  inClusterIdentity,
-  checkLoopback,
-  compareReports,
-  formatComparison,
-  formatSummary,
-  progressDisplay,
-  readReport,
-  renderCompare,
-  renderReport,
-  resolveSettings,
-  runLoadtest,
-  type ClientIdentity,
-  type LoadtestFlags,
-  type LoadtestSettings,
-} from '../loadtest/index.ts';
+import type { ClientIdentity, LoadtestFlags, LoadtestSettings } from '../loadtest/index.ts';
+
+// The load generator (HDR histograms, D3, the progress bar) is loaded when a load test runs, not
+// by every command: `waypoint run` would carry it in its memory for nothing.
+const loadtest = () => import('../loadtest/index.ts');
+
+/** `--in-cluster` defaults: an Istio pod's paths and istiod's address. */
+const IN_CLUSTER_DEFAULTS = Object.freeze({
+  istiod: 'istiod.istio-system.svc:15012',
+  rootFile: '/var/run/secrets/istio/root-cert.pem',
+  tokenFile: '/var/run/secrets/tokens/istio-token',
+  trustDomain: 'cluster.local',
+  clusterId: 'Kubernetes',
+});
 
 interface Flags extends LoadtestFlags {
   identity?: string;
@@ -62,9 +57,9 @@ function exit(code: number, message: string): never {
   process.exit(code);
 }
 
-/** Usage errors exit 2, everything else 1. */
+/** Usage errors (LoadtestUsageError) exit 2, everything else 1. */
 function failed(err: unknown): never {
-  if (err instanceof LoadtestUsageError) exit(2, err.message);
+  if (err instanceof Error && err.name === 'LoadtestUsageError') exit(2, err.message);
   exit(1, err instanceof Error ? err.message : String(err));
 }
 
@@ -75,6 +70,7 @@ function usageExits(cmd: Command): Command {
 
 async function loadIdentity(f: Flags, s: LoadtestSettings): Promise<ClientIdentity | undefined> {
   if (s.via.kind !== 'hbone') return undefined;
+  const { LoadtestUsageError, inClusterIdentity } = await loadtest();
   if (f.inCluster) {
     if (f.identity) throw new LoadtestUsageError('give --identity or --in-cluster, not both');
     // Long enough for the whole run; nothing renews it meanwhile.
@@ -109,6 +105,7 @@ function writeFile(flag: string, file: string, text: string): void {
 }
 
 async function run(f: Flags): Promise<void> {
+  const { LoadtestUsageError, checkLoopback, formatSummary, progressDisplay, renderReport, resolveSettings, runLoadtest } = await loadtest();
   const settings = resolveSettings(f);
   await checkLoopback(settings, f.allowRemote === true);
   let pid: number | undefined;
@@ -156,7 +153,8 @@ function compareCommand(): Command {
       .argument('<a.json>', 'the baseline run (A)')
       .argument('<b.json>', 'the run compared with it (B)')
       .option('--report <file.html>', 'write the comparison as one HTML page (ratio bars, both runs overlaid)')
-      .action((a: string, b: string, _o: unknown, self: Command) => {
+      .action(async (a: string, b: string, _o: unknown, self: Command) => {
+        const { compareReports, formatComparison, readReport, renderCompare } = await loadtest();
         // The root command reads options anywhere on the line, so `loadtest` may have taken
         // `--report` for itself before handing `compare` its arguments.
         const o = self.optsWithGlobals<{ report?: string }>();
@@ -201,8 +199,8 @@ export function loadtestCommand(): Command {
     .option('--tunnels-per-connection <n>', 'CONNECT tunnels per HBONE connection (ztunnel: 100)')
     .option('--connect-header <name: value>', 'extra CONNECT header, e.g. "baggage: ..." (repeatable)', collect)
     .option('--protocol <p>', 'inside each connection: http1, h2c or grpc', 'http1')
-    .option('--rate <req/s>', `open loop at this rate (latency corrected for coordinated omission); leave out for closed-loop saturation (cap ${DEFAULT_CAPS.rate})`)
-    .option('--connections <n>', `connections (tunnels) (cap ${DEFAULT_CAPS.connections} with --streams)`)
+    .option('--rate <req/s>', 'open loop at this rate (latency corrected for coordinated omission); leave out for closed-loop saturation (capped: --max-rate)')
+    .option('--connections <n>', 'connections (tunnels); with --streams, capped: --max-connections')
     .option('--streams <n>', 'requests in flight per connection (h2c, grpc; HTTP/1.1 has 1)')
     .option('--requests <n>', 'measure this many requests (this or --duration is required)')
     .option('--duration <d>', 'measure for this long, e.g. 30s (this or --requests is required)')
@@ -215,8 +213,8 @@ export function loadtestCommand(): Command {
     .option('--grpc-method <m>', 'gRPC method for --protocol grpc', '/grpc.health.v1.Health/Check')
     .option('--timeout <d>', 'per request', '10s')
     .option('--interval <d>', 'resolution of the time series and progress', '1s')
-    .option('--max-rate <req/s>', `raise the rate cap (${DEFAULT_CAPS.rate})`)
-    .option('--max-connections <n>', `raise the cap on connections and requests in flight (${DEFAULT_CAPS.connections})`)
+    .option('--max-rate <req/s>', 'raise the cap on --rate (the refusal names the cap)')
+    .option('--max-connections <n>', 'raise the cap on connections and requests in flight')
     .option('--allow-remote', 'allow a destination that is not on this machine (refused by default)')
     .option('--pid <pid>', "the waypoint's process on this machine: its CPU and RSS over time (/proc)")
     .option('--admin <url>', "a node-waypoint admin URL (http://HOST:15020): its CPU and RSS over time")

@@ -19,4 +19,4 @@ export { compareReports, formatComparison, renderCompare, type Comparison } from
 export { progressDisplay, type ProgressDisplay } from './progress.ts';
 export { runLoadtest, type ClientIdentity, type RunOptions } from './run.ts';
 export { formatSummary } from './summary.ts';
-export { IN_CLUSTER_DEFAULTS, inClusterIdentity, tokenSubject, type InClusterOptions } from './istiod-ca.ts';
+export { inClusterIdentity, tokenSubject, type InClusterOptions } from './istiod-ca.ts';

@@ -20,7 +20,7 @@ import { parseListenAddress } from '../util/index.ts';
 
 x509.cryptoProvider.set(globalThis.crypto);
 
-/** Where the in-cluster identity comes from (defaults: an Istio pod's paths). */
+/** Where the in-cluster identity comes from (the CLI's defaults are an Istio pod's paths). */
 export interface InClusterOptions {
   /** istiod's CA address, `HOST:PORT` (default `istiod.istio-system.svc:15012`). */
   readonly istiod: string;
@@ -35,14 +35,6 @@ export interface InClusterOptions {
   readonly validitySeconds: number;
   readonly timeoutMs?: number;
 }
-
-export const IN_CLUSTER_DEFAULTS = Object.freeze({
-  istiod: 'istiod.istio-system.svc:15012',
-  rootFile: '/var/run/secrets/istio/root-cert.pem',
-  tokenFile: '/var/run/secrets/tokens/istio-token',
-  trustDomain: 'cluster.local',
-  clusterId: 'Kubernetes',
-});
 
 const METHOD = '/istio.v1.auth.IstioCertificateService/CreateCertificate';
 

@@ -7,7 +7,7 @@
 import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
 import { BinaryReader, BinaryWriter, WireType } from '@bufbuild/protobuf/wire';
-import { createPrivateKey } from 'node:crypto';
+import { createPrivateKey, type webcrypto } from 'node:crypto';
 import fs from 'node:fs';
 import http2 from 'node:http2';
 import os from 'node:os';
@@ -40,10 +40,10 @@ beforeAll(async () => {
   const root = new x509.X509Certificate(rootPem);
   const rootKey = await signingKey(fs.readFileSync(path.join(topo.caDir, 'root-key.pem'), 'utf8'));
   const alg = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' };
-  const sign = (publicKey: x509.PublicKey | CryptoKey, ext: x509.Extension[]) =>
+  const sign = (publicKey: x509.PublicKey | webcrypto.CryptoKey, ext: x509.Extension[]) =>
     x509.X509CertificateGenerator.create({ issuer: root.subjectName, publicKey, signingKey: rootKey, signingAlgorithm: alg, notBefore: new Date(Date.now() - 60_000), notAfter: new Date(Date.now() + 3600_000), extensions: ext });
   // istiod's serving certificate, for the address the client dials.
-  const keys = (await crypto.subtle.generateKey(alg, true, ['sign', 'verify'])) as CryptoKeyPair;
+  const keys = (await crypto.subtle.generateKey(alg, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
   const serving = await sign(keys.publicKey, [new x509.SubjectAlternativeNameExtension([{ type: 'ip', value: '127.0.179.5' }])]);
   const servingKey = x509.PemConverter.encode(await crypto.subtle.exportKey('pkcs8', keys.privateKey), 'PRIVATE KEY');
   istiod = http2.createSecureServer({ cert: serving.toString('pem'), key: servingKey });
