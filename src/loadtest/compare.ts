@@ -3,8 +3,8 @@
  * waypoint at the same rate), every figure as B ÷ A, as a text table and as an HTML page with both
  * runs' charts overlaid.
  */
-import { esc, lineChart, micros, ratioChart } from './charts.ts';
-import { page, runName, table } from './html.ts';
+import { esc, micros, ratioChart } from './charts.ts';
+import { overTime, page, percentileChart, runName, table, timeChart } from './html.ts';
 import type { LoadtestReport } from './result.ts';
 
 export interface ComparisonRow {
@@ -90,51 +90,27 @@ export function formatComparison(c: Comparison): string {
 export function renderCompare(a: LoadtestReport, b: LoadtestReport, c: Comparison): string {
   const A = a.loadtest;
   const B = b.loadtest;
-  const t = (ms: number) => ms / 1000;
   const parts: string[] = [];
   parts.push(`<h1>Load-test comparison</h1><p class="sub">A: ${esc(c.a)} (${esc(a.StartTime)})<br>B: ${esc(c.b)} (${esc(b.StartTime)})</p>`);
   if (c.differences.length > 0) parts.push(`<div class="warn">Not the same load: ${esc(c.differences.join('; '))}</div>`);
   parts.push(ratioChart('chart-ratios', 'B ÷ A (green: B better, red: B worse)', c.rows.map((r) => ({ label: r.metric, value: r.ratio, text: r.ratio === null ? 'n/a' : `${r.ratio.toFixed(2)}×`, better: r.ratio === null || r.ratio === 1 ? undefined : r.better === 'lower' ? r.ratio < 1 : r.ratio > 1 }))));
   parts.push(table(['', 'A', 'B', 'B ÷ A', ''], c.rows.map((r) => [r.metric, cell(r.a, r.format), cell(r.b, r.format), r.ratio === null ? 'n/a' : `${r.ratio.toFixed(3)}×`, verdict(r)])));
   parts.push(
-    lineChart({
-      id: 'chart-percentiles',
-      title: 'Latency by percentile (corrected)',
-      xLabel: 'percentile',
-      yLabel: 'latency',
-      xKind: 'nines',
-      yLog: true,
-      yFormat: micros,
-      series: [
-        { name: `A: ${c.a}`, points: A.percentileCurve.corrected },
-        { name: `B: ${c.b}`, points: B.percentileCurve.corrected, dashed: true },
-      ],
-    }),
-    lineChart({
-      id: 'chart-throughput',
-      title: 'Throughput over time',
-      xLabel: 'seconds into the measured window',
-      yLabel: 'requests per second',
-      xKind: 'linear',
-      series: [
-        { name: `A: ${c.a}`, points: A.timeline.map((s) => [t(s.tMs), s.rps]) },
-        { name: `B: ${c.b}`, points: B.timeline.map((s) => [t(s.tMs), s.rps]), dashed: true },
-      ],
-    }),
+    percentileChart('Latency by percentile (corrected)', [
+      { name: `A: ${c.a}`, points: A.percentileCurve.corrected },
+      { name: `B: ${c.b}`, points: B.percentileCurve.corrected, dashed: true },
+    ]),
+    timeChart('chart-throughput', 'Throughput over time', 'requests per second', [
+      { name: `A: ${c.a}`, points: overTime(A.timeline, (s) => s.rps) },
+      { name: `B: ${c.b}`, points: overTime(B.timeline, (s) => s.rps), dashed: true },
+    ]),
   );
   if (A.waypoint || B.waypoint) {
     parts.push(
-      lineChart({
-        id: 'chart-cpu',
-        title: 'Waypoint CPU',
-        xLabel: 'seconds into the measured window',
-        yLabel: 'cores',
-        xKind: 'linear',
-        series: [
-          { name: `A: ${c.a}`, points: (A.waypoint?.series ?? []).map((p) => [t(p.tMs), p.cores]) },
-          { name: `B: ${c.b}`, points: (B.waypoint?.series ?? []).map((p) => [t(p.tMs), p.cores]), dashed: true },
-        ],
-      }),
+      timeChart('chart-cpu', 'Waypoint CPU', 'cores', [
+        { name: `A: ${c.a}`, points: overTime(A.waypoint?.series ?? [], (p) => p.cores) },
+        { name: `B: ${c.b}`, points: overTime(B.waypoint?.series ?? [], (p) => p.cores), dashed: true },
+      ]),
     );
   }
   return page('Load-test comparison', parts.join('\n'), [a, b]);

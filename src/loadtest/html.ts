@@ -3,7 +3,7 @@
  * generation time by charts.ts, a few lines of script for the hover read-out, and the JSON result
  * itself embedded), readable offline and attachable to an issue.
  */
-import { esc, lineChart, micros, shortNumber } from './charts.ts';
+import { esc, lineChart, micros, shortNumber, type Series } from './charts.ts';
 import type { LoadtestReport } from './result.ts';
 
 const CSS = `
@@ -78,70 +78,51 @@ export function runName(r: LoadtestReport): string {
   return r.Labels || `${x.settings.protocol} ${x.transport}`;
 }
 
+/** A latency-by-percentile chart (HdrHistogram's 1/(1-p) axis). */
+export function percentileChart(title: string, series: Series[]): string {
+  return lineChart({ id: 'chart-percentiles', title, xLabel: 'percentile', yLabel: 'latency', xKind: 'nines', yLog: true, yFormat: micros, series });
+}
+
+/** A chart over the measured window (x in seconds). */
+export function timeChart(id: string, title: string, yLabel: string, series: Series[], y: { log?: boolean; format?: (v: number) => string } = {}): string {
+  return lineChart({ id, title, xLabel: 'seconds into the measured window', yLabel, xKind: 'linear', yLog: y.log, yFormat: y.format, series });
+}
+
+/** [seconds, value] points of a time series in ms. */
+export function overTime<T extends { readonly tMs: number }>(points: readonly T[], value: (p: T, i: number) => number): [number, number][] {
+  return points.map((p, i) => [p.tMs / 1000, value(p, i)]);
+}
+
 /** The charts of one run (each `<figure class="chart" id="chart-…">`). */
 export function runCharts(r: LoadtestReport): string[] {
   const x = r.loadtest;
-  const t = (ms: number) => ms / 1000;
+  const answered = x.timeline.filter((s) => s.ok > 0);
   const out = [
-    lineChart({
-      id: 'chart-percentiles',
-      title: 'Latency by percentile (corrected for coordinated omission, and not)',
-      xLabel: 'percentile',
-      yLabel: 'latency',
-      xKind: 'nines',
-      yLog: true,
-      yFormat: micros,
-      series: [
-        { name: 'corrected (from when due)', points: x.percentileCurve.corrected },
-        { name: 'uncorrected (from when sent)', points: x.percentileCurve.uncorrected, dashed: true },
+    percentileChart('Latency by percentile (corrected for coordinated omission, and not)', [
+      { name: 'corrected (from when due)', points: x.percentileCurve.corrected },
+      { name: 'uncorrected (from when sent)', points: x.percentileCurve.uncorrected, dashed: true },
+    ]),
+    timeChart(
+      'chart-latency-time',
+      'Latency over time (corrected, per interval)',
+      'latency',
+      [
+        { name: 'p50', points: overTime(answered, (s) => s.p50Us) },
+        { name: 'p99', points: overTime(answered, (s) => s.p99Us) },
+        { name: 'max', points: overTime(answered, (s) => s.maxUs), dashed: true },
       ],
-    }),
-    lineChart({
-      id: 'chart-latency-time',
-      title: 'Latency over time (corrected, per interval)',
-      xLabel: 'seconds into the measured window',
-      yLabel: 'latency',
-      xKind: 'linear',
-      yLog: true,
-      yFormat: micros,
-      series: [
-        { name: 'p50', points: x.timeline.filter((s) => s.ok > 0).map((s) => [t(s.tMs), s.p50Us]) },
-        { name: 'p99', points: x.timeline.filter((s) => s.ok > 0).map((s) => [t(s.tMs), s.p99Us]) },
-        { name: 'max', points: x.timeline.filter((s) => s.ok > 0).map((s) => [t(s.tMs), s.maxUs]), dashed: true },
-      ],
-    }),
-    lineChart({
-      id: 'chart-throughput',
-      title: 'Throughput over time',
-      xLabel: 'seconds into the measured window',
-      yLabel: 'requests per second',
-      xKind: 'linear',
-      series: [
-        { name: 'answered / s', points: x.timeline.map((s) => [t(s.tMs), s.rps]) },
-        { name: 'errors / s', points: x.timeline.map((s, i) => [t(s.tMs), s.errors / Math.max(1e-3, (s.tMs - (x.timeline[i - 1]?.tMs ?? 0)) / 1000)]) },
-      ],
-    }),
+      { log: true, format: micros },
+    ),
+    timeChart('chart-throughput', 'Throughput over time', 'requests per second', [
+      { name: 'answered / s', points: overTime(x.timeline, (s) => s.rps) },
+      { name: 'errors / s', points: overTime(x.timeline, (s, i) => s.errors / Math.max(1e-3, (s.tMs - (x.timeline[i - 1]?.tMs ?? 0)) / 1000)) },
+    ]),
   ];
   const w = x.waypoint;
   if (w) {
     out.push(
-      lineChart({
-        id: 'chart-cpu',
-        title: `Waypoint CPU (${w.source})`,
-        xLabel: 'seconds into the measured window',
-        yLabel: 'cores',
-        xKind: 'linear',
-        yFormat: (v) => `${+v.toPrecision(3)}`,
-        series: [{ name: 'CPU cores', points: w.series.map((p) => [t(p.tMs), p.cores]) }],
-      }),
-      lineChart({
-        id: 'chart-rss',
-        title: `Waypoint memory (${w.source})`,
-        xLabel: 'seconds into the measured window',
-        yLabel: 'RSS MiB',
-        xKind: 'linear',
-        series: [{ name: 'RSS MiB', points: w.series.map((p) => [t(p.tMs), p.rssMiB]) }],
-      }),
+      timeChart('chart-cpu', `Waypoint CPU (${w.source})`, 'cores', [{ name: 'CPU cores', points: overTime(w.series, (p) => p.cores) }], { format: (v) => `${+v.toPrecision(3)}` }),
+      timeChart('chart-rss', `Waypoint memory (${w.source})`, 'RSS MiB', [{ name: 'RSS MiB', points: overTime(w.series, (p) => p.rssMiB) }]),
     );
   }
   return out;

@@ -36,7 +36,9 @@ const refusals: [string, string[], RegExp][] = [
 
 test('every refusal exits 2 with a message naming the flag, and sends nothing', async () => {
   const before = requests;
-  const results = await Promise.all(refusals.map(([, args]) => cli(['loadtest', '--no-progress', ...args])));
+  const [help, ...results] = await Promise.all([cli(['loadtest', 'compare', '--help']), ...refusals.map(([, args]) => cli(['loadtest', '--no-progress', ...args]))]);
+  expect(help.code).toBe(0);
+  expect(help.stdout).toMatch(/^Usage: waypoint loadtest compare \[options\] <a\.json> <b\.json>/);
   for (const [i, [name, , message]] of refusals.entries()) {
     expect({ name, code: results[i].code }).toEqual({ name, code: 2 });
     expect(results[i].stderr, name).toMatch(message);
