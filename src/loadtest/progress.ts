@@ -21,7 +21,7 @@ export function progressDisplay(stream: NodeJS.WriteStream = process.stderr, pla
   const bar = new cliProgress.SingleBar(
     {
       stream,
-      format: tty ? 'loadtest {bar} {phase} {elapsed}/{planned} ETA {eta} | {rate} req/s | errors {errors} | p99 {p99}' : 'loadtest: {phase} {elapsed}/{planned} ETA {eta} | {rate} req/s | errors {errors} | p99 {p99}',
+      format: tty ? 'loadtest {bar} {phase} {elapsed}/{planned} ETA {remaining} | {rate} req/s | errors {errors} | p99 {p99}' : 'loadtest: {phase} {elapsed}/{planned} ETA {remaining} | {rate} req/s | errors {errors} | p99 {p99}',
       barsize: 24,
       hideCursor: tty,
       noTTYOutput: true,
@@ -43,7 +43,8 @@ export function progressDisplay(stream: NodeJS.WriteStream = process.stderr, pla
         phase: p.phase === 'warmup' ? 'warm-up' : p.phase === 'drain' ? 'finishing' : 'measuring',
         elapsed: secs(p.elapsedMs),
         planned: planned ? secs(planned) : '?',
-        eta: planned ? secs(planned - Math.max(0, p.elapsedMs)) : '?',
+        // Not `eta`: cli-progress fills that one itself, from the bar's value.
+        remaining: planned ? secs(planned - Math.max(0, p.elapsedMs)) : '?',
         rate: rate.toFixed(0),
         errors: String(p.errors),
         p99: p.p99Us > 0 ? micros(p.p99Us) : '-',
@@ -56,7 +57,7 @@ export function progressDisplay(stream: NodeJS.WriteStream = process.stderr, pla
     },
     stop() {
       if (!started) return;
-      bar.update(1000, last);
+      bar.update(1000, { ...last, phase: 'done', elapsed: last.planned === '?' ? last.elapsed : last.planned, remaining: '0.0s' });
       bar.stop();
     },
   };

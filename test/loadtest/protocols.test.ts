@@ -5,7 +5,8 @@
  * path reported before any load. Addresses: 127.0.173.x.
  */
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { LoadProbeError, runLoad, tcpTransport, type LoadPlan, type Transport } from '../../src/loadtest/index.ts';
+import { LoadProbeError, resolveSettings, runLoad, runLoadtest, tcpTransport, type LoadPlan, type Transport } from '../../src/loadtest/index.ts';
+import { identityFrom, spiffe } from '../helpers/identity.ts';
 import { PEER_WINDOW_HEADER, PEER_WINDOW_MARKER } from '../../bench/e2e/backend-wire.ts';
 import { hboneInto, meshWithBackends, vips } from './helpers.ts';
 
@@ -84,4 +85,24 @@ test('a CONNECT the waypoint refuses fails the probe with the answer, before any
   const err = await runLoad(plan(await hboneInto(topo.caDir, WAYPOINT, `127.0.${NET}.199:80`, NET), { protocol: 'http1' })).catch((e: unknown) => e);
   expect(err).toBeInstanceOf(LoadProbeError);
   expect((err as Error).message).toMatch(/cannot open a connection through HBONE 127\.0\.173\.1:15008 → 127\.0\.173\.199:80: .*answered [45]\d\d/);
+});
+
+test("--admin and --stats-url: the waypoint's CPU and RSS over time from its admin port, its istio_requests_total before and after", async () => {
+  const admin = topo.waypoint!.addresses.admin;
+  const url = `http://${admin.address}:${admin.port}`;
+  const id = await identityFrom(topo.caDir, spiffe('demo', 'client'));
+  const report = await runLoadtest({
+    settings: resolveSettings({ waypoint: WAYPOINT, authority: vips(NET).h1, path: '/bytes/13', rate: 200, duration: '1500ms', interval: '500ms' }),
+    identity: { material: () => id, trustDomain: 'cluster.local' },
+    admin: url,
+    statsUrls: [`${url}/stats/prometheus`],
+    version: 'test',
+  });
+  const w = report.loadtest.waypoint!;
+  expect(w.source).toBe(`${url}/stats/prometheus`);
+  expect(w.series.length).toBeGreaterThanOrEqual(3);
+  expect(w.rssPeakMiB).toBeGreaterThan(10);
+  expect(w.cpuSeconds).toBeGreaterThan(0);
+  const moved = report.loadtest.prometheus[0].diff!.counters.filter((c) => c.series.startsWith('istio_requests_total{'));
+  expect(moved.reduce((n, c) => n + c.delta, 0)).toBeGreaterThanOrEqual(300);
 });
