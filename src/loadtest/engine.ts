@@ -88,7 +88,7 @@ export class LoadProbeError extends Error {
   }
 }
 
-/** A FIFO of numbers (due times of queued requests) without `shift()`'s O(n). */
+/** A FIFO of numbers (schedule indices, connection indices) without `Array.shift()`'s O(n). */
 class Queue {
   private items: number[] = [];
   private head = 0;
@@ -146,7 +146,8 @@ export async function runLoad(plan: LoadPlan, hooks: LoadHooks = {}, signal?: Ab
 
 class Run {
   private readonly rec = new Recorder();
-  private readonly free: number[] = [];
+  /** Connections with a free stream, least recently used first (spreads the load over all of them). */
+  private readonly free = new Queue();
   /** Open loop: indices (in the schedule) of requests due and waiting for a free connection. */
   private readonly queue = new Queue();
   private readonly inFlight = new Set<{ due: number; sent: number; measured: boolean }>();
@@ -183,7 +184,6 @@ class Run {
     this.probeHeaders = probeHeaders;
     // Round-robin over connections: slot k of connection c comes after slot k of every other one.
     for (let k = 0; k < plan.streams; k++) for (let c = 0; c < conns.length; c++) this.free.push(c);
-    this.free.reverse();
   }
 
   private later(fn: () => void, ms: number): void {
@@ -289,7 +289,7 @@ class Run {
     while (this.queue.length > 0 && this.free.length > 0) {
       const i = this.queue.shift();
       // Measured by when it was due, not by when a connection could take it.
-      this.send(this.free.pop()!, this.dueOf(i), i >= this.warmCount);
+      this.send(this.free.shift(), this.dueOf(i), i >= this.warmCount);
     }
   }
 
@@ -304,7 +304,7 @@ class Run {
         }
         this.mStarted++;
       }
-      this.send(this.free.pop()!, performance.now(), measured);
+      this.send(this.free.shift(), performance.now(), measured);
     }
   }
 

@@ -14,9 +14,14 @@ import { childWaypoint, hboneInto, type ChildWaypoint } from './helpers.ts';
 let wp: ChildWaypoint;
 let server: http.Server;
 let sockets: Set<import('node:net').Socket>;
+/** Client ports that carried a request (which connections the load was spread over). */
+const ports = new Set<number>();
 
 beforeAll(async () => {
-  server = http.createServer((req, res) => req.resume().on('end', () => res.end('ok')));
+  server = http.createServer((req, res) => {
+    ports.add(req.socket.remotePort!);
+    req.resume().on('end', () => res.end('ok'));
+  });
   sockets = track(server);
   await listen(server, '127.0.175.11', 8080);
   wp = await childWaypoint(174);
@@ -44,7 +49,10 @@ function plan(transport: Transport, p: Partial<LoadPlan>): LoadPlan {
 }
 
 test('a fixed rate is held: the schedule sends rate × duration requests over the duration', async () => {
+  ports.clear();
   const r = await runLoad(plan(tcpTransport({ host: '127.0.175.11', port: 8080 }, 2_000), { rate: 300, durationMs: 2_000, connections: 4 }));
+  // Round-robin: every connection carried requests, not just the one that freed up last.
+  expect(ports.size).toBe(4);
   expect(r.scheduled).toBe(600);
   expect(r.sent).toBe(600);
   expect(r.recorder.ok).toBe(600);
