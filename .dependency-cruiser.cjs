@@ -31,6 +31,7 @@ const LAYERS = {
   ztunnel: ['util', 'identity', 'state', 'pipeline', 'peer', 'authz', 'netpol', 'hbone', 'upstream'], // tunnel/inbound role stand-ins
   admin: ['util', 'state', 'routing', 'telemetry', 'upstream'], // admin server (stats, config_dump)
   deploy: [], // the Kubernetes objects of a namespace waypoint (waypoint generate, deploy/base)
+  loadtest: ['util', 'identity', 'state', 'hbone'], // load generator: HBONE client side, reports
 };
 // Above the table: src/app.ts (wires the waypoint) < src/demo/ < src/cli/, which may import every
 // layer's entry.

@@ -1,5 +1,5 @@
 /**
- * What the scenario load (load.ts, closed-loop.ts) and the bench backends (backends.ts) agree on:
+ * What the scenario load (load.ts, on the loadtest engine) and the bench backends (backends.ts) agree on:
  * request paths, the gRPC service, and how a backend tells whether its HTTP/2 peer is the client
  * itself (bytes relayed end to end) or a proxy that terminated HTTP/2 (the waypoint at L7).
  */

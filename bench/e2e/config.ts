@@ -183,7 +183,7 @@ function num(name: string, dflt: number): number {
 }
 
 export interface BenchSettings {
-  /** Saturation: autocannon duration and warm-up (s), connections. */
+  /** Saturation (closed loop): duration and warm-up (s), connections. */
   readonly durationS: number;
   readonly warmupS: number;
   readonly connections: number;

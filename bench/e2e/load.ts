@@ -1,21 +1,33 @@
 /**
  * Bench load generator process (forked by run.ts): runs one command at a time from the
  * orchestrator (see protocol.ts) so the load never shares an event loop with the fixture or the
- * waypoint.
+ * waypoint. Every run but the idle tunnels is `waypoint loadtest`'s engine (src/loadtest), over
+ * plain TCP to the path's entry (the tunnel role, or the backend for `direct`):
  *
- *  - `saturate`: autocannon, a warm-up run then the measured run (1 ms latency resolution only).
- *  - `rate`: an open-loop generator at a fixed rate over undici Clients (round-robin onto an idle
- *    connection), 1 KiB POST bodies echoed back, latency from dispatch to the last response byte
- *    in an HDR histogram at 1 µs resolution.
+ *  - `saturate`: closed loop, GETs over `connections` HTTP/1.1 connections, a warm-up then the
+ *    measured run (µs latency).
+ *  - `rate`: open loop at a fixed rate, 1 KiB POST bodies echoed back, latency from when each
+ *    request was due (corrected for coordinated omission) and from when it was sent.
  *  - `warm`: a few GETs to prime a path (TLS sessions, pools, JIT).
  *  - `idle-open` / `idle-close`: N raw keep-alive TCP connections, one GET each, then left idle.
- *  - `closed`: the scenarios' closed-loop runs over HTTP/1.1, h2c or gRPC (closed-loop.ts).
+ *  - `closed`: the scenarios' closed-loop runs over HTTP/1.1, h2c or gRPC.
+ *
+ * Marks `start` / `end` go to the orchestrator exactly at the measured window's edges (it reads
+ * /proc there).
  */
 import net from 'node:net';
-import autocannon from 'autocannon';
-import { build } from 'hdr-histogram-js';
-import { Client, Pool } from 'undici';
-import { closedLoop } from './closed-loop.ts';
+import { randomUUID } from 'node:crypto';
+import {
+  LoadProbeError,
+  countAbove,
+  runLoad,
+  summarize,
+  tcpTransport,
+  type LoadHooks,
+  type LoadPlan,
+  type LoadResult,
+} from '../../src/loadtest/index.ts';
+import { PEER_WINDOW_HEADER, PEER_WINDOW_MARKER, PROBE_HEADER } from './backend-wire.ts';
 import type {
   ClosedCommand,
   ClosedResult,
@@ -75,203 +87,186 @@ function handle(cmd: LoadCommand): Promise<unknown> {
   }
 }
 
-function closed(cmd: ClosedCommand): Promise<ClosedResult> {
-  return closedLoop(cmd, (name) => send({ type: 'mark', id: cmd.id, name }));
+const TIMEOUT_MS = 10_000;
+
+/** `http://host:port` of a command → where the engine connects. */
+function target(url: string): { host: string; port: number } {
+  const u = new URL(url);
+  return { host: u.hostname, port: Number(u.port) };
+}
+
+/** The engine's plan with the bench's defaults (HTTP/1.1, one request in flight per connection, 10 s timeout). */
+function plan(p: Partial<LoadPlan> & Pick<LoadPlan, 'transport' | 'connections'>): LoadPlan {
+  return {
+    protocol: 'http1',
+    streams: 1,
+    rate: null,
+    requests: null,
+    durationMs: null,
+    warmupMs: 0,
+    spec: { method: 'GET', path: '/', authority: 'bench', headers: {}, body: Buffer.alloc(0), grpcMethod: '/bench.Echo/Unary' },
+    timeoutMs: TIMEOUT_MS,
+    intervalMs: 1_000,
+    ...p,
+  };
+}
+
+/** Hooks sending the orchestrator the `start` / `end` marks of the measured window. */
+function marks(id: number): LoadHooks {
+  return { onMeasureStart: () => send({ type: 'mark', id, name: 'start' }), onMeasureEnd: () => send({ type: 'mark', id, name: 'end' }) };
+}
+
+/** A run's errors in the bench's categories (the engine counts them by kind). */
+function errorsOf(r: LoadResult): { errors: number; timeouts: number; resets: number; non2xx: number; badBody: number; samples: string[] } {
+  const c = { errors: 0, timeouts: 0, resets: 0, non2xx: 0, badBody: 0 };
+  for (const [kind, n] of r.recorder.errors) {
+    if (kind === 'timeout') c.timeouts += n;
+    else if (kind === 'reset') c.resets += n;
+    else if (kind === 'bad_body') c.badBody += n;
+    else if (kind.startsWith('http_') || kind.startsWith('grpc_')) c.non2xx += n;
+    else c.errors += n;
+  }
+  return { ...c, samples: r.recorder.samples.slice(0, 5) };
 }
 
 // ---------------------------------------------------------------------------------------------
-// Saturation (autocannon)
+// Saturation: closed loop over HTTP/1.1 connections
 
 async function saturate(cmd: SaturateCommand): Promise<SaturateResult> {
-  const opts = { url: `${cmd.url}/saturate`, connections: cmd.connections, timeout: 10 };
-  if (cmd.warmupS > 0) await autocannon({ ...opts, duration: cmd.warmupS });
-  send({ type: 'mark', id: cmd.id, name: 'start' });
-  const r = await autocannon({ ...opts, duration: cmd.durationS });
-  send({ type: 'mark', id: cmd.id, name: 'end' });
+  const r = await runLoad(
+    plan({ transport: tcpTransport(target(cmd.url), TIMEOUT_MS), connections: cmd.connections, warmupMs: cmd.warmupS * 1000, durationMs: cmd.durationS * 1000, spec: { method: 'GET', path: '/saturate', authority: 'bench', headers: {}, body: Buffer.alloc(0), grpcMethod: '' } }),
+    marks(cmd.id),
+  );
   const statusCodes: Record<string, number> = {};
-  for (const [code, s] of Object.entries(r.statusCodeStats ?? {})) statusCodes[code] = s.count;
-  const requests = r.requests.total;
+  for (const [code, n] of r.recorder.codes) if (code !== '-1') statusCodes[code] = n;
+  const e = errorsOf(r);
+  const lat = summarize(r.recorder.uncorrected);
+  const durationS = r.windowMs / 1000;
   return {
-    requests,
-    durationS: r.duration,
-    reqPerSec: Math.round(requests / r.duration),
-    errors: r.errors,
-    timeouts: r.timeouts,
-    non2xx: r.non2xx,
-    resets: r.resets,
+    requests: r.recorder.completed,
+    durationS: Math.round(durationS * 1000) / 1000,
+    reqPerSec: Math.round(r.recorder.completed / durationS),
+    errors: e.errors,
+    timeouts: e.timeouts,
+    non2xx: e.non2xx,
+    resets: e.resets,
     statusCodes,
-    latencyMs: { p50: r.latency.p50, p99: r.latency.p99, max: r.latency.max },
+    latencyMs: { p50: lat.p50 / 1000, p99: lat.p99 / 1000, max: lat.max / 1000 },
+    latencyUs: { p50: lat.p50, p90: lat.p90, p99: lat.p99, max: lat.max, mean: lat.mean },
   };
 }
 
 // ---------------------------------------------------------------------------------------------
-// Fixed rate with a µs histogram
+// Fixed rate: open loop, latency corrected and not
 
 async function rate(cmd: RateCommand): Promise<RateResult> {
-  const clients: Client[] = [];
-  for (let i = 0; i < cmd.connections; i++) {
-    clients.push(new Client(cmd.url, { pipelining: 1, keepAliveTimeout: 60_000, keepAliveMaxTimeout: 60_000, headersTimeout: 10_000, bodyTimeout: 10_000 }));
-  }
-  const body = Buffer.alloc(cmd.bodyBytes, 0x61);
-  const headers = { 'content-type': 'application/octet-stream' };
-  const inFlight = new Array<number>(clients.length).fill(0);
-  const used = new Set<number>();
-  let rr = 0;
-  let total = 0;
-  let maxInFlight = 0;
-
-  /** The next connection with nothing in flight (round-robin), else the least loaded. */
-  const pick = (): number => {
-    let best = rr;
-    for (let k = 0; k < clients.length; k++) {
-      const i = (rr + k) % clients.length;
-      if (inFlight[i] === 0) {
-        best = i;
-        break;
-      }
-      if (inFlight[i] < inFlight[best]) best = i;
-    }
-    rr = (best + 1) % clients.length;
-    return best;
+  const r = await runLoad(
+    plan({
+      transport: tcpTransport(target(cmd.url), TIMEOUT_MS),
+      connections: cmd.connections,
+      rate: cmd.rate,
+      warmupMs: cmd.warmupS * 1000,
+      durationMs: cmd.durationS * 1000,
+      spec: { method: 'POST', path: '/rate', authority: 'bench', headers: { 'content-type': 'application/octet-stream' }, body: Buffer.alloc(cmd.bodyBytes, 0x61), grpcMethod: '', expectBytes: cmd.bodyBytes },
+    }),
+    marks(cmd.id),
+  );
+  const rec = r.recorder;
+  const e = errorsOf(r);
+  const pct = (h: typeof rec.corrected) => {
+    const s = summarize(h);
+    return { p50: s.p50, p90: s.p90, p95: h.totalCount > 0 ? h.getValueAtPercentile(95) : 0, p99: s.p99, p999: s.p999, max: s.max, mean: s.mean };
   };
-
-  const runPhase = async (durationS: number, record: boolean) => {
-    const hist = build({ lowestDiscernibleValue: 1, highestTrackableValue: 60_000_000, numberOfSignificantValueDigits: 3 });
-    const target = Math.round(cmd.rate * durationS);
-    let sent = 0;
-    let completed = 0;
-    let errors = 0;
-    let bad = 0;
-    let over1ms = 0;
-    let over10ms = 0;
-    const errorSamples: string[] = [];
-    const pendingAll = new Set<Promise<void>>();
-
-    const fire = () => {
-      const i = pick();
-      inFlight[i]++;
-      total++;
-      if (total > maxInFlight) maxInFlight = total;
-      if (record) used.add(i);
-      const t0 = performance.now();
-      const p = clients[i]
-        .request({ method: 'POST', path: '/rate', headers, body })
-        .then(async (res) => {
-          let n = 0;
-          for await (const chunk of res.body) n += (chunk as Buffer).length;
-          const us = (performance.now() - t0) * 1000;
-          completed++;
-          if (res.statusCode !== 200 || n !== body.length) {
-            bad++;
-            if (errorSamples.length < 5) errorSamples.push(`status ${res.statusCode}, ${n} bytes`);
-            return;
-          }
-          hist.recordValue(Math.max(1, Math.round(us)));
-          if (us > 1_000) over1ms++;
-          if (us > 10_000) over10ms++;
-        })
-        .catch((err: Error & { code?: string }) => {
-          errors++;
-          if (errorSamples.length < 5) errorSamples.push(`${err.code ?? err.name}: ${err.message}`);
-        })
-        .finally(() => {
-          inFlight[i]--;
-          total--;
-          pendingAll.delete(p);
-        });
-      pendingAll.add(p);
-    };
-
-    if (record) send({ type: 'mark', id: cmd.id, name: 'start' });
-    const start = performance.now();
-    await new Promise<void>((resolve) => {
-      const tick = () => {
-        const due = Math.min(target, Math.floor(((performance.now() - start) * cmd.rate) / 1000) + 1);
-        while (sent < due) {
-          fire();
-          sent++;
-        }
-        if (sent >= target) return resolve();
-        setTimeout(tick, 1);
-      };
-      tick();
-    });
-    // Let the last requests finish (bounded).
-    await Promise.race([Promise.allSettled([...pendingAll]), new Promise((r) => setTimeout(r, 10_000))]);
-    const wallS = (performance.now() - start) / 1000;
-    if (record) send({ type: 'mark', id: cmd.id, name: 'end' });
-    return { hist, sent, completed, errors, bad, errorSamples, wallS, over1ms, over10ms };
+  return {
+    targetRps: cmd.rate,
+    sent: r.sent,
+    completed: rec.completed,
+    achievedRps: Math.round(rec.completed / (r.windowMs / 1000)),
+    durationS: Math.round(r.windowMs) / 1000,
+    errors: e.errors + e.timeouts + e.resets,
+    badResponses: e.non2xx + e.badBody,
+    errorSamples: e.samples,
+    latencyUs: pct(rec.uncorrected),
+    latencyCorrectedUs: pct(rec.corrected),
+    over1ms: countAbove(rec.uncorrected, 1_000),
+    over10ms: countAbove(rec.uncorrected, 10_000),
+    connectionsUsed: r.connectionsOpened,
+    maxInFlight: r.maxInFlight,
+    maxQueued: r.maxQueued,
   };
-
-  try {
-    if (cmd.warmupS > 0) {
-      const w = await runPhase(cmd.warmupS, false);
-      w.hist.destroy();
-    }
-    const m = await runPhase(cmd.durationS, true);
-    const h = m.hist;
-    const result: RateResult = {
-      targetRps: cmd.rate,
-      sent: m.sent,
-      completed: m.completed,
-      achievedRps: Math.round(m.completed / m.wallS),
-      durationS: Math.round(m.wallS * 1000) / 1000,
-      errors: m.errors,
-      badResponses: m.bad,
-      errorSamples: m.errorSamples,
-      latencyUs: {
-        p50: h.getValueAtPercentile(50),
-        p90: h.getValueAtPercentile(90),
-        p95: h.getValueAtPercentile(95),
-        p99: h.getValueAtPercentile(99),
-        p999: h.getValueAtPercentile(99.9),
-        max: h.maxValue,
-        mean: Math.round(h.mean),
-      },
-      over1ms: m.over1ms,
-      over10ms: m.over10ms,
-      connectionsUsed: used.size,
-      maxInFlight,
-    };
-    h.destroy();
-    return result;
-  } finally {
-    await Promise.allSettled(clients.map((c) => c.destroy()));
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Warm-up
 
 async function warm(cmd: WarmCommand): Promise<WarmResult> {
-  const pool = new Pool(cmd.url, { connections: cmd.concurrency, pipelining: 1, headersTimeout: 10_000, bodyTimeout: 10_000 });
-  let next = 0;
-  let ok = 0;
-  let failed = 0;
-  const errorSamples: string[] = [];
-  const worker = async () => {
-    while (next < cmd.requests) {
-      next++;
-      try {
-        const res = await pool.request({ method: 'GET', path: '/warm' });
-        await res.body.dump();
-        if (res.statusCode === 200) ok++;
-        else {
-          failed++;
-          if (errorSamples.length < 5) errorSamples.push(`status ${res.statusCode}`);
-        }
-      } catch (err) {
-        failed++;
-        if (errorSamples.length < 5) errorSamples.push((err as Error).message);
-      }
-    }
-  };
   try {
-    await Promise.all(Array.from({ length: cmd.concurrency }, worker));
-  } finally {
-    await pool.destroy();
+    const r = await runLoad(plan({ transport: tcpTransport(target(cmd.url), TIMEOUT_MS), connections: cmd.concurrency, requests: cmd.requests, spec: { method: 'GET', path: '/warm', authority: 'bench', headers: {}, body: Buffer.alloc(0), grpcMethod: '' } }));
+    return { ok: r.recorder.ok, failed: r.recorder.errorCount, errorSamples: r.recorder.samples.slice(0, 5) };
+  } catch (err) {
+    if (err instanceof LoadProbeError) return { ok: 0, failed: cmd.requests, errorSamples: [err.message] };
+    throw err;
   }
-  return { ok, failed, errorSamples };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The scenarios: closed loop over HTTP/1.1, h2c or gRPC
+
+const PROTOCOL = { h1: 'http1', h2: 'h2c', grpc: 'grpc' } as const;
+
+async function closed(cmd: ClosedCommand): Promise<ClosedResult> {
+  if (cmd.proto === 'h1' && cmd.streams !== 1) throw new Error('h1: one request in flight per connection (no pipelining)');
+  const empty = (probeError: string): ClosedResult => ({
+    probeError,
+    requests: 0,
+    durationS: 0,
+    reqPerSec: 0,
+    errors: 0,
+    badResponses: 0,
+    errorSamples: [],
+    latencyUs: { p50: 0, p90: 0, p99: 0, max: 0, mean: 0 },
+    inFlight: 0,
+    connectionsUsed: 0,
+    peerWindow: null,
+  });
+  let r: LoadResult;
+  try {
+    r = await runLoad(
+      plan({
+        protocol: PROTOCOL[cmd.proto],
+        transport: tcpTransport({ host: cmd.host, port: cmd.port }, TIMEOUT_MS),
+        connections: cmd.connections,
+        streams: cmd.streams,
+        warmupMs: cmd.warmupS * 1000,
+        durationMs: cmd.durationS * 1000,
+        spec: { method: 'GET', path: cmd.path, authority: 'bench', headers: {}, body: Buffer.alloc(cmd.bodyBytes, 0x67), grpcMethod: cmd.path, expectBytes: cmd.expectBytes },
+        // An odd HTTP/2 window the backend reports back: relayed bytes or a proxy's own session (backend-wire.ts).
+        http2Window: PEER_WINDOW_MARKER,
+        probeHeaders: { [PROBE_HEADER]: randomUUID() },
+      }),
+      marks(cmd.id),
+    );
+  } catch (err) {
+    if (err instanceof LoadProbeError) return empty(err.outcome ? err.outcome.detail || err.outcome.kind : err.message);
+    throw err;
+  }
+  const rec = r.recorder;
+  const lat = summarize(rec.uncorrected);
+  const window = Number(r.probeHeaders[PEER_WINDOW_HEADER]);
+  const e = errorsOf(r);
+  return {
+    probeError: null,
+    requests: rec.completed,
+    durationS: Math.round(r.windowMs) / 1000,
+    reqPerSec: Math.round(rec.completed / (r.windowMs / 1000)),
+    errors: e.errors + e.timeouts + e.resets,
+    badResponses: e.non2xx + e.badBody,
+    errorSamples: e.samples,
+    latencyUs: { p50: lat.p50, p90: lat.p90, p99: lat.p99, max: lat.max, mean: lat.mean },
+    inFlight: r.maxInFlight,
+    connectionsUsed: r.connectionsOpened,
+    peerWindow: r.probeHeaders[PEER_WINDOW_HEADER] !== undefined && Number.isFinite(window) ? window : null,
+  };
 }
 
 // ---------------------------------------------------------------------------------------------

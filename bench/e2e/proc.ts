@@ -1,41 +1,13 @@
 /**
- * Per-process CPU and memory from Linux /proc: utime+stime of /proc/<pid>/stat (all threads, in
- * clock ticks) and VmRSS of /proc/<pid>/status.
+ * Per-process CPU and memory from Linux /proc (utime+stime of /proc/<pid>/stat, VmRSS of
+ * /proc/<pid>/status), open descriptors, whole-machine busy time, and snapshots of several
+ * processes at once around a measured window.
  */
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import { clockTicks, cpuSeconds, rssKiB } from '../../src/loadtest/index.ts';
 
-let clkTck: number | undefined;
-
-/** Clock ticks per second (`getconf CLK_TCK`, almost always 100). */
-export function clockTicks(): number {
-  if (clkTck === undefined) {
-    try {
-      clkTck = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
-    } catch {
-      clkTck = 100;
-    }
-  }
-  return clkTck;
-}
-
-/** CPU seconds (user + system, every thread) the process has used so far. */
-export function cpuSeconds(pid: number): number {
-  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-  // Field 2 (comm) may contain spaces and parentheses: split after the last ')'.
-  const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  // rest[0] is field 3 (state); utime and stime are fields 14 and 15.
-  const utime = Number(rest[14 - 3]);
-  const stime = Number(rest[15 - 3]);
-  return (utime + stime) / clockTicks();
-}
-
-/** Resident set size in KiB. */
-export function rssKiB(pid: number): number {
-  const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
-  const m = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
-  return m ? Number(m[1]) : NaN;
-}
+// The per-process readings are the load tester's own (src/loadtest/proc.ts).
+export { clockTicks, cpuSeconds, rssKiB };
 
 /** Open file descriptors of a process. */
 export function fdCount(pid: number): number {

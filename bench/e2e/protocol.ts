@@ -48,13 +48,13 @@ export interface IdleCloseCommand {
 }
 
 /**
- * A closed-loop run (closed-loop.ts): `connections` × `streams` workers, each with one request in
+ * A closed-loop run (the loadtest engine): `connections` × `streams` workers, each with one request in
  * flight at a time, for `warmupS` then `durationS` (marks around the measured window). One probe
  * request first: if it fails, nothing runs and the result says why (`probeError`).
  *
  *  - h1:   one undici Client per connection, `streams` must be 1 (no pipelining), `GET path`;
  *  - h2:   one Node http2 session (h2c, prior knowledge) per connection, `streams` concurrent `GET path`;
- *  - grpc: one grpc-js channel per connection, `streams` concurrent unary calls of `bodyBytes`.
+ *  - grpc: one h2c session per connection, `streams` concurrent unary calls (`path` is the method) of `bodyBytes`.
  */
 export interface ClosedCommand {
   readonly type: 'closed';
@@ -103,8 +103,10 @@ export interface SaturateResult {
   readonly non2xx: number;
   readonly resets: number;
   readonly statusCodes: Record<string, number>;
-  /** autocannon's own latency (1 ms resolution): only for orientation. */
+  /** Latency in ms (the same figures as `latencyUs`; kept for tools that read the older shape). */
   readonly latencyMs: { readonly p50: number; readonly p99: number; readonly max: number };
+  /** Request start to last response byte, µs. */
+  readonly latencyUs: { readonly p50: number; readonly p90: number; readonly p99: number; readonly max: number; readonly mean: number };
 }
 
 export interface RateResult {
@@ -116,13 +118,27 @@ export interface RateResult {
   readonly errors: number;
   readonly badResponses: number;
   readonly errorSamples: string[];
-  /** Latency from dispatch to the last response byte, µs. */
-  readonly latencyUs: { readonly p50: number; readonly p90: number; readonly p95: number; readonly p99: number; readonly p999: number; readonly max: number; readonly mean: number };
+  /** Latency from when each request was sent to its last response byte, µs (blind to queueing in the generator). */
+  readonly latencyUs: RatePercentiles;
+  /** Latency from when each request was due in the schedule (corrected for coordinated omission), µs. */
+  readonly latencyCorrectedUs: RatePercentiles;
   /** Requests slower than 1 ms and 10 ms. */
   readonly over1ms: number;
   readonly over10ms: number;
   readonly connectionsUsed: number;
   readonly maxInFlight: number;
+  /** Most requests due at once while every connection was busy. */
+  readonly maxQueued: number;
+}
+
+export interface RatePercentiles {
+  readonly p50: number;
+  readonly p90: number;
+  readonly p95: number;
+  readonly p99: number;
+  readonly p999: number;
+  readonly max: number;
+  readonly mean: number;
 }
 
 export interface WarmResult {

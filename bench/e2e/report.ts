@@ -92,7 +92,7 @@ export function printReport(r: BenchReport): void {
   const P = (p: PathName) => r.paths[p];
   const s = r.settings;
   const rows: [string, (p: PathName) => string][] = [
-    [`saturation req/s (autocannon -c ${s.connections}, ${s.durationS} s)`, (p) => f(P(p)?.saturation?.reqPerSec)],
+    [`saturation req/s (closed loop, ${s.connections} connections, ${s.durationS} s)`, (p) => f(P(p)?.saturation?.reqPerSec)],
     ['  errors / timeouts / non-2xx', (p) => (P(p)?.saturation ? `${P(p)!.saturation!.errors} / ${P(p)!.saturation!.timeouts} / ${P(p)!.saturation!.non2xx}` : NA)],
     ['  waypoint CPU µs/req', (p) => f(P(p)?.saturation?.waypointUsPerReq, 1)],
     ['  waypoint cores busy', (p) => f(P(p)?.saturation?.waypointCores, 2)],
@@ -104,6 +104,7 @@ export function printReport(r: BenchReport): void {
     ['  p50 latency µs', (p) => f(P(p)?.rate?.latencyUs.p50)],
     ['  p90 latency µs', (p) => f(P(p)?.rate?.latencyUs.p90)],
     ['  p99 latency µs', (p) => f(P(p)?.rate?.latencyUs.p99)],
+    ['  p50 / p99 µs from when due (corrected)', (p) => (P(p)?.rate ? `${f(P(p)!.rate!.latencyCorrectedUs.p50)} / ${f(P(p)!.rate!.latencyCorrectedUs.p99)}` : NA)],
     ['  requests over 1 ms / over 10 ms', (p) => (P(p)?.rate ? `${f(P(p)!.rate!.over1ms)} / ${f(P(p)!.rate!.over10ms)}` : NA)],
     ['  waypoint CPU µs/req', (p) => f(P(p)?.rate?.waypointUsPerReq, 1)],
     ['  waypoint vCPU (cores)', (p) => f(P(p)?.rate?.waypointCores, 3)],

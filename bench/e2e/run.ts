@@ -9,7 +9,8 @@
  * both topologies, fixture.ts); one `waypoint run` process per topology (bin/waypoint.js, so its
  * CPU and RSS can be read alone from /proc); one load generator process (load.ts). For each path:
  * a short warm-up, idle-tunnel memory, a fixed-rate run (1 KiB POSTs, µs histogram, waypoint vCPU)
- * and a saturation run (autocannon) — the `core` scenario group. Then the other groups
+ * and a saturation run (closed loop) — the `core` scenario group. Every load run is
+ * `waypoint loadtest`'s engine (src/loadtest) in the load process. Then the other groups
  * (scenarios.ts: HTTP/1.1 response sizes, many tunnels vs one, gRPC unary), closed loop on every
  * path. `--only core,h1,tunnels,grpc` (or BENCH_ONLY) picks groups. Prints a table and writes
  * bench/results/<timestamp>.json and bench/results/latest.json. Knobs: see config.ts and bench/README.md.
@@ -564,9 +565,9 @@ async function runPath(
     vcpuPer1000: wpRate && rate.result.achievedRps > 0 ? round(wpRate.cores / (rate.result.achievedRps / 1000), 4) : null,
   };
 
-  // (i) Saturation (autocannon).
+  // (i) Saturation (closed loop).
   out.quiet.saturation = await waitQuiet(load.pids, s.quietWaitS, `[${p}] saturation`);
-  log(`[${p}] saturation: autocannon -c ${s.connections} for ${s.warmupS}+${s.durationS} s`);
+  log(`[${p}] saturation: closed loop, ${s.connections} connections, ${s.warmupS}+${s.durationS} s`);
   const sat = await load.call<SaturateResult>(
     { type: 'saturate', url: target.url, connections: s.connections, warmupS: s.warmupS, durationS: s.durationS },
     (s.warmupS + s.durationS) * 1000 + 60_000,

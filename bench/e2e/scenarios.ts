@@ -6,10 +6,10 @@
  *  - tunnels: many tunnels (BENCH_MANY_TUNNELS connections, each its own CONNECT) against one
  *             tunnel carrying many requests: HTTP/1.1 (one connection, no pipelining: one request
  *             at a time) and h2c (one h2c connection inside one tunnel, BENCH_MANY_TUNNELS streams);
- *  - grpc:    gRPC unary echo (grpc-js client and server) over BENCH_GRPC_CHANNELS channels with
+ *  - grpc:    gRPC unary echo (the loadtest engine's gRPC client, a grpc-js server) over BENCH_GRPC_CHANNELS connections with
  *             BENCH_GRPC_CONCURRENCY calls in flight on each.
  *
- * Each run is closed loop (closed-loop.ts): req/s, µs latency, and from /proc the waypoint's CPU µs
+ * Each run is closed loop (the loadtest engine, src/loadtest): req/s, µs latency, and from /proc the waypoint's CPU µs
  * per request; ratios against the l4-relay and direct paths of the same case.
  */
 import { BACKEND_PORTS, scenarioTarget, type BackendKind, type BenchSettings, type PathName, type ScenarioName } from './config.ts';

@@ -10,6 +10,7 @@ import { setLogLevel, VERSION } from '../util/index.ts';
 import { caCommand } from './ca.ts';
 import { demoCommand } from './demo.ts';
 import { generateCommand } from './generate.ts';
+import { loadtestCommand } from './loadtest.ts';
 import { inboundCommand, tunnelCommand } from './roles.ts';
 import { runCommand } from './run.ts';
 
@@ -27,6 +28,8 @@ const EXAMPLES: Record<string, string> = {
   tunnel: 'waypoint tunnel --listen 127.0.0.1:15001 --to 127.0.10.1:15008 --authority 127.0.10.100:80 --identity certs/client --ca ca/root-cert.pem',
   inbound: 'waypoint inbound --listen 127.0.10.11:15008 --identity certs/echo --ca ca/root-cert.pem --forward 127.0.0.1',
   demo: 'waypoint demo --listen 127.0.0.1:15001 --access-log /dev/stdout',
+  loadtest: 'waypoint loadtest --waypoint 127.0.10.1:15008 --authority 127.0.10.100:80 --identity certs/client --ca ca/root-cert.pem --rate 1000 --duration 30s --json a.json --report a.html',
+  'loadtest compare': 'waypoint loadtest compare envoy.json node.json --report compare.html',
 };
 
 /** `cmd` and every command under it, with their paths (`ca issue`). */
@@ -42,7 +45,7 @@ export function buildProgram(): Command {
     .option('--log-level <level>', 'trace, debug, info, warn, error', process.env.WAYPOINT_LOG_LEVEL ?? 'info')
     .hook('preAction', (cmd) => setLogLevel(cmd.opts().logLevel))
     .showHelpAfterError();
-  for (const c of [runCommand(), generateCommand(), caCommand(), tunnelCommand(), inboundCommand(), demoCommand()]) program.addCommand(c);
+  for (const c of [runCommand(), generateCommand(), caCommand(), tunnelCommand(), inboundCommand(), demoCommand(), loadtestCommand()]) program.addCommand(c);
   for (const { path, command } of commandTree(program)) {
     // Commands added with addCommand inherit no settings: each throws instead of exiting itself.
     command.exitOverride();
