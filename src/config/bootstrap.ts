@@ -77,8 +77,15 @@ const schema = z.strictObject({
       initialStreamWindowSize: z.number().int().min(65_535).max(2 ** 31 - 1).default(256 * 1024),
       initialConnectionWindowSize: z.number().int().min(65_535).max(2 ** 31 - 1).default(16 * 1024 * 1024),
       maxFrameSize: z.number().int().min(16_384).max(16_777_215).default(1024 * 1024),
-      /** Advertised by the HBONE server (Envoy's waypoint: 100). */
-      maxConcurrentStreams: z.number().int().min(1).default(100),
+      /**
+       * Advertised by the HBONE server: ztunnel's inbound value, 200 (istio/ztunnel
+       * src/proxy/h2/server.rs), twice what a ztunnel client opens on one connection (its
+       * POOL_MAX_STREAMS_PER_CONNECTION, 100). Envoy's waypoint advertises 100, but Node also
+       * counts the streams closed earlier in the same read against this limit (src/node_http2.cc
+       * `CanAddStream`): with 100, a client at 100 streams that cancels some and opens as many in
+       * one write got the new ones refused (ENHANCE_YOUR_CALM).
+       */
+      maxConcurrentStreams: z.number().int().min(1).default(200),
       maxHeaderListSize: z.number().int().min(1024).default(64 * 1024),
       /** Node's per-session buffer cap (MB). Must exceed the windows above (nodejs/node#19141 lesson). */
       maxSessionMemoryMb: z.number().int().min(1).default(64),
@@ -97,9 +104,20 @@ const schema = z.strictObject({
        */
       streamResetBurst: z.number().int().min(1).default(10_000),
       streamResetRate: z.number().int().min(1).default(1_000),
+      /**
+       * Envoy's rapid-reset rule (envoyproxy/envoy conn_manager_impl.cc `maybeDrainDueToPrematureResets`):
+       * a stream the client resets before it is answered and within this lifetime is premature; a
+       * session is closed (GOAWAY ENHANCE_YOUR_CALM) once `prematureResetTotalStreamCount` streams
+       * closed and half of them were premature, or as soon as half that count were. 0 turns it off.
+       */
+      prematureResetMinStreamLifetimeMs: ms.default(1_000),
+      prematureResetTotalStreamCount: z.number().int().min(0).default(500),
       /** Invalid frames one session may receive in its lifetime before it is closed (Node's default). */
       maxSessionInvalidFrames: z.number().int().min(0).default(1_000),
-      /** Streams in a row one session may have refused before it is closed (Node's default). */
+      /**
+       * Streams in a row one session may have refused before it is closed (Node's default); at
+       * least `maxConcurrentStreams` is used (Node refuses streams closed in the same read too).
+       */
       maxSessionRejectedStreams: z.number().int().min(0).default(100),
       /** Our PINGs awaiting acknowledgement, at most (Node's default). */
       maxOutstandingPings: z.number().int().min(1).default(10),

@@ -15,6 +15,16 @@ MODE:
                    the connection (or refuses it). Reports connections made, refused, pairs sent.
   headers          one CONNECT carrying N extra headers (x-h<i>: v).
   header-bytes     one CONNECT carrying one header whose value is N bytes.
+  cancel-burst     a well-behaved client with N streams open (0: the waypoint's advertised
+                   SETTINGS_MAX_CONCURRENT_STREAMS): N CONNECTs, all answered; then, three
+                   times, the N open ones reset (CANCEL) and N new CONNECTs opened, in one write
+                   (allowed: a reset stream no longer counts, RFC 9113 5.1.2), reading the
+                   answers in between. Reports per round {"ok": answered 200, "reset": {code:
+                   count}, "open": unanswered}, and "limit" (the N used).
+  cancel-burst-quick  the same, but the second burst follows the first at once, before any answer.
+  rapid-reset-slow N streams opened and reset at once, 10 per write with 2 ms pauses (each
+                   write read on its own). Reports the GOAWAY and how many were sent before it.
+  streams          N CONNECTs in one write. Reports each stream's fate and the GOAWAY.
   ping-flood       N PING frames in one write, without reading the answers for 1 s.
   settings-flood   N empty SETTINGS frames in one write, without reading the answers for 1 s.
 Every mode then keeps reading for up to 2 s (or until the connection closes) and reports
@@ -195,6 +205,72 @@ def main():
             peer.flush()
             peer.pump(0)
         out["sent"] = sent
+    elif mode in ("cancel-burst", "cancel-burst-quick"):
+        rounds = []
+
+        def open_batch():
+            ids = []
+            for _ in range(n):
+                sid = conn.get_next_available_stream_id()
+                conn.send_headers(sid, connect_headers)
+                ids.append(sid)
+            return ids
+
+        def settle(ids):
+            end = time.time() + 5
+            while time.time() < end and any("status" not in peer.streams.get(i, {}) and "reset" not in peer.streams.get(i, {}) for i in ids):
+                if not peer.pump(0.1):
+                    break
+            r = {"ok": 0, "reset": {}, "open": 0}
+            for i in ids:
+                st = peer.streams.get(i, {})
+                if st.get("status") == 200:
+                    r["ok"] += 1
+                elif "reset" in st:
+                    r["reset"][str(st["reset"])] = r["reset"].get(str(st["reset"]), 0) + 1
+                else:
+                    r["open"] += 1
+            return r
+
+        if n == 0:
+            n = conn.remote_settings.max_concurrent_streams
+        out["limit"] = n
+        ids = open_batch()
+        peer.flush()
+        rounds.append(settle(ids))
+        for _ in range(3):
+            if peer.goaway or peer.eof:
+                break
+            for i in ids:
+                if "reset" not in peer.streams.get(i, {}):
+                    conn.reset_stream(i, error_code=8)
+            ids = open_batch()
+            peer.flush()  # one write: the resets and the new HEADERS together
+            if mode == "cancel-burst-quick" and len(rounds) == 1:
+                # A second burst right away, before reading what became of the first.
+                first = ids
+                for i in first:
+                    conn.reset_stream(i, error_code=8)
+                ids = open_batch()
+                peer.flush()
+                rounds.append(settle(first))
+            rounds.append(settle(ids))
+        out["rounds"] = rounds
+    elif mode == "rapid-reset-slow":
+        sent = 0
+        while sent < n and not peer.goaway and not peer.eof:
+            for _ in range(min(10, n - sent)):
+                sid = conn.get_next_available_stream_id()
+                conn.send_headers(sid, connect_headers)
+                conn.reset_stream(sid, error_code=8)
+                sent += 1
+            peer.flush()
+            peer.pump(0.002)
+        out["sent"] = sent
+    elif mode == "streams":
+        for _ in range(n):
+            conn.send_headers(conn.get_next_available_stream_id(), connect_headers)
+        peer.flush()
     elif mode in ("headers", "header-bytes"):
         extra = [("x-h%d" % i, "v") for i in range(n)] if mode == "headers" else [("x-big", "a" * n)]
         sid = conn.get_next_available_stream_id()
