@@ -143,9 +143,12 @@ const schema = z.strictObject({
       requestTimeoutMs: ms.default(0),
       /**
        * On undeclared ports (and workload-addressed traffic) the first client bytes decide HTTP
-       * or TCP; a client silent this long is treated as TCP so server-first protocols work.
+       * or TCP; they are waited for this long, as long as Istio's waypoint waits: Envoy's default
+       * `listener_filters_timeout`, 15 s (Istio sets none on the waypoint's internal listener,
+       * istio/istio pilot/pkg/networking/core/listener_waypoint.go). Then Envoy closes the
+       * connection; here it is treated as TCP, so server-first protocols work. 0: wait indefinitely.
        */
-      protocolDetectionTimeoutMs: ms.default(100),
+      protocolDetectionTimeoutMs: ms.default(15_000),
       /** Answer HTTP/1.0 with 426 as Envoy does without ISTIO_META_HTTP10 (default: accept it). */
       rejectHttp10: z.boolean().default(false),
       /**

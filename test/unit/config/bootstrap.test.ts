@@ -36,6 +36,7 @@ describe('defaults', () => {
     { path: 'http2.initialConnectionWindowSize', value: 16 * MiB, why: 'ztunnel/Envoy connection window' },
     { path: 'http2.maxFrameSize', value: 1 * MiB, why: 'large frames for bulk tunnels' },
     { path: 'http2.maxConcurrentStreams', value: 200, why: "ztunnel inbound's; twice a ztunnel client's 100, as Node counts just-closed streams" },
+    { path: 'http.protocolDetectionTimeoutMs', value: 15_000, why: "Envoy's listener_filters_timeout on Istio's waypoint" },
     { path: 'http2.keepaliveIntervalMs', value: 10_000, why: 'PING every 10 s' },
     { path: 'http2.keepaliveTimeoutMs', value: 20_000, why: '20 s PING timeout' },
     { path: 'upstream.connectResponseTimeoutMs', value: 10_000, why: "the destination ztunnel's own connect budget" },
