@@ -58,6 +58,13 @@ const schema = z.strictObject({
        * further requests.
        */
       connectResponseTimeoutMs: ms.min(1).default(10_000),
+      /**
+       * An endpoint whose connect (or CONNECT answer) timed out is left out of picks while other
+       * endpoints remain, for this long, longer after each further one (base × their number, up to 300 s),
+       * until a connect succeeds: Envoy's outlier detection on local-origin failures, base
+       * ejection time 30 s (src/upstream/connect-ejection.ts). 0: never ejected.
+       */
+      connectTimeoutEjectionMs: ms.default(30_000),
       /** Most CONNECT streams per pooled HBONE connection (ztunnel POOL_MAX_STREAMS_PER_CONNECTION). */
       maxStreamsPerConnection: z.number().int().min(1).default(100),
       /** Release an HBONE connection after this long without streams (ztunnel: 5 min). */

@@ -32,6 +32,7 @@ describe('defaults', () => {
     { path: 'upstream.connectTimeoutMs', value: 10_000, why: 'ztunnel connect timeout' },
     { path: 'upstream.maxStreamsPerConnection', value: 100, why: 'ztunnel POOL_MAX_STREAMS_PER_CONNECTION' },
     { path: 'upstream.idleTimeoutMs', value: 300_000, why: 'ztunnel pool idle release' },
+    { path: 'upstream.connectTimeoutEjectionMs', value: 30_000, why: "Envoy's base_ejection_time" },
     { path: 'http2.initialStreamWindowSize', value: 256 * 1024, why: 'bounds what one stalled stream holds (istio/istio#59887)' },
     { path: 'http2.initialConnectionWindowSize', value: 16 * MiB, why: 'ztunnel/Envoy connection window' },
     { path: 'http2.maxFrameSize', value: 1 * MiB, why: 'large frames for bulk tunnels' },
