@@ -141,8 +141,9 @@ export function* compileMeshStepwise(input: CompileInput): Stepwise<MeshSnapshot
     services.push(serviceEntryService(o, se, inline, sctx));
     yield;
   }
-  // Once every service exists: a waypoint's instances are the endpoints of its own Service.
-  yield* chainServiceWaypoints(services, { waypoint, gateways, gatewayClassLabels, workloads, domainSuffix: sctx.domainSuffix });
+  // Once every service exists: a waypoint's instances are the endpoints of its own Service. A role
+  // that is no waypoint (the inbound role) never sends to another waypoint: nothing to chain or warn about.
+  if (!input.withoutWaypoint) yield* chainServiceWaypoints(services, { waypoint, gateways, gatewayClassLabels, workloads, domainSuffix: sctx.domainSuffix });
 
   return yield* createSnapshotStepwise(
     {

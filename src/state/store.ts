@@ -50,6 +50,11 @@ export interface MeshStoreOptions {
    * in ms (default 1000): a writer pausing mid-write for less is never read half-way.
    */
   readonly settleMs?: number;
+  /**
+   * Log loads and reloads at debug level: a second store over the same files (the demo's roles,
+   * beside the waypoint's store), whose lines would repeat the first's. Errors are still logged.
+   */
+  readonly quiet?: boolean;
   /** The engines' compiled parts, in order (see parts.ts): compiled into every snapshot before it is published. */
   readonly parts?: readonly MeshPart<unknown>[];
   /**
@@ -119,7 +124,7 @@ export class MeshStore {
       throw startError(err, opts.meshFile);
     }
     const store = new MeshStore(snapshot, opts, opts.parts ?? [], key);
-    log.info({ file: opts.meshFile, version: 1, services: snapshot.services.length, workloads: snapshot.workloads.length }, 'mesh: loaded');
+    (opts.quiet ? log.debug : log.info).call(log, { file: opts.meshFile, version: 1, services: snapshot.services.length, workloads: snapshot.workloads.length }, 'mesh: loaded');
     if (opts.watch) {
       const files = [opts.meshFile, ...(opts.meshConfigFile ? [opts.meshConfigFile] : [])];
       store.#stopWatching = watchFiles(files, () => void store.#changed(), opts.debounceMs ?? 100);
@@ -208,7 +213,7 @@ export class MeshStore {
       if (this.#closed) return;
       key = read.key;
       // A retry that finds nothing new says so at debug level only (it runs again and again).
-      const say = retry ? log.debug.bind(log) : log.info.bind(log);
+      const say = retry || opts.quiet ? log.debug.bind(log) : log.info.bind(log);
       if (key === this.#lastInput) {
         say({ file: opts.meshFile, version: prev.version }, `mesh: unchanged, keeping version ${prev.version}`);
         return;
@@ -241,7 +246,7 @@ export class MeshStore {
     this.#lastRefused = undefined;
     if (this.#retry) clearTimeout(this.#retry);
     this.#retry = undefined;
-    log.info({ file: opts.meshFile, version: next.version, services: next.services.length, workloads: next.workloads.length }, 'mesh: reloaded');
+    (opts.quiet ? log.debug : log.info).call(log, { file: opts.meshFile, version: next.version, services: next.services.length, workloads: next.workloads.length }, 'mesh: reloaded');
     this.#publish(next, prev);
   }
 
