@@ -212,6 +212,19 @@ export class HboneServer {
     this.sessions.add(session);
     session.on('error', (err: Error & { code?: string }) => this.sessionError(state, err));
     session.once('close', () => this.sessions.delete(session));
+    // Streams the HTTP/2 layer reset after the last one the waypoint saw are counted when the
+    // session ends, while its state can still be read: before Node closes it with its socket
+    // (lib/internal/http2/core.js `socketOnClose`), or destroys it (the other ends).
+    const countTail = () => {
+      const last = session.destroyed ? undefined : session.state.lastProcStreamID;
+      if (last !== undefined && last > state.lastStreamId) this.skippedStreams(state, last + 2);
+    };
+    socket.prependListener('close', countTail);
+    const destroy = session.destroy;
+    session.destroy = (...args: Parameters<ServerHttp2Session['destroy']>) => {
+      countTail();
+      destroy.apply(session, args);
+    };
     const p = this.opts.http2;
     try {
       session.setLocalWindowSize(p.initialConnectionWindowSize);
@@ -225,8 +238,8 @@ export class HboneServer {
    * Client stream ids only grow (RFC 9113 §5.1.1): ids skipped before stream `id` are streams Node
    * or nghttp2 reset before the waypoint saw them, malformed ones (RFC 9113 §8.1.1, e.g. a CONNECT
    * with `:path`) or ones over the session's stream limits. Counted (when the client's next stream
-   * arrives: nghttp2 exposes no count of its own), logged at debug level and, rate-limited, as a
-   * warning.
+   * arrives, or up to the last stream nghttp2 processed when the session ends: nghttp2 exposes no
+   * count of its own), logged at debug level and, rate-limited, as a warning.
    */
   private skippedStreams(state: SessionState, id: number): void {
     const skipped = (id - state.lastStreamId - 2) / 2;

@@ -11,7 +11,9 @@
  *   counted and warned about with the reason; slow ones by Envoy's premature-reset rule
  *   (GOAWAY ENHANCE_YOUR_CALM);
  * - a client over its stream rate (`limits.peerStreamRate`) gets GOAWAY ENHANCE_YOUR_CALM, as the
- *   README says (it was NO_ERROR).
+ *   README says (it was NO_ERROR);
+ * - malformed CONNECTs that nghttp2 resets are counted even when no later stream follows them.
+ * The floods come last: they spend the client's stream budget.
  * Addresses: 127.0.11.x and 127.0.12.x.
  */
 import fs from 'node:fs';
@@ -100,6 +102,15 @@ test('a client at the advertised stream limit doing the same is never sent GOAWA
   // The first round, and every round after a refused one, is served whole.
   expect(r.rounds[0].ok).toBe(200);
   expect(r.rounds.some((x, i) => i > 0 && x.ok === 200)).toBe(true);
+});
+
+test('malformed CONNECTs that are the last streams of their session are counted when it ends', { timeout: 60_000 }, async () => {
+  const rejected = () => counter(topo, 'waypoint_hbone_streams_rejected_total', 'codec');
+  const before = await rejected();
+  const r = await peer(topo, 'malformed-last', 3);
+  // nghttp2 resets each with PROTOCOL_ERROR before the waypoint sees it.
+  expect(Object.values(r.streams).map((s) => s.reset)).toEqual([1, 1, 1]);
+  await expect.poll(rejected, { timeout: 5000 }).toBe(before + 3);
 });
 
 test('a rapid-reset flood gets its session closed, counted and warned about with the reason', { timeout: 60_000 }, async () => {

@@ -13,6 +13,7 @@ MODE:
                    were sent before it.
   rapid-reset-loop rapid-reset again and again for N ms, reconnecting whenever the waypoint closes
                    the connection (or refuses it). Reports connections made, refused, pairs sent.
+  malformed-last   N malformed CONNECTs and nothing after them; then the connection is closed.
   headers          one CONNECT carrying N extra headers (x-h<i>: v).
   header-bytes     one CONNECT carrying one header whose value is N bytes.
   cancel-burst     a well-behaved client with N streams open (0: the waypoint's advertised
@@ -171,11 +172,18 @@ def main():
     connect_headers = [(":method", "CONNECT"), (":authority", authority)]
     out = {}
 
-    if mode == "malformed":
+    if mode in ("malformed", "malformed-last"):
         for _ in range(n):
             sid = conn.get_next_available_stream_id()
             conn.send_headers(sid, connect_headers + [(":scheme", "https"), (":path", "/")])
         peer.flush()
+        if mode == "malformed-last":
+            # Nothing after them: the connection closes once their resets arrived.
+            peer.pump(1)
+            out["streams"] = {str(k): v for k, v in peer.streams.items()}
+            sock.close()
+            print(json.dumps(out))
+            return
         sid = conn.get_next_available_stream_id()
 
         def on_response(s, status):
