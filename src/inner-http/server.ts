@@ -123,9 +123,7 @@ export class InnerHttpServer {
     // upstream request cancelled.
     this.server.timeout = opts.streamIdleTimeoutMs;
     this.server.on('timeout', onTunnelTimeout);
-    // The header block is bounded in bytes (maxHeaderSize) and in fields (http2.maxHeaderCount,
-    // Envoy's `max_headers_count`): Node keeps one field past the limit, which the connection
-    // manager answers 431, where Node alone would drop the excess silently.
+    // Bounded in bytes (maxHeaderSize) and fields (Envoy's `max_headers_count`): one field past the limit is kept, for the 431.
     this.server.maxHeadersCount = opts.http2.maxHeaderCount + 1;
     this.server.on('connect', onConnectRequest);
     this.server.on('clientError', onClientError);
