@@ -197,6 +197,7 @@ export class Waypoint {
         hbonePort: cfg.upstream.hbonePort,
         loadBalancer: cfg.upstream.loadBalancer,
         connectTimeoutMs: cfg.upstream.connectTimeoutMs,
+        connectTimeoutEjectionMs: cfg.upstream.connectTimeoutEjectionMs,
         httpKeepAliveMs: cfg.upstream.httpKeepAliveMs,
         maxResponseHeadersBytes: cfg.http.maxRequestHeadersBytes,
         http2: cfg.http2,

@@ -384,14 +384,25 @@ function checkCondition(c: ConditionDoc, at: FieldPath, fail: Fail): void {
   }
 }
 
+/** The rules each policy was last warned about, by ref: a reload that leaves a policy as it was warns no more. */
+const warnedRules = new Map<string, string>();
+/** Policies remembered at most; beyond it the oldest are forgotten (and could be warned about again). */
+const MAX_WARNED = 4096;
+
 /**
  * Istio's validation warning: a DENY rule made only of HTTP attributes denies every connection to a
  * TCP port in its scope (istio/istio pkg/config/validation/validation.go). Logged at warn, not
- * rejected; called for the policies a waypoint enforces.
+ * rejected; called for the policies a waypoint enforces, once per version of the policy's rules
+ * (istiod warns when a policy is applied, not at every push).
  */
 export function warnHttpOnlyDeny(policy: AuthorizationPolicy): void {
   if (policy.action !== 'DENY') return;
   const ref = policy.ref;
+  const generation = JSON.stringify(policy.rules);
+  if (warnedRules.get(ref) === generation) return;
+  warnedRules.delete(ref);
+  if (warnedRules.size >= MAX_WARNED) warnedRules.delete(warnedRules.keys().next().value!);
+  warnedRules.set(ref, generation);
   policy.rules.forEach((rule, i) => {
     const tcpInFrom = rule.from?.some(({ source: s }) => SOURCE_FIELDS.some((f) => f !== 'requestPrincipals' && f !== 'notRequestPrincipals' && s[f] != null));
     const tcpInTo = rule.to?.some(({ operation: o }) => o.ports != null || o.notPorts != null);

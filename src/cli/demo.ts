@@ -56,6 +56,8 @@ export function demoCommand(): Command {
           `Try:\n\n  curl -s http://${addr(tunnel.address)}/hello\n\n`,
       );
       onTerminate(() => topo.close());
+      // SIGHUP re-reads the mesh file now, as for `run` (Node's default would end the demo).
+      process.on('SIGHUP', () => void wp.mesh.reload().then(() => topo.roleMesh.reload()));
       if (o.pidFile) writePidFile(o.pidFile);
     });
 }

@@ -58,6 +58,13 @@ const schema = z.strictObject({
        * further requests.
        */
       connectResponseTimeoutMs: ms.min(1).default(10_000),
+      /**
+       * An endpoint whose connect (or CONNECT answer) timed out is left out of picks while other
+       * endpoints remain, for this long, longer after each further one (base × their number, up to 300 s),
+       * until a connect succeeds: Envoy's outlier detection on local-origin failures, base
+       * ejection time 30 s (src/upstream/connect-ejection.ts). 0: never ejected.
+       */
+      connectTimeoutEjectionMs: ms.default(30_000),
       /** Most CONNECT streams per pooled HBONE connection (ztunnel POOL_MAX_STREAMS_PER_CONNECTION). */
       maxStreamsPerConnection: z.number().int().min(1).default(100),
       /** Release an HBONE connection after this long without streams (ztunnel: 5 min). */
@@ -77,8 +84,15 @@ const schema = z.strictObject({
       initialStreamWindowSize: z.number().int().min(65_535).max(2 ** 31 - 1).default(256 * 1024),
       initialConnectionWindowSize: z.number().int().min(65_535).max(2 ** 31 - 1).default(16 * 1024 * 1024),
       maxFrameSize: z.number().int().min(16_384).max(16_777_215).default(1024 * 1024),
-      /** Advertised by the HBONE server (Envoy's waypoint: 100). */
-      maxConcurrentStreams: z.number().int().min(1).default(100),
+      /**
+       * Advertised by the HBONE server: ztunnel's inbound value, 200 (istio/ztunnel
+       * src/proxy/h2/server.rs), twice what a ztunnel client opens on one connection (its
+       * POOL_MAX_STREAMS_PER_CONNECTION, 100). Envoy's waypoint advertises 100, but Node also
+       * counts the streams closed earlier in the same read against this limit (src/node_http2.cc
+       * `CanAddStream`): with 100, a client at 100 streams that cancels some and opens as many in
+       * one write got the new ones refused (ENHANCE_YOUR_CALM).
+       */
+      maxConcurrentStreams: z.number().int().min(1).default(200),
       maxHeaderListSize: z.number().int().min(1024).default(64 * 1024),
       /** Node's per-session buffer cap (MB). Must exceed the windows above (nodejs/node#19141 lesson). */
       maxSessionMemoryMb: z.number().int().min(1).default(64),
@@ -97,9 +111,20 @@ const schema = z.strictObject({
        */
       streamResetBurst: z.number().int().min(1).default(10_000),
       streamResetRate: z.number().int().min(1).default(1_000),
+      /**
+       * Envoy's rapid-reset rule (envoyproxy/envoy conn_manager_impl.cc `maybeDrainDueToPrematureResets`):
+       * a stream the client resets before it is answered and within this lifetime is premature; a
+       * session is closed (GOAWAY ENHANCE_YOUR_CALM) once `prematureResetTotalStreamCount` streams
+       * closed and half of them were premature, or as soon as half that count were. 0 turns it off.
+       */
+      prematureResetMinStreamLifetimeMs: ms.default(1_000),
+      prematureResetTotalStreamCount: z.number().int().min(0).default(500),
       /** Invalid frames one session may receive in its lifetime before it is closed (Node's default). */
       maxSessionInvalidFrames: z.number().int().min(0).default(1_000),
-      /** Streams in a row one session may have refused before it is closed (Node's default). */
+      /**
+       * Streams in a row one session may have refused before it is closed (Node's default); at
+       * least `maxConcurrentStreams` is used (Node refuses streams closed in the same read too).
+       */
       maxSessionRejectedStreams: z.number().int().min(0).default(100),
       /** Our PINGs awaiting acknowledgement, at most (Node's default). */
       maxOutstandingPings: z.number().int().min(1).default(10),
@@ -125,9 +150,12 @@ const schema = z.strictObject({
       requestTimeoutMs: ms.default(0),
       /**
        * On undeclared ports (and workload-addressed traffic) the first client bytes decide HTTP
-       * or TCP; a client silent this long is treated as TCP so server-first protocols work.
+       * or TCP; they are waited for this long, as long as Istio's waypoint waits: Envoy's default
+       * `listener_filters_timeout`, 15 s (Istio sets none on the waypoint's internal listener,
+       * istio/istio pilot/pkg/networking/core/listener_waypoint.go). Then Envoy closes the
+       * connection; here it is treated as TCP, so server-first protocols work. 0: wait indefinitely.
        */
-      protocolDetectionTimeoutMs: ms.default(100),
+      protocolDetectionTimeoutMs: ms.default(15_000),
       /** Answer HTTP/1.0 with 426 as Envoy does without ISTIO_META_HTTP10 (default: accept it). */
       rejectHttp10: z.boolean().default(false),
       /**

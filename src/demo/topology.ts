@@ -198,7 +198,8 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
     // The inbound roles read their own store (compiled with their parts: PeerAuthentication and
     // ztunnel's AuthorizationPolicies), watched like the waypoint's; the tunnel describes the client
     // workload in `baggage` from it.
-    const own = await MeshStore.open({ meshFile, watch: waypoint !== undefined && (o.watch ?? true), parts: INBOUND_PARTS });
+    // Quiet beside the waypoint's own store: its loads and reloads are logged once, by that store.
+    const own = await MeshStore.open({ meshFile, watch: waypoint !== undefined && (o.watch ?? true), parts: INBOUND_PARTS, quiet: waypoint !== undefined });
     closers.push(() => own.close());
     mesh = own;
     let tunnel: TunnelRole | undefined;

@@ -30,6 +30,21 @@ export type StreamRejection =
   /** Refused: the client's address exceeded `limits.peerStreamRate`. */
   | 'peer_stream_rate';
 
+/** Why an authenticated session was closed on the waypoint's side. */
+export type SessionClosure =
+  /** Most of its streams were reset unused (Envoy's premature-reset rule) and per-client limits are off. */
+  | 'premature_resets'
+  /** Its client exceeded `limits.peerStreamRate`. */
+  | 'peer_stream_rate'
+  /** Node refused more streams in a row than `http2.maxSessionRejectedStreams` (e.g. a fast rapid reset). */
+  | 'refused_streams'
+  /** More invalid frames than `http2.maxSessionInvalidFrames`. */
+  | 'invalid_frames'
+  /** nghttp2: a flood of frames to acknowledge (PING, SETTINGS) the client does not read. */
+  | 'flood'
+  /** Another protocol error Node or nghttp2 closed it for. */
+  | 'protocol_error';
+
 /** Why a TCP connection was closed before its TLS handshake (see peer-limits.ts). */
 export type ConnectionRefusal = 'peer_connections' | 'peer_connection_rate' | 'peer_stream_rate';
 
@@ -41,6 +56,8 @@ export class HboneListenerStats {
   private readonly failures: Record<TlsFailure, Counter<'envoy_listener_address'>>;
   private readonly streams: Counter<'reason'>;
   private readonly connections: Counter<'reason'>;
+  private readonly sessions: Counter<'reason'>;
+  private readonly rapidResets: Counter;
 
   /** `address` is the bound `ip:port` (`[v6]:port`); Envoy writes it with `_` for `:`. */
   constructor(registry: Registry, address: string) {
@@ -58,6 +75,9 @@ export class HboneListenerStats {
     };
     this.streams = counter('waypoint_hbone_streams_rejected_total', 'HBONE streams refused before CONNECT handling, by reason', ['reason']);
     this.connections = counter('waypoint_hbone_connections_refused_total', 'HBONE connections closed before the TLS handshake, by reason', ['reason']);
+    this.sessions = counter('waypoint_hbone_sessions_closed_total', 'Authenticated HBONE sessions closed by the waypoint or its HTTP/2 layer, by reason', ['reason']);
+    // Envoy's `downstream_rq_too_many_premature_resets` (http connection manager statistics).
+    this.rapidResets = counter('waypoint_hbone_too_many_premature_resets_total', "HBONE sessions whose client reset most of its streams before using them (Envoy's premature-reset rule)", []);
     this.handshakes.inc(this.labels, 0);
     for (const c of Object.values(this.failures)) c.inc(this.labels, 0);
   }
@@ -76,5 +96,13 @@ export class HboneListenerStats {
 
   connectionRefused(reason: ConnectionRefusal): void {
     this.connections.inc({ reason });
+  }
+
+  rapidReset(): void {
+    this.rapidResets.inc();
+  }
+
+  sessionClosed(reason: SessionClosure): void {
+    this.sessions.inc({ reason });
   }
 }

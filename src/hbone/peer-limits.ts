@@ -75,6 +75,20 @@ export class PeerLimits {
     return false;
   }
 
+  /**
+   * The client was caught abusing its streams (a rapid reset): its stream budget is spent, so its
+   * next stream is refused (and its session closed) and its new connections wait until the budget
+   * is half full again, as when it ran out. False when the stream rate is not limited.
+   */
+  throttle(ip: string, now = performance.now()): boolean {
+    if (this.s.peerStreamRate <= 0) return false;
+    const p = this.peer(ip, now);
+    refill(p.streams, this.s.peerStreamRate, this.s.peerStreamBurst, now);
+    p.streams.tokens = 0;
+    p.throttled = true;
+    return true;
+  }
+
   private peer(ip: string, now: number): Peer {
     let p = this.peers.get(ip);
     if (!p) {

@@ -17,10 +17,11 @@ import { svidIdentity, type SpiffeId } from '../identity/index.ts';
 import { formatHostPort, normalizeIp, parseHostPort } from '../state/index.ts';
 import { LogLimiter, listenOn, log } from '../util/index.ts';
 import { startKeepalive } from './keepalive.ts';
-import { HboneListenerStats, type TlsFailure } from './listener-stats.ts';
+import { HboneListenerStats, type SessionClosure, type TlsFailure } from './listener-stats.ts';
 import { PeerLimits, type PeerLimitSettings } from './peer-limits.ts';
+import { tooManyPrematureResets } from './premature-resets.ts';
 import { destroySocketWithSession } from './session-socket.ts';
-import { watchEndStream } from './stream-end.ts';
+import { bytesReceived, endStreamReceived, watchEndStream } from './stream-end.ts';
 import { releaseTimerOnClose } from './stream-timer-fix.ts';
 import { hboneTlsOptions, http2SessionOptions, type Http2Params, type TlsMaterial } from './settings.ts';
 
@@ -206,11 +207,24 @@ export class HboneServer {
     }
     this.stats?.handshake();
     const remote = remoteOfSocket(socket);
-    const state: SessionState = { peer: (svid as { id: SpiffeId }).id, remote, ip: parseHostPort(remote)?.ip ?? remote, lastStreamId: -1 };
+    const state: SessionState = { peer: (svid as { id: SpiffeId }).id, remote, ip: parseHostPort(remote)?.ip ?? remote, lastStreamId: -1, closedStreams: 0, prematureResets: 0, rapidReset: false, closedBy: undefined };
     (session as TaggedSession)[kState] = state;
     this.sessions.add(session);
-    session.on('error', (err) => log.debug({ err: err.message, server: this.opts.name }, 'HBONE session error'));
+    session.on('error', (err: Error & { code?: string }) => this.sessionError(state, err));
     session.once('close', () => this.sessions.delete(session));
+    // Streams the HTTP/2 layer reset after the last one the waypoint saw are counted when the
+    // session ends, while its state can still be read: before Node closes it with its socket
+    // (lib/internal/http2/core.js `socketOnClose`), or destroys it (the other ends).
+    const countTail = () => {
+      const last = session.destroyed ? undefined : session.state.lastProcStreamID;
+      if (last !== undefined && last > state.lastStreamId) this.skippedStreams(state, last + 2);
+    };
+    socket.prependListener('close', countTail);
+    const destroy = session.destroy;
+    session.destroy = (...args: Parameters<ServerHttp2Session['destroy']>) => {
+      countTail();
+      destroy.apply(session, args);
+    };
     const p = this.opts.http2;
     try {
       session.setLocalWindowSize(p.initialConnectionWindowSize);
@@ -224,8 +238,8 @@ export class HboneServer {
    * Client stream ids only grow (RFC 9113 §5.1.1): ids skipped before stream `id` are streams Node
    * or nghttp2 reset before the waypoint saw them, malformed ones (RFC 9113 §8.1.1, e.g. a CONNECT
    * with `:path`) or ones over the session's stream limits. Counted (when the client's next stream
-   * arrives: nghttp2 exposes no count of its own), logged at debug level and, rate-limited, as a
-   * warning.
+   * arrives, or up to the last stream nghttp2 processed when the session ends: nghttp2 exposes no
+   * count of its own), logged at debug level and, rate-limited, as a warning.
    */
   private skippedStreams(state: SessionState, id: number): void {
     const skipped = (id - state.lastStreamId - 2) / 2;
@@ -234,6 +248,54 @@ export class HboneServer {
     this.stats?.streamsRejected('codec', skipped);
     const fields = { server: this.opts.name, peer: state.peer.uri, remote: state.remote, streams: skipped };
     this.warnLimited('codec', fields, 'HBONE streams reset by the HTTP/2 layer (malformed, or over the stream limits)');
+  }
+
+  /**
+   * A stream of an authenticated session closed: count it for Envoy's premature-reset rule
+   * (premature-resets.ts), premature when the client dropped it unused within the minimum lifetime.
+   */
+  private streamClosed(session: ServerHttp2Session, state: SessionState, stream: ServerHttp2Stream, opened: { at: number; turn: number }): void {
+    // Streams closed with their session are no client's resets.
+    if (session.destroyed || session.closed || state.closedBy) return;
+    const p = this.opts.http2;
+    state.closedStreams++;
+    if (performance.now() - opened.at < p.prematureResetMinStreamLifetimeMs && dropped(stream, opened.turn)) state.prematureResets++;
+    if (state.rapidReset || !tooManyPrematureResets(state.closedStreams, state.prematureResets, p.prematureResetTotalStreamCount)) return;
+    state.rapidReset = true;
+    this.stats?.rapidReset();
+    const msg = 'HBONE client resets most of its streams before using them (rapid reset)';
+    // With per-client limits: its stream budget is spent, so its next stream (a flood's next one
+    // is already on its way) is refused and closes the session, and its reconnections wait.
+    if (this.peerLimits?.throttle(state.ip)) {
+      const fields = { server: this.opts.name, peer: state.peer.uri, remote: state.remote, reason: 'premature_resets', streams: state.closedStreams, premature: state.prematureResets };
+      return this.warnLimited('premature_resets', fields, `${msg}; its stream budget is spent`);
+    }
+    this.closeSession(session, state, 'premature_resets', `${msg}; closing its session (GOAWAY ENHANCE_YOUR_CALM)`);
+  }
+
+  /** Close a session that abuses the waypoint: GOAWAY ENHANCE_YOUR_CALM, counted and warned about. */
+  private closeSession(session: ServerHttp2Session, state: SessionState, reason: SessionClosure, msg: string): void {
+    state.closedBy = reason;
+    this.stats?.sessionClosed(reason);
+    const fields = { server: this.opts.name, peer: state.peer.uri, remote: state.remote, reason, streams: state.closedStreams, premature: state.prematureResets };
+    this.warnLimited(`session:${reason}`, fields, msg);
+    // With an error: `destroy(undefined, code)` sends NO_ERROR (Node's `destroy(error =
+    // NGHTTP2_NO_ERROR, code)` takes the defaulted numeric error as the code).
+    session.destroy(new Error(`closed: ${reason}`), http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+  }
+
+  /**
+   * A session error: the client went away (debug), or Node/nghttp2 closed the session on a
+   * protocol violation or abuse they detect themselves (GOAWAY INTERNAL_ERROR mostly), warned
+   * about and counted with the reason (see {@link http2Closure}).
+   */
+  private sessionError(state: SessionState, err: Error & { code?: string }): void {
+    const fields = { server: this.opts.name, peer: state.peer.uri, remote: state.remote, err: err.message, code: err.code };
+    if (state.closedBy || !err.code?.startsWith('ERR_HTTP2')) return log.debug(fields, 'HBONE session error');
+    const reason = http2Closure(err);
+    state.closedBy = reason;
+    this.stats?.sessionClosed(reason);
+    this.warnLimited(`session:${reason}`, { ...fields, reason }, 'HBONE session closed by the HTTP/2 layer');
   }
 
   private onStream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
@@ -251,11 +313,15 @@ export class HboneServer {
       // Over its stream rate: refused before any CONNECT handling, and the session closed so that
       // a flood stops costing (its new connections are refused for a while, see peer-limits.ts).
       this.stats?.streamsRejected('peer_stream_rate');
-      this.warnLimited('peer_stream_rate', { server: this.opts.name, peer: state.peer.uri, remote: state.remote }, 'HBONE client over its stream rate; closing its session');
       stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
-      session!.destroy(undefined, http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+      this.closeSession(session!, state, 'peer_stream_rate', 'HBONE client over its stream rate; closing its session (GOAWAY ENHANCE_YOUR_CALM)');
       return;
     }
+    const opened = { at: performance.now(), turn: loopTurn() };
+    stream.once('close', () => this.streamClosed(session!, state, stream, opened));
+    // Tell the client's END_STREAM from a reset from the first frame on: an end that arrives while
+    // the protocol is sniffed or the upstream dialed must still reach the upstream (relay.ts).
+    watchEndStream(stream);
     // Reset by the client before we got to it (a cancel, or a rapid-reset flood): nothing to do.
     if (stream.closed || stream.destroyed) return;
     if (headers[':method'] !== 'CONNECT') {
@@ -265,9 +331,6 @@ export class HboneServer {
     const target = parseHostPort(authority);
     if (!target) return respondAndClose(stream, 400, `invalid :authority "${authority}": expected ip:port or [ipv6]:port`);
     const socket = session!.socket;
-    // Tell the client's END_STREAM from a reset from the first frame on: an end that arrives while
-    // the protocol is sniffed or the upstream dialed must still reach the upstream (relay.ts).
-    watchEndStream(stream);
     this.opts.onConnect(stream, {
       authority,
       ip: target.ip,
@@ -300,9 +363,56 @@ interface SessionState {
   readonly ip: string;
   /** Highest client stream id seen so far (-1: none). */
   lastStreamId: number;
+  /** Streams closed so far, and those of them closed unanswered early (premature-resets.ts). */
+  closedStreams: number;
+  prematureResets: number;
+  /** Caught resetting most of its streams unused (counted once per session). */
+  rapidReset: boolean;
+  /** Why the waypoint or the HTTP/2 layer closed the session, once it did. */
+  closedBy: SessionClosure | undefined;
 }
 const kState = Symbol('hbone.session');
 type TaggedSession = ServerHttp2Session & { [kState]?: SessionState };
+
+/**
+ * Why Node or nghttp2 closed a session, from the error they emit: too many streams refused in a
+ * row (`http2.maxSessionRejectedStreams`; Node fails nghttp2's callback, src/node_http2.cc
+ * `OnBeginHeadersCallback`), too many invalid frames (`maxSessionInvalidFrames`), a flood of frames
+ * to acknowledge (nghttp2's `NGHTTP2_ERR_FLOODED`), else another protocol error.
+ */
+function http2Closure(err: Error & { code?: string }): SessionClosure {
+  if (err.code === 'ERR_HTTP2_TOO_MANY_INVALID_FRAMES') return 'invalid_frames';
+  if (err.message === 'The user callback function failed') return 'refused_streams';
+  if (err.message.startsWith('Flooding was detected')) return 'flood';
+  return 'protocol_error';
+}
+
+/**
+ * Whether the client dropped `stream` (opened in event-loop turn `turn`) before it could see an
+ * answer: Envoy's "reset before the response headers were sent". Node marks headers sent as soon
+ * as they are queued, and the 200 of a CONNECT to an HTTP port is queued at once: a stream closed
+ * in the turn it opened in was reset in the same read (no answer could have reached the client),
+ * and a later close counts when no answer was queued. A stream that carried a byte or END_STREAM
+ * from the client was used, whatever its fate.
+ */
+function dropped(stream: ServerHttp2Stream, turn: number): boolean {
+  if (bytesReceived(stream) > 0 || endStreamReceived(stream)) return false;
+  return turn === currentTurn || !stream.headersSent;
+}
+
+/** Event-loop turns counted while streams open (one setImmediate per turn at most). */
+let currentTurn = 0;
+let turnPending = false;
+function loopTurn(): number {
+  if (!turnPending) {
+    turnPending = true;
+    setImmediate(() => {
+      currentTurn++;
+      turnPending = false;
+    });
+  }
+  return currentTurn;
+}
 
 /** Answer a CONNECT with an error status and a short text body, then close the stream. */
 export function respondAndClose(stream: ServerHttp2Stream, status: number, body = ''): void {

@@ -34,6 +34,13 @@ export interface Http2Params {
    */
   readonly streamResetBurst: number;
   readonly streamResetRate: number;
+  /**
+   * Envoy's premature-reset rule (premature-resets.ts): a session most of whose streams the client
+   * resets before they are answered, within this lifetime (ms), is closed once this many streams
+   * closed (0 turns the rule off).
+   */
+  readonly prematureResetMinStreamLifetimeMs: number;
+  readonly prematureResetTotalStreamCount: number;
   /** Invalid frames a session may receive in its lifetime before it is closed (Node `maxSessionInvalidFrames`). */
   readonly maxSessionInvalidFrames: number;
   /** Streams in a row a session may have refused (over its limits) before it is closed (Node `maxSessionRejectedStreams`). */
@@ -50,7 +57,7 @@ export const DEFAULT_HTTP2: Http2Params = Object.freeze({
   initialStreamWindowSize: 4 * 1024 * 1024,
   initialConnectionWindowSize: 16 * 1024 * 1024,
   maxFrameSize: 1024 * 1024,
-  maxConcurrentStreams: 100,
+  maxConcurrentStreams: 200,
   maxHeaderListSize: 64 * 1024,
   maxSessionMemoryMb: 64,
   keepaliveIntervalMs: 10_000,
@@ -58,6 +65,8 @@ export const DEFAULT_HTTP2: Http2Params = Object.freeze({
   maxHeaderCount: 100,
   streamResetBurst: 10_000,
   streamResetRate: 1_000,
+  prematureResetMinStreamLifetimeMs: 1_000,
+  prematureResetTotalStreamCount: 500,
   maxSessionInvalidFrames: 1_000,
   maxSessionRejectedStreams: 100,
   maxOutstandingPings: 10,
@@ -87,7 +96,11 @@ export function http2SessionOptions(p: Http2Params, server: boolean) {
     maxSessionMemory: p.maxSessionMemoryMb,
     maxHeaderListPairs: p.maxHeaderCount,
     maxSessionInvalidFrames: p.maxSessionInvalidFrames,
-    maxSessionRejectedStreams: p.maxSessionRejectedStreams,
+    // Node refuses a new stream (ENHANCE_YOUR_CALM) while its table holds maxConcurrentStreams,
+    // counting streams closed earlier in the same read (src/node_http2.cc `CanAddStream`), and
+    // kills the session past this many refusals in a row: a client that cancels its streams and
+    // opens as many in one write gets up to maxConcurrentStreams of them refused, not its session closed.
+    maxSessionRejectedStreams: Math.max(p.maxSessionRejectedStreams, p.maxConcurrentStreams),
     maxOutstandingPings: p.maxOutstandingPings,
     maxOutstandingSettings: p.maxOutstandingSettings,
     maxSettings: p.maxSettings,

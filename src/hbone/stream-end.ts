@@ -25,6 +25,8 @@ export interface StreamReset {
 interface EndState {
   /** undefined until the incoming side ended; then whether END_STREAM ended it. */
   endStream: boolean | undefined;
+  /** Bytes the peer sent on the stream so far (DATA payload). */
+  received: number;
   reset: StreamReset | undefined;
   onReset: ((reset: StreamReset) => void) | undefined;
 }
@@ -44,7 +46,7 @@ export function watchEndStream(stream: Http2Stream, onReset?: (reset: StreamRese
     known.onReset = onReset ?? known.onReset;
     return;
   }
-  const state: EndState = { endStream: undefined, reset: undefined, onReset };
+  const state: EndState = { endStream: undefined, received: 0, reset: undefined, onReset };
   s[kEnd] = state;
   // END_STREAM on the HEADERS: Node ends the readable side before the 'stream' event, so the
   // push(null) below is never seen (Node documents `endAfterHeaders` for exactly this flag).
@@ -52,6 +54,7 @@ export function watchEndStream(stream: Http2Stream, onReset?: (reset: StreamRese
   const push = s.push;
   s.push = function (this: Watched, chunk: unknown, encoding?: BufferEncoding): boolean {
     if (chunk === null) decide(this, state);
+    else state.received += (chunk as Buffer).length;
     return push.call(this, chunk, encoding);
   };
 }
@@ -69,6 +72,11 @@ function decide(s: Watched, state: EndState): void {
 /** True once the peer ended `stream`'s incoming side with END_STREAM (needs {@link watchEndStream}). */
 export function endStreamReceived(stream: Http2Stream): boolean {
   return (stream as Watched)[kEnd]?.endStream === true;
+}
+
+/** Bytes the peer sent on `stream` so far (needs {@link watchEndStream}; 0 without it). */
+export function bytesReceived(stream: Http2Stream): number {
+  return (stream as Watched)[kEnd]?.received ?? 0;
 }
 
 /** How `stream`'s incoming side was cut, once it was (needs {@link watchEndStream}). */

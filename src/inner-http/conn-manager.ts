@@ -7,7 +7,7 @@
  *   header goes in the one mutable HeaderList filters edit (hop-by-hop headers removed, TE kept
  *   only as `trailers`);
  * - the checks, each refused with a local reply carrying Envoy's details: HTTP/0.9 (400
- *   `http1.codec_error`), HTTP/1.0 when refused
+ *   `http1.codec_error`), more header fields than `max_headers_count` (431), HTTP/1.0 when refused
  *   (426), a method that is not upper case, a missing (HTTP/1.1, HTTP/2) or repeated Host, a
  *   request target that is neither origin-form nor absolute-form (400); an absolute-form target
  *   (`GET http://host/p`) becomes origin-form with the URI's authority, as Envoy does with
@@ -37,6 +37,11 @@ export interface ConnManagerOptions {
   readonly rejectHttp10: boolean;
   /** Optional path normalization before the filters; none by default. */
   readonly normalizePath?: PathNormalizer;
+  /**
+   * Most header fields of an HTTP/1 request (Envoy's `max_headers_count`); beyond: 431. HTTP/2's
+   * are bounded by its codec (Node resets the stream).
+   */
+  readonly maxHeaderCount?: number;
 }
 
 /** A refusal: the local reply to send, and whether the HTTP/1 connection closes after it. */
@@ -124,6 +129,11 @@ export function admitRequest(stream: StreamContext, opts: ConnManagerOptions): R
   // HTTP/0.9 (a request line without version, which Node's parser takes as one): neither HTTP/1
   // nor TCP on an HTTP port, refused like any request the codec cannot take.
   if (stream.protocol === 'HTTP/0.9') return { status: 400, body: HTTP09_BODY, flag: ResponseFlag.DownstreamProtocolError, details: 'http1.codec_error', close: true };
+  // Envoy's HTTP/1 codec answers a header block of more fields than `max_headers_count` 431
+  // (codec_impl.cc, details `http1.too_many_headers`); Node's parser would drop the excess silently.
+  if (!stream.http2 && opts.maxHeaderCount !== undefined && stream.req.rawHeaders.length / 2 > opts.maxHeaderCount) {
+    return { status: 431, body: 'Request Header Fields Too Large', flag: ResponseFlag.DownstreamProtocolError, details: 'http1.too_many_headers', close: true };
+  }
   if (stream.protocol === 'HTTP/1.0' && opts.rejectHttp10) {
     return { status: 426, body: 'Upgrade Required', flag: ResponseFlag.DownstreamProtocolError, details: 'http1.0_not_allowed', close: true };
   }

@@ -113,7 +113,7 @@ export class InnerHttpServer {
     // Node's own 417 that no access log or metric would see.
     this.server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => onRequest(req, res, (req.socket as TaggedSocket)[kTunnel]!));
     this.server.on('upgrade', onUpgrade);
-    this.hcm = { rejectHttp10: opts.rejectHttp10, ...(opts.normalizePath ? { normalizePath: opts.normalizePath } : {}) };
+    this.hcm = { rejectHttp10: opts.rejectHttp10, maxHeaderCount: opts.http2.maxHeaderCount, ...(opts.normalizePath ? { normalizePath: opts.normalizePath } : {}) };
     this.streamIdleTimeoutMs = opts.streamIdleTimeoutMs;
     // A client that half-closes right after its request still gets the whole response
     // (envoyproxy/envoy#2066): keep the tunnel writable after the downstream's END_STREAM.
@@ -123,8 +123,8 @@ export class InnerHttpServer {
     // upstream request cancelled.
     this.server.timeout = opts.streamIdleTimeoutMs;
     this.server.on('timeout', onTunnelTimeout);
-    // The header block is bounded in bytes (maxHeaderSize), not in count.
-    this.server.maxHeadersCount = 0;
+    // Bounded in bytes (maxHeaderSize) and fields (Envoy's `max_headers_count`): one field past the limit is kept, for the 431.
+    this.server.maxHeadersCount = opts.http2.maxHeaderCount + 1;
     this.server.on('connect', onConnectRequest);
     this.server.on('clientError', onClientError);
 

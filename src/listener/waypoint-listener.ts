@@ -9,8 +9,14 @@
  * TCP terminal (the router layer's TCP proxy), which answers 200 only once its upstream is up (503
  * otherwise), then relays bytes; - undeclared ports and workload-addressed traffic: answer 200,
  * sniff the first bytes (Envoy's http_inspector); HTTP/1.x or the HTTP/2 preface ⇒ HTTP, anything
- * else, or silence for the detection timeout ⇒ TCP, so server-first protocols work
- * (istio/istio#55420). Unknown target ⇒ 503 (deliberately clearer than Envoy's 200-then-close with
+ * else ⇒ TCP. A client's first bytes are waited for as long as Istio's waypoint waits:
+ * `http.protocolDetectionTimeoutMs`, 15 s by default, because its internal listener sets no
+ * `listener_filters_timeout` (listener_waypoint.go `buildWaypointInternal`), so Envoy's default
+ * applies (envoyproxy/envoy api/envoy/config/listener/v3/listener.proto; MeshConfig
+ * `protocolDetectionTimeout` only reaches sidecar listeners); a client that sends its request later
+ * than 100 ms is still HTTP. At the timeout Envoy closes the connection
+ * (`continue_on_listener_filters_timeout` is false); here the silent tunnel becomes TCP instead, so
+ * server-first protocols work there too (istio/istio#55420). Unknown target ⇒ 503 (deliberately clearer than Envoy's 200-then-close with
  * `NR`). While the overload manager's `stop_accepting_requests` is active, every CONNECT is
  * answered 503 first, as Envoy's `connect_terminate` connection manager answers requests then
  * (pipeline/overload.ts).

@@ -30,7 +30,7 @@ import {
   resetDownstream,
   type StreamContext,
 } from '../pipeline/index.ts';
-import { answerFailure, type ClusterManager, NO_HEALTHY_UPSTREAM, PER_TRY_TIMEOUT, RESPONSE_TIMEOUT, upstreamFailure, type UpstreamFailure } from '../upstream/index.ts';
+import { answerFailure, type ClusterManager, CONNECT_FAILURE, NO_HEALTHY_UPSTREAM, PER_TRY_TIMEOUT, RESPONSE_TIMEOUT, upstreamFailure, type UpstreamFailure } from '../upstream/index.ts';
 import { GrpcFrameCounter } from './grpc-frames.ts';
 import { RetryState, type CompiledRoute } from './retry-policy.ts';
 import { counted, isStream, replayable, ReplayBuffer, SMALL_BODY_BYTES, startAttempt, UpstreamRequest, type AttemptOwner } from './upstream-request.ts';
@@ -155,6 +155,16 @@ export class RequestForwarder implements AttemptOwner, BufferAccount {
       this.end();
       // Every healthy endpoint refused by the NetworkPolicy mode: 403 `NetworkPolicy: access denied`.
       if (!replyIfAllRefused(s, this.target)) answerFailure(s, NO_HEALTHY_UPSTREAM);
+      return;
+    }
+    // A retry left with only a host whose connect just timed out (no other endpoint: the panic
+    // of connect-ejection.ts) would wait that timeout again: it fails now, as it would then.
+    if (s.attempts > 1 && this.retry.tried?.includes(lease.ep.authority) && this.clusters.lb.ejections.isEjected(lease.ep.authority)) {
+      lease.release();
+      s.attempts--;
+      this.end();
+      answerFailure(s, CONNECT_FAILURE);
+      s.addFlag(ResponseFlag.UpstreamRetryLimitExceeded);
       return;
     }
     const a = (this.current = new UpstreamRequest(this, lease));

@@ -164,6 +164,7 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
   }
 
   onConnect(abort: (err?: Error) => void): void {
+    if (this.abort === undefined) this.owner.clusters.connectOutcome(this.lease.ep);
     this.abort = abort;
     // Cancelled (downstream gone, timeout) while the request waited for a connection: stop now,
     // or the upstream request would stay open with no one to answer.
@@ -258,6 +259,7 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
   onError(err: Error): void {
     // A cancelled attempt's error is the expected end of its abort.
     if (!this.live) return;
+    if (!this.connected) this.owner.clusters.connectOutcome(this.lease.ep, err);
     this.finish();
     this.owner.onAttemptError(this, err);
   }

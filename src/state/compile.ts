@@ -150,8 +150,9 @@ export function* compileMeshStepwise(input: CompileInput): Stepwise<MeshSnapshot
   } else {
     const wctx: WorkloadContext = { clusterId, trustDomain, waypoint, namespaceLabels };
     ({ workloads, services } = yield* compileWorkloadsAndServices(byKind, wctx, { waypoint, domainSuffix, namespaceLabels }));
-    // Once every service exists: a waypoint's instances are the endpoints of its own Service.
-    yield* chainServiceWaypoints(services, { waypoint, gateways, gatewayClassLabels, workloads, domainSuffix });
+    // Once every service exists: a waypoint's instances are the endpoints of its own Service. A role
+    // that is no waypoint (the inbound role) never sends to another waypoint: nothing to chain or warn about.
+    if (!input.withoutWaypoint) yield* chainServiceWaypoints(services, { waypoint, gateways, gatewayClassLabels, workloads, domainSuffix });
   }
 
   return yield* createSnapshotStepwise(

@@ -10,11 +10,15 @@
  * stay on this thread because a snapshot is a graph of closures and shared objects that a worker
  * could not hand back without copying it (the copy alone would block longer than a slice).
  *
- * A file written in place (not renamed over) can be read half-written: a reload a change triggers
- * reads it until two reads a quiet period apart agree; an update refused as invalid is retried once
- * after that period, so a file completed without a further change event is still picked up.
+ * A file written in place (not renamed over) can be read half-written, and a prefix cut at a
+ * document boundary still compiles (to a mesh missing its last resources: a DENY policy, say). A
+ * reload a change triggers therefore reads the files only once none was modified for a settle
+ * window (default 1 s, by their mtime) and two reads agree; an update refused as invalid is read
+ * again with backoff until it changes, so a file completed without a further change event is still
+ * picked up. Only writing a temporary file and renaming it over the original is safe whatever the
+ * writer's pauses (README "Mesh file").
  */
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 
 import { ConfigError, log, runInSlices, runNow } from '../util/index.ts';
 import { compileMeshStepwise, type CompileInput, type CompileOptions } from './compile.ts';
@@ -42,6 +46,16 @@ export interface MeshStoreOptions {
    * that must agree, and the delay of the retry after a refused update.
    */
   readonly debounceMs?: number;
+  /**
+   * A changed file is read only once none of the files was modified for this long (their mtime),
+   * in ms (default 1000): a writer pausing mid-write for less is never read half-way.
+   */
+  readonly settleMs?: number;
+  /**
+   * Log loads and reloads at debug level: a second store over the same files (the demo's roles,
+   * beside the waypoint's store), whose lines would repeat the first's. Errors are still logged.
+   */
+  readonly quiet?: boolean;
   /** The engines' compiled parts, in order (see parts.ts): compiled into every snapshot before it is published. */
   readonly parts?: readonly MeshPart<unknown>[];
   /**
@@ -113,6 +127,9 @@ export class MeshStore {
   #reloadAgain = false;
   /** The next reload was asked for by a file change (or a retry): read until two reads agree. */
   #settle = false;
+  /** Delay of the next retry of a refused update (doubles while the input stays refused), and whether a reload is one. */
+  #retryMs = 0;
+  #retrying = false;
   #closed = false;
   #live: LiveState | undefined;
 
@@ -138,7 +155,7 @@ export class MeshStore {
       throw startError(err, opts.meshFile);
     }
     const store = new MeshStore(snapshot, opts, opts.parts ?? [], key);
-    log.info({ file: opts.meshFile, version: 1, services: snapshot.services.length, workloads: snapshot.workloads.length }, 'mesh: loaded');
+    (opts.quiet ? log.debug : log.info).call(log, { file: opts.meshFile, version: 1, services: snapshot.services.length, workloads: snapshot.workloads.length }, 'mesh: loaded');
     if (opts.watch) {
       const files = [opts.meshFile, ...(opts.meshConfigFile ? [opts.meshConfigFile] : [])];
       store.#stopWatching = watchFiles(files, () => void store.#changed(), opts.debounceMs ?? 100);
@@ -257,8 +274,10 @@ export class MeshStore {
       do {
         this.#reloadAgain = false;
         const settle = this.#settle;
+        const retry = this.#retrying;
         this.#settle = false;
-        await this.#reloadOnce(this.#opts!, settle);
+        this.#retrying = false;
+        await this.#reloadOnce(this.#opts!, settle, retry);
       } while (this.#reloadAgain && !this.#closed);
     };
     this.#reloading = run().finally(() => {
@@ -273,24 +292,30 @@ export class MeshStore {
     return this.reload();
   }
 
-  async #reloadOnce(opts: MeshStoreOptions, settle: boolean): Promise<void> {
+  async #reloadOnce(opts: MeshStoreOptions, settle: boolean, retry = false): Promise<void> {
     const prev = this.#current;
     const quietMs = opts.debounceMs ?? 100;
+    const known = (key: string) => key === this.#lastInput || key === this.#lastRefused;
     let next: MeshSnapshot;
     let key: string | undefined;
     try {
       // Once running, the waypoint stays the Gateway it started as: adding another istio-waypoint
       // Gateway to the file must not make the choice ambiguous (and freeze every later update).
       const gateway = opts.withoutWaypoint ? undefined : (opts.gateway ?? `${prev.waypoint.namespace}/${prev.waypoint.name}`);
-      const read = settle ? await readSettled({ ...opts, gateway }, prev.version + 1, quietMs) : await readInput({ ...opts, gateway }, prev.version + 1);
+      const read = settle
+        ? await readSettled({ ...opts, gateway }, prev.version + 1, quietMs, opts.settleMs ?? 1000, known)
+        : await readInput({ ...opts, gateway }, prev.version + 1);
       if (this.#closed) return;
       key = read.key;
+      // A retry that finds nothing new says so at debug level only (it runs again and again).
+      const say = retry || opts.quiet ? log.debug.bind(log) : log.info.bind(log);
       if (key === this.#lastInput) {
-        log.info({ file: opts.meshFile, version: prev.version }, `mesh: unchanged, keeping version ${prev.version}`);
+        say({ file: opts.meshFile, version: prev.version }, `mesh: unchanged, keeping version ${prev.version}`);
         return;
       }
       if (key === this.#lastRefused) {
-        log.info({ file: opts.meshFile, version: prev.version }, `mesh: unchanged since the refused update, keeping version ${prev.version}`);
+        say({ file: opts.meshFile, version: prev.version }, `mesh: unchanged since the refused update, keeping version ${prev.version}`);
+        this.#refused(key, quietMs);
         return;
       }
       next = await runInSlices(compileMeshStepwise({ ...read.input, parts: this.#parts }));
@@ -314,19 +339,27 @@ export class MeshStore {
     this.#current = next;
     this.#lastInput = key;
     this.#lastRefused = undefined;
-    log.info({ file: opts.meshFile, version: next.version, services: next.services.length, workloads: next.workloads.length }, 'mesh: reloaded');
+    if (this.#retry) clearTimeout(this.#retry);
+    this.#retry = undefined;
+    (opts.quiet ? log.debug : log.info).call(log, { file: opts.meshFile, version: next.version, services: next.services.length, workloads: next.workloads.length }, 'mesh: reloaded');
     this.#publish(next, prev);
   }
 
-  /** After a refused update: remember its input, and read once more after `quietMs` (a file still being written). */
+  /**
+   * After a refused update: remember its input, and read again after `quietMs`, then twice as long
+   * each time it is still the same (up to {@link MAX_RETRY_MS}): a file still being written is
+   * applied once it compiles, even when no further change event comes.
+   */
   #refused(key: string, quietMs: number): void {
-    if (key === this.#lastRefused) return;
+    if (this.#closed || (key === this.#lastRefused && this.#retry)) return;
+    this.#retryMs = key === this.#lastRefused ? Math.min(this.#retryMs * 2, MAX_RETRY_MS) : quietMs;
     this.#lastRefused = key;
     if (this.#retry) clearTimeout(this.#retry);
     this.#retry = setTimeout(() => {
       this.#retry = undefined;
+      this.#retrying = true;
       void this.#changed();
-    }, quietMs);
+    }, this.#retryMs);
     this.#retry.unref();
   }
 
@@ -370,20 +403,45 @@ function startError(err: unknown, file: string): unknown {
 /** Most reads {@link readSettled} makes before it gives up on a file that keeps changing. */
 const SETTLE_READS = 10;
 
+/** Longest wait between two retries of a refused update (ms). */
+const MAX_RETRY_MS = 30_000;
+
 /**
- * Read the files until two reads `quietMs` apart agree: a writer that rewrites the file in place
- * (truncate, then write) is not read half-way through a pause. Gives up with an Error (a reload
- * "failed", retried at the watcher's next event) when the files keep changing.
+ * Read the files until none was modified for `settleMs` (by mtime) and two reads at least
+ * `quietMs` apart agree: a writer that rewrites a file in place (truncate, then write) is not read
+ * half-way through a pause shorter than `settleMs`. A read the store already knows (`known`: the
+ * applied or the refused input) is returned at once, since it would not be applied anyway. Gives up
+ * with an Error (a reload "failed", retried at the watcher's next event) when the files keep changing.
  */
-async function readSettled(opts: MeshStoreOptions, version: number, quietMs: number): Promise<{ input: CompileInput; key: string }> {
+async function readSettled(
+  opts: MeshStoreOptions,
+  version: number,
+  quietMs: number,
+  settleMs: number,
+  known: (key: string) => boolean,
+): Promise<{ input: CompileInput; key: string }> {
   let read = await readInput(opts, version);
-  for (let i = 1; i < SETTLE_READS; i++) {
-    await new Promise((r) => setTimeout(r, quietMs));
+  for (let i = 1; i < SETTLE_READS && !known(read.key); i++) {
+    const wait = Math.max(quietMs, settleMs - (await quietFor(opts)));
+    await new Promise((r) => setTimeout(r, wait));
     const again = await readInput(opts, version);
-    if (again.key === read.key) return read;
+    if (again.key === read.key && (await quietFor(opts)) >= settleMs) return read;
     read = again;
   }
-  throw new Error(`${opts.meshFile} kept changing for ${SETTLE_READS} reads ${quietMs} ms apart; waiting for the next change`);
+  if (known(read.key)) return read;
+  throw new Error(`${opts.meshFile} kept changing for ${SETTLE_READS} reads; waiting for the next change`);
+}
+
+/**
+ * How long (ms) none of the files was modified, by mtime. A file whose mtime is ahead of the clock
+ * (a skewed network filesystem) counts as quiet, as a missing one does: then only the reads'
+ * agreement settles it.
+ */
+async function quietFor(opts: MeshStoreOptions): Promise<number> {
+  const files = [opts.meshFile, ...(opts.meshConfigFile ? [opts.meshConfigFile] : [])];
+  const times = await Promise.all(files.map((f) => stat(f).then((s) => s.mtimeMs, () => 0)));
+  const age = Date.now() - Math.max(...times);
+  return age < -1000 ? Infinity : age;
 }
 
 async function readInput(opts: MeshStoreOptions, version: number): Promise<{ input: CompileInput; key: string }> {

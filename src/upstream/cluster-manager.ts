@@ -17,6 +17,7 @@ import type { Endpoint, MeshSnapshot, Target } from '../state/index.ts';
 import { HboneConnectError, type HboneSessionPool, type Http2Params, asHttp1Socket, joinWritev } from '../hbone/index.ts';
 import { log } from '../util/index.ts';
 import { carrierClient } from './carrier-client.ts';
+import { isConnectTimeout } from './failure.ts';
 import { TrackedAttempt, type ClusterState } from './cluster-state.ts';
 import { ClusterTable, type ClusterRuntimeDump } from './cluster-table.ts';
 import { H2Upstream, type UpstreamHandler, type UpstreamRequest } from './h2-upstream.ts';
@@ -58,6 +59,8 @@ export interface ClusterManagerOptions {
   readonly hbonePort: number;
   readonly loadBalancer: LoadBalancerPolicy;
   readonly connectTimeoutMs: number;
+  /** Base time (ms) an endpoint whose connect timed out is left out of picks (connect-ejection.ts; default 30 s, 0: never). */
+  readonly connectTimeoutEjectionMs?: number;
   /** Idle time (ms) after which an inner HTTP/1.1 connection (one CONNECT stream) is closed. */
   readonly httpKeepAliveMs: number;
   /** Largest response header block accepted from an endpoint (bytes). */
@@ -108,7 +111,7 @@ export class ClusterManager {
 
   constructor(opts: ClusterManagerOptions) {
     this.opts = opts;
-    this.lb = new LoadBalancer(opts.loadBalancer);
+    this.lb = new LoadBalancer(opts.loadBalancer, opts.connectTimeoutEjectionMs);
     this.clusters = opts.clusters ?? new ClusterTable({ clusters: () => [] });
   }
 
@@ -231,16 +234,22 @@ export class ClusterManager {
    * socket error) when unreachable.
    */
   async openTcp(ep: Endpoint, use: SidecarProtocol = 'tcp', cluster?: ClusterState): Promise<Duplex> {
-    if (!cluster) return this.open(ep, use);
-    const timeout = cluster.policy.connectionPool.connectTimeoutMs;
     try {
-      const tunnel = await this.openWithin(this.open(ep, use), timeout, ep);
-      cluster.outlier?.reportStatus(ep.authority, 200, cluster.hostCount);
+      const tunnel = await this.openWithin(this.open(ep, use), cluster?.policy.connectionPool.connectTimeoutMs, ep);
+      this.connectOutcome(ep);
+      cluster?.outlier?.reportStatus(ep.authority, 200, cluster.hostCount);
       return tunnel;
     } catch (err) {
-      cluster.outlier?.reportLocalFailure(ep.authority, cluster.hostCount);
+      this.connectOutcome(ep, err as Error);
+      cluster?.outlier?.reportLocalFailure(ep.authority, cluster.hostCount);
       throw err;
     }
+  }
+
+  /** How a connection to `ep` went (`err`: it failed): a timed-out connect ejects the endpoint for a while, a success forgets that (connect-ejection.ts). */
+  connectOutcome(ep: Endpoint, err?: Error & { code?: string }): void {
+    if (!err) return this.lb.ejections.connected(ep.authority);
+    if (isConnectTimeout(err) && this.lb.ejections.timedOut(ep.authority)) log.warn({ endpoint: ep.authority, err: err.message }, 'upstream endpoint did not answer within the connect timeout; ejected while others remain');
   }
 
   private async open(ep: Endpoint, use: SidecarProtocol): Promise<Duplex> {

@@ -70,6 +70,11 @@ export function isConnectFailure(err: Error & { code?: string }): boolean {
   return err instanceof HboneConnectError || err.code === 'ECONNREFUSED' || err.code === 'UND_ERR_CONNECT_TIMEOUT' || err.code === 'EHOSTUNREACH' || err.code === 'ENETUNREACH';
 }
 
+/** Whether `err` is a connect (or CONNECT answer) that timed out: the endpoint did not answer at all. */
+export function isConnectTimeout(err: Error & { code?: string }): boolean {
+  return (err instanceof HboneConnectError && err.reason === 'TIMEOUT') || err.code === 'UND_ERR_CONNECT_TIMEOUT';
+}
+
 /**
  * The failure of an HTTP exchange with the upstream. `started`: the response headers were
  * already sent downstream (the downstream is then reset, and only flag and details are kept).

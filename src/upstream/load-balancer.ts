@@ -11,6 +11,7 @@
  */
 import type { Endpoint } from '../state/index.ts';
 import type { LbAlgorithm } from '../routing/index.ts';
+import { ConnectEjections } from './connect-ejection.ts';
 
 export type LoadBalancerPolicy = LbAlgorithm;
 
@@ -25,9 +26,13 @@ export class LoadBalancer {
   /** Active requests per endpoint authority (survives snapshot swaps, which rebuild Endpoint objects). */
   private readonly active = new Map<string, number>();
   private readonly cursors = new WeakMap<readonly Endpoint[], RoundRobinCursor>();
+  /** Endpoints whose connects timed out, left out of picks for a while (connect-ejection.ts). */
+  readonly ejections: ConnectEjections;
 
-  constructor(policy: LoadBalancerPolicy) {
+  /** `ejectionMs`: base ejection time of an endpoint whose connect timed out (0: never ejected). */
+  constructor(policy: LoadBalancerPolicy, ejectionMs?: number) {
     this.policy = policy;
+    this.ejections = new ConnectEjections(ejectionMs);
   }
 
   /** Choose an endpoint with `algorithm` (default {@link policy}); undefined when `endpoints` is empty. */

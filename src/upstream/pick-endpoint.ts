@@ -40,7 +40,8 @@ export function pickEndpoint(lb: LoadBalancer, t: Target, address: string, avoid
   if (t.kind === 'service') {
     // The service's own endpoints, or the instances of the other waypoint it goes through.
     const listed = upstreamEndpoints(t.service, t.port.port);
-    const all = admit && listed.length > 0 ? listed.filter(admit) : listed;
+    // Endpoints whose connects timed out are left out while others remain (connect-ejection.ts).
+    const all = lb.ejections.filter(admit && listed.length > 0 ? listed.filter(admit) : listed);
     if (opts?.cluster) return opts.cluster.pick(all, lb, opts.hash, avoid);
     // Filtered copies keep the full list's round-robin place.
     const cursor = lb.cursorFor(listed);

@@ -81,7 +81,9 @@ async function multiBackend(ip: string): Promise<void> {
 }
 
 beforeAll(async () => {
-  topo = await startTestTopology(NET, { portName: 'foo', backends: false, extraFilters: [rec.factory], bootstrap: { filters: rec.filters } });
+  // The detection timeout is 15 s by default (Istio's waypoint waits that long): 1 s keeps the
+  // server-first cases, which wait it out, short.
+  topo = await startTestTopology(NET, { portName: 'foo', backends: false, extraFilters: [rec.factory], bootstrap: { filters: rec.filters, http: { protocolDetectionTimeoutMs: 1000 } } });
   for (const ip of PODS) {
     await multiBackend(ip);
     for (const port of [5000, 5001]) {

@@ -1,6 +1,6 @@
 /**
  * Pitfalls C (HTTP/1.x semantics inside the tunnel): HTTP/1.0 upstreams and clients, header case,
- * header size limits.
+ * header size limits (in bytes; the field count is raised out of the way).
  * Addresses: 127.0.62.x (default limits), 127.0.63.x (http.maxRequestHeadersBytes raised).
  */
 import type http from 'node:http';
@@ -85,7 +85,10 @@ const raw = (path: string) =>
 
 async function startC(net3: number, bootstrap: Record<string, unknown> = {}) {
   const rec = recorder();
-  const topo = await startTestTopology(net3, { backends: false, extraFilters: [rec.factory], bootstrap: { filters: rec.filters, ...bootstrap } });
+  // C6 is about header bytes: its blocks of hundreds of small headers stay under the field count
+  // (Envoy's max_headers_count, 100 by default, has its own test: test/integration/l7/header-count.test.ts).
+  const http2 = { maxHeaderCount: 4096 };
+  const topo = await startTestTopology(net3, { backends: false, extraFilters: [rec.factory], bootstrap: { filters: rec.filters, http2, ...bootstrap } });
   const backends: Backend[] = [];
   for (const ip of [`127.0.${net3}.11`, `127.0.${net3}.12`]) backends.push(await dispatchBackend(ip, 8080, app, raw));
   return {

@@ -35,7 +35,8 @@ let client: ClientIdentity;
 let session: ClientHttp2Session;
 
 beforeAll(async () => {
-  topo = await startTestTopology(NET);
+  // A short detection timeout: the slow client below must outlast it (the default is 15 s).
+  topo = await startTestTopology(NET, { bootstrap: { http: { protocolDetectionTimeoutMs: 100 } } });
   const ca = await LocalCa.load(topo.caDir);
   const leaf = await ca.issue('spiffe://cluster.local/ns/demo/sa/client', 3600_000);
   client = { certPem: leaf.certPem, keyPem: leaf.keyPem, caPem: ca.rootCertPem };
@@ -78,8 +79,8 @@ test('a client that ends its side right after the 200, before any byte, gets its
 });
 
 test('a full stream limit of half-closed CONNECTs does not stop the session: the next request is served', async () => {
-  // The waypoint advertises 100 concurrent streams (http2.maxConcurrentStreams).
-  const all = await Promise.all(Array.from({ length: 100 }, (_, i) => halfClosed(i % 2 === 0)));
+  // The waypoint advertises 200 concurrent streams (http2.maxConcurrentStreams).
+  const all = await Promise.all(Array.from({ length: 200 }, (_, i) => halfClosed(i % 2 === 0)));
   expect(all.every((r) => r.status === 200 && r.ended)).toBe(true);
   const stream = session.request({ ':method': 'CONNECT', ':authority': VIP }, { endStream: false });
   await new Promise((r, j) => {
@@ -216,7 +217,7 @@ spec:
 `,
   );
   const st = await tunnelTo(sniffed);
-  // http.protocolDetectionTimeoutMs is 100 ms.
+  // http.protocolDetectionTimeoutMs is 100 ms here.
   await new Promise((r) => setTimeout(r, 300));
   st.write('GET /late HTTP/1.1\r\nhost: sniffed\r\nconnection: close\r\n\r\n');
   const raw = await Promise.race([readAll(st).catch(() => Buffer.from('(reset)')), new Promise<Buffer>((r) => setTimeout(() => r(Buffer.from('(no answer in 5 s)')), 5000))]);

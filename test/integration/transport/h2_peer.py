@@ -13,8 +13,18 @@ MODE:
                    were sent before it.
   rapid-reset-loop rapid-reset again and again for N ms, reconnecting whenever the waypoint closes
                    the connection (or refuses it). Reports connections made, refused, pairs sent.
+  malformed-last   N malformed CONNECTs and nothing after them; then the connection is closed.
   headers          one CONNECT carrying N extra headers (x-h<i>: v).
   header-bytes     one CONNECT carrying one header whose value is N bytes.
+  cancel-burst     a well-behaved client with N streams open (0: the waypoint's advertised
+                   SETTINGS_MAX_CONCURRENT_STREAMS): N CONNECTs, all answered; then, three
+                   times, the N open ones reset (CANCEL) and N new CONNECTs opened, in one write
+                   (allowed: a reset stream no longer counts, RFC 9113 5.1.2), reading the
+                   answers in between. Reports per round {"ok": answered 200, "reset": {code:
+                   count}, "open": unanswered}, and "limit" (the N used).
+  rapid-reset-slow N streams opened and reset at once, 10 per write with 2 ms pauses (each
+                   write read on its own). Reports the GOAWAY and how many were sent before it.
+  streams          N CONNECTs in one write. Reports each stream's fate and the GOAWAY.
   ping-flood       N PING frames in one write, without reading the answers for 1 s.
   settings-flood   N empty SETTINGS frames in one write, without reading the answers for 1 s.
 Every mode then keeps reading for up to 2 s (or until the connection closes) and reports
@@ -162,11 +172,18 @@ def main():
     connect_headers = [(":method", "CONNECT"), (":authority", authority)]
     out = {}
 
-    if mode == "malformed":
+    if mode in ("malformed", "malformed-last"):
         for _ in range(n):
             sid = conn.get_next_available_stream_id()
             conn.send_headers(sid, connect_headers + [(":scheme", "https"), (":path", "/")])
         peer.flush()
+        if mode == "malformed-last":
+            # Nothing after them: the connection closes once their resets arrived.
+            peer.pump(1)
+            out["streams"] = {str(k): v for k, v in peer.streams.items()}
+            sock.close()
+            print(json.dumps(out))
+            return
         sid = conn.get_next_available_stream_id()
 
         def on_response(s, status):
@@ -184,17 +201,66 @@ def main():
         body = peer.bodies.get(sid, b"")
         out["inner_status"] = int(body.split(b" ")[1]) if body.startswith(b"HTTP/1.1 ") else None
         out["valid"] = sid
-    elif mode == "rapid-reset":
+    elif mode in ("rapid-reset", "rapid-reset-slow"):
+        # Fast: 500 pairs per write, as fast as possible; slow: 10 per write, 2 ms apart.
+        batch, pause = (500, 0) if mode == "rapid-reset" else (10, 0.002)
         sent = 0
         while sent < n and not peer.goaway and not peer.eof:
-            for _ in range(min(500, n - sent)):
+            for _ in range(min(batch, n - sent)):
                 sid = conn.get_next_available_stream_id()
                 conn.send_headers(sid, connect_headers)
                 conn.reset_stream(sid, error_code=8)
                 sent += 1
             peer.flush()
-            peer.pump(0)
+            peer.pump(pause)
         out["sent"] = sent
+    elif mode == "cancel-burst":
+        rounds = []
+
+        def open_batch():
+            ids = []
+            for _ in range(n):
+                sid = conn.get_next_available_stream_id()
+                conn.send_headers(sid, connect_headers)
+                ids.append(sid)
+            return ids
+
+        def settle(ids):
+            end = time.time() + 5
+            while time.time() < end and any("status" not in peer.streams.get(i, {}) and "reset" not in peer.streams.get(i, {}) for i in ids):
+                if not peer.pump(0.1):
+                    break
+            r = {"ok": 0, "reset": {}, "open": 0}
+            for i in ids:
+                st = peer.streams.get(i, {})
+                if st.get("status") == 200:
+                    r["ok"] += 1
+                elif "reset" in st:
+                    r["reset"][str(st["reset"])] = r["reset"].get(str(st["reset"]), 0) + 1
+                else:
+                    r["open"] += 1
+            return r
+
+        if n == 0:
+            n = conn.remote_settings.max_concurrent_streams
+        out["limit"] = n
+        ids = open_batch()
+        peer.flush()
+        rounds.append(settle(ids))
+        for _ in range(3):
+            if peer.goaway or peer.eof:
+                break
+            for i in ids:
+                if "reset" not in peer.streams.get(i, {}):
+                    conn.reset_stream(i, error_code=8)
+            ids = open_batch()
+            peer.flush()  # one write: the resets and the new HEADERS together
+            rounds.append(settle(ids))
+        out["rounds"] = rounds
+    elif mode == "streams":
+        for _ in range(n):
+            conn.send_headers(conn.get_next_available_stream_id(), connect_headers)
+        peer.flush()
     elif mode in ("headers", "header-bytes"):
         extra = [("x-h%d" % i, "v") for i in range(n)] if mode == "headers" else [("x-big", "a" * n)]
         sid = conn.get_next_available_stream_id()

@@ -3,8 +3,8 @@
  * timeout of the HBONE pool, `upstream.connectTimeoutMs` / `connectResponseTimeoutMs`, both connect
  * failures the router retries on the other endpoint), and the waypoint lets go of connections to
  * them. Pod .12's destination ztunnel is a `waypoint inbound` process (so it can be frozen with
- * SIGSTOP), then a TCP server that accepts and never answers TLS. HTTP/2 keepalive is off, so that
- * only these mechanisms can act. Addresses: 127.0.234.x.
+ * SIGSTOP), then a TCP server that accepts and never answers TLS. HTTP/2 keepalive and the
+ * ejection of endpoints whose connects time out are off, so that only these mechanisms can act. Addresses: 127.0.234.x.
  */
 import { spawn, type ChildProcess, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -23,7 +23,8 @@ let inbound: ChildProcess | undefined;
 beforeAll(async () => {
   topo = await startTestTopology(NET, {
     // No keep-alive reuse of upstream HTTP connections: each request opens its own CONNECT.
-    bootstrap: { upstream: { connectTimeoutMs: 1000, connectResponseTimeoutMs: 1000, httpKeepAliveMs: 1 }, http2: { keepaliveIntervalMs: 0 } },
+    // No ejection of endpoints whose connects timed out either (test/integration/upstream-frozen.test.ts).
+    bootstrap: { upstream: { connectTimeoutMs: 1000, connectResponseTimeoutMs: 1000, httpKeepAliveMs: 1, connectTimeoutEjectionMs: 0 }, http2: { keepaliveIntervalMs: 0 } },
   });
   await topo.inbounds[1].close(0);
 });

@@ -2,12 +2,13 @@
  * What Istio's admission validation rejects is a ConfigError naming the policy and the field
  * (istio/istio pkg/config/validation/validation.go).
  */
-import { describe, expect, test } from 'vitest';
+import { describe, expect, test, vi } from 'vitest';
 
 import { compileAuthz } from '../../../src/authz/compile.ts';
 import { parsePolicy } from '../../../src/authz/policy.ts';
 import type { KeptResource } from '../../../src/state/types.ts';
 import { caught } from '../../helpers/config-error.ts';
+import { log } from '../../../src/util/log.ts';
 import { meshWith, policy, TO_WAYPOINT } from './mesh.ts';
 
 function kept(spec: unknown, annotations?: Record<string, string>): KeptResource {
@@ -156,5 +157,27 @@ describe('in a mesh', () => {
   test('an invalid selector policy is reported too (the mesh file is the admission point)', () => {
     const snap = meshWith([policy('z', { selector: { matchLabels: { app: 'x' } }, action: 'DENY' })]);
     expect(caught(() => compileAuthz(snap)).location.object).toBe('AuthorizationPolicy/foo/z');
+  });
+});
+
+describe("Istio's warning about DENY rules of HTTP attributes only", () => {
+  const warned = (calls: unknown[][]) => calls.filter((c) => String(c[1]).startsWith('authz: this DENY rule uses only HTTP attributes')).length;
+
+  test('is logged once per version of the policy, not at every reload', () => {
+    const warn = vi.spyOn(log, 'warn');
+    try {
+      const deny = (methods: string[]) => policy('http-only-deny', { targetRefs: TO_WAYPOINT, action: 'DENY', rules: [{ to: [{ operation: { methods } }] }] });
+      compileAuthz(meshWith([deny(['DELETE'])]));
+      expect(warned(warn.mock.calls)).toBe(1);
+      // The same policy in the next snapshots (reloads of an unchanged or otherwise edited mesh).
+      compileAuthz(meshWith([deny(['DELETE'])]));
+      compileAuthz(meshWith([deny(['DELETE'])]));
+      expect(warned(warn.mock.calls)).toBe(1);
+      // A new version of its rules is warned about again.
+      compileAuthz(meshWith([deny(['DELETE', 'PUT'])]));
+      expect(warned(warn.mock.calls)).toBe(2);
+    } finally {
+      warn.mockRestore();
+    }
   });
 });

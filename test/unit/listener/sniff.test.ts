@@ -16,11 +16,18 @@ describe('classify', () => {
     ['POST /a/b?c\r\n', 'HTTP/0.9'],
     ['GET key\r\n', 'TCP'],
     ['FOO /x\r\n', 'TCP'],
+    // The line ends at its LF, as for Envoy's inspector: a line protocol is TCP at once.
+    ['send 10 then=end\n', 'TCP'],
+    ['PING\n', 'TCP'],
+    ['GET / HTTP/1.1\n', 'HTTP/1.1'],
+    // Control characters cannot be in a request line: no need to wait for its end.
+    ['GET /\x00', 'TCP'],
+    ['HELO\x01', 'TCP'],
   ])('%j → %s', (input, expected) => {
     expect(classify(b(input))).toBe(expected);
   });
 
-  test.each(['G', 'GET', 'GET /a', 'PRI * HT', 'PRI * HTTP/2.0\r\n\r\nSM'])('%j needs more bytes', (input) => {
+  test.each(['G', 'GET', 'GET /a', 'GET /a\tb', 'GET /a HTTP/1.1\r', 'PRI * HT', 'PRI * HTTP/2.0\r\n\r\nSM'])('%j needs more bytes', (input) => {
     expect(classify(b(input))).toBeUndefined();
   });
 

@@ -15,7 +15,7 @@ function setup(retries = false) {
   const lease = { ep, release: vi.fn() } as unknown as UpstreamLease & { release: ReturnType<typeof vi.fn> };
   const owner: AttemptOwner = {
     stream: {} as never,
-    clusters: { dispatch: () => events.push('dispatch') } as never,
+    clusters: { dispatch: () => events.push('dispatch'), connectOutcome: () => {} } as never,
     responseEdits: undefined,
     responseFrames: null,
     retriesResponse: () => retries,

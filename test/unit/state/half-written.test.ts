@@ -1,12 +1,13 @@
 /**
  * A mesh file written in place, not renamed over (`cat > mesh.yaml`, an editor without atomic
  * saves), can be read half-written. The store never applies such a read: a reload a change
- * triggers reads until two reads a quiet period apart agree, and an update refused as invalid
- * (truncated YAML) is read again after that period, so the completed file is still picked up when
- * no further change event comes. The reads are observed through `node:fs/promises`, so the test
- * completes the file exactly after the store has read the half of it.
+ * triggers reads once no file was modified for the settle window (1 s by mtime) and two reads a
+ * quiet period apart agree, and an update refused as invalid (truncated YAML) is read again with
+ * backoff until it changes, so the completed file is still picked up when no further change event
+ * comes. The reads are observed through `node:fs/promises`, so a test can complete the file exactly
+ * after the store has read the half of it.
  */
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { appendFile, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -102,6 +103,42 @@ test('truncated YAML is refused (the last snapshot stays) and read again after t
   expect(errors[0]).toMatch(/^mesh: reload refused, keeping version 1: .*YAML syntax error/);
   expect(store.current.version).toBe(1);
   const full = published(store, (s) => s.services.length === 2);
+  await writeFile(file, FULL);
+  expect((await full).version).toBe(2);
+});
+
+test('a writer pausing 250 ms mid-write (longer than two reads 100 ms apart) never gets its half applied', async () => {
+  const file = join(dir, 'mesh.yaml');
+  await writeFile(file, GATEWAY);
+  store = await MeshStore.open({ meshFile: file, watch: true });
+  const seen: number[] = [];
+  store.subscribe((next) => void seen.push(next.services.length));
+  const full = published(store, (s) => s.services.length === 2);
+  // In place: truncate and write the first part, pause, then write the rest.
+  await writeFile(file, HALF);
+  await new Promise((r) => setTimeout(r, 250));
+  await appendFile(file, FULL.slice(HALF.length));
+  await full;
+  expect(seen).toEqual([2]);
+});
+
+test('a refused update is read again with backoff until it changes: a file completed a second later, without a change event, applies', async () => {
+  const file = join(dir, 'mesh.yaml');
+  await writeFile(file, GATEWAY);
+  store = await MeshStore.open({ meshFile: file, debounceMs: 50 }); // not watched: no event will come
+  vi.spyOn(log, 'error').mockImplementation((() => {}) as typeof log.error);
+  const info = vi.spyOn(log, 'info');
+  let readsOfFile = 0;
+  reads.onRead = (path) => void (path === file && readsOfFile++);
+  await writeFile(file, FULL.slice(0, FULL.length - 30));
+  await store.reload();
+  expect(store.current.version).toBe(1);
+  // Still invalid a second later: read again at growing intervals (50, 100, 200, 400 ms...), quietly.
+  await new Promise((r) => setTimeout(r, 1000));
+  expect(readsOfFile).toBeGreaterThanOrEqual(3);
+  expect(readsOfFile).toBeLessThanOrEqual(6);
+  expect(info.mock.calls.filter((c) => String(c[1]).startsWith('mesh: unchanged'))).toEqual([]);
+  const full = published(store, (s) => s.services.length === 2, 10_000);
   await writeFile(file, FULL);
   expect((await full).version).toBe(2);
 });

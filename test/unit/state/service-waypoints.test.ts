@@ -3,12 +3,13 @@
  * waypoint is reached, and the endpoints a route's pick then sees (instances on 15008, CONNECT
  * `:authority` the service VIP:port).
  */
-import { describe, expect, test } from 'vitest';
+import { describe, expect, test, vi } from 'vitest';
 
 import { compileMesh } from '../../../src/state/compile.ts';
 import { upstreamEndpoints } from '../../../src/state/service-waypoints.ts';
 import type { MeshSnapshot, Service } from '../../../src/state/types.ts';
 import { caught } from '../../helpers/config-error.ts';
+import { log } from '../../../src/util/log.ts';
 
 const gateway = (ns: string, name: string, labels: Record<string, string> = {}, status = '') => `
 apiVersion: gateway.networking.k8s.io/v1
@@ -259,5 +260,22 @@ status: { podIPs: [{ ip: 10.1.9.1 }, { ip: fd00::1:9 }] }`,
     expect(err.location.object).toBe('Gateway/apps/other');
     expect(err.location.field).toBe('metadata.labels["istio.io/waypoint-for"]');
     expect(err.message).toBe('istio.io/waypoint-for must be service, workload, all or none, got "services"');
+  });
+});
+
+describe('a mesh read by a role that is no waypoint (`waypoint inbound`)', () => {
+  test('is not chained, and an unreachable waypoint, which it never sends to, is not warned about', () => {
+    const warn = vi.spyOn(log, 'warn');
+    try {
+      const docs = [namespace('infra'), gateway('infra', 'other'), service('apps', 'back', '10.96.0.2', { 'istio.io/use-waypoint': 'other', 'istio.io/use-waypoint-namespace': 'infra' }), pod('apps', 'back', '10.1.0.2')];
+      const inbound = compileMesh({ text: docs.join('\n---\n'), file: 'chain.yaml', withoutWaypoint: true });
+      expect(svc(inbound, 'apps', 'back').viaWaypoint).toBeUndefined();
+      expect(warn.mock.calls.filter((c) => String(c[1]).includes('cannot be reached'))).toEqual([]);
+      // The same mesh read by a waypoint warns: requests routed there would fail.
+      compileMesh({ text: [...docs, gateway('apps', 'ours')].join('\n---\n'), file: 'chain.yaml', gateway: 'apps/ours' });
+      expect(warn.mock.calls.filter((c) => String(c[1]).includes('waypoint infra/other cannot be reached'))).toHaveLength(1);
+    } finally {
+      warn.mockRestore();
+    }
   });
 });
