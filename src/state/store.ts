@@ -83,6 +83,8 @@ export class MeshStore {
   #reloadAgain = false;
   /** The next reload was asked for by a file change (or a retry): read until two reads agree. */
   #settle = false;
+  /** The next reload compiles even unchanged files (`reload({ force: true })`). */
+  #force = false;
   #closed = false;
 
   private constructor(snapshot: MeshSnapshot, opts: MeshStoreOptions | undefined, parts: readonly MeshPart<unknown>[], lastInput: string) {
@@ -150,10 +152,13 @@ export class MeshStore {
    * Re-read the files now (SIGHUP) and publish a new snapshot (version + 1) when they changed and
    * compile. Unchanged files are logged (`mesh: unchanged, keeping version N`) and nothing is
    * published; on failure logs an error and keeps the current snapshot. Concurrent calls are
-   * coalesced. No-op for stores made by {@link fromText}.
+   * coalesced. No-op for stores made by {@link fromText}. `force` compiles (and publishes) even
+   * unchanged files: parts that read more than the files (WaypointFilter modules, re-imported when
+   * their code changed) are brought up to date on SIGHUP.
    */
-  reload(): Promise<void> {
+  reload(opts: { readonly force?: boolean } = {}): Promise<void> {
     if (!this.#opts || this.#closed) return Promise.resolve();
+    if (opts.force) this.#force = true;
     if (this.#reloading) {
       this.#reloadAgain = true;
       return this.#reloading;
@@ -162,8 +167,10 @@ export class MeshStore {
       do {
         this.#reloadAgain = false;
         const settle = this.#settle;
+        const force = this.#force;
         this.#settle = false;
-        await this.#reloadOnce(this.#opts!, settle);
+        this.#force = false;
+        await this.#reloadOnce(this.#opts!, settle, force);
       } while (this.#reloadAgain && !this.#closed);
     };
     this.#reloading = run().finally(() => {
@@ -178,7 +185,7 @@ export class MeshStore {
     return this.reload();
   }
 
-  async #reloadOnce(opts: MeshStoreOptions, settle: boolean): Promise<void> {
+  async #reloadOnce(opts: MeshStoreOptions, settle: boolean, force: boolean): Promise<void> {
     const prev = this.#current;
     const quietMs = opts.debounceMs ?? 100;
     let next: MeshSnapshot;
@@ -190,11 +197,11 @@ export class MeshStore {
       const read = settle ? await readSettled({ ...opts, gateway }, prev.version + 1, quietMs) : await readInput({ ...opts, gateway }, prev.version + 1);
       if (this.#closed) return;
       key = read.key;
-      if (key === this.#lastInput) {
+      if (key === this.#lastInput && !force) {
         log.info({ file: opts.meshFile, version: prev.version }, `mesh: unchanged, keeping version ${prev.version}`);
         return;
       }
-      if (key === this.#lastRefused) {
+      if (key === this.#lastRefused && !force) {
         log.info({ file: opts.meshFile, version: prev.version }, `mesh: unchanged since the refused update, keeping version ${prev.version}`);
         return;
       }
