@@ -18,6 +18,7 @@ const LAYERS = {
   authn: ['util', 'identity', 'state', 'pipeline', 'peer', 'authz'], // RequestAuthentication (JWT)
   netpol: ['util', 'identity', 'state', 'pipeline', 'peer'], // NetworkPolicy
   routing: ['util', 'identity', 'state', 'pipeline', 'peer'], // HTTPRoute/GRPCRoute, DestinationRule traffic policy
+  extensions: ['util', 'identity', 'state', 'pipeline', 'routing'], // WaypointFilter: user filter modules, attachment, isolation
   telemetry: ['util', 'identity', 'state', 'pipeline', 'peer'], // access log, metrics
   hbone: ['util', 'identity', 'state'], // HBONE server, session pool, relay, HTTP/2 settings
   upstream: ['util', 'identity', 'state', 'pipeline', 'peer', 'routing', 'hbone'], // clusters, LB, pools, h2 upstream, failures
