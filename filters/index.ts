@@ -7,6 +7,8 @@
  */
 import type { FilterRegistry } from '../src/pipeline/index.ts';
 import { authzFactory, authzFilterFactory, type AuthzFilterOptions } from './authz/index.ts';
+import { faultFactory } from './fault/index.ts';
+import { localRateLimitFactory } from './local-ratelimit/index.ts';
 import { peerMetadataFactory } from './peer-metadata/index.ts';
 import { statsFactory } from './stats/index.ts';
 
@@ -21,5 +23,7 @@ export function registerBuiltinFilters(registry: FilterRegistry, opts: BuiltinFi
   registry.register(peerMetadataFactory);
   registry.register(statsFactory);
   registry.register(opts.authz ? authzFilterFactory(opts.authz) : authzFactory);
+  registry.register(localRateLimitFactory);
+  registry.register(faultFactory);
   return registry;
 }
