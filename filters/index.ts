@@ -5,7 +5,7 @@
  *
  * Later work adds `istio.metadata_exchange`.
  */
-import type { FilterRegistry } from '../src/pipeline/index.ts';
+import type { FilterFactory, FilterRegistry } from '../src/pipeline/index.ts';
 import { authzFactory, authzFilterFactory, type AuthzFilterOptions } from './authz/index.ts';
 import { faultFactory } from './fault/index.ts';
 import { localRateLimitFactory } from './local-ratelimit/index.ts';
@@ -26,4 +26,9 @@ export function registerBuiltinFilters(registry: FilterRegistry, opts: BuiltinFi
   registry.register(localRateLimitFactory);
   registry.register(faultFactory);
   return registry;
+}
+
+/** The built-in filters a WaypointFilter may attach per Gateway, Service or route rule (`spec.filter`). */
+export function attachableFilters(): FilterFactory<unknown>[] {
+  return [localRateLimitFactory as FilterFactory<unknown>, faultFactory as FilterFactory<unknown>];
 }

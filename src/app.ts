@@ -19,7 +19,8 @@ import { HboneSessionPool, HboneServer } from './hbone/index.ts';
 import { LocalCa, defaultCaDir, parseTtl, WorkloadCertificate } from './identity/index.ts';
 import { InnerHttpServer } from './inner-http/index.ts';
 import { refuseDownstreamPeer, waypointConnectHandler } from './listener/index.ts';
-import { type FilterChain, type Filter, type FilterEnv, type FilterFactory, FilterRegistry, OverloadManager, type OverloadSettings } from './pipeline/index.ts';
+import { FilterChain, type Filter, type FilterEnv, type FilterFactory, FilterRegistry, OverloadManager, type OverloadSettings } from './pipeline/index.ts';
+import { extensionSlots, extensionsFor, runRouteFilters, WaypointExtensions, withExtensionSlots } from './extensions/index.ts';
 import { NETWORK_POLICIES } from './netpol/index.ts';
 import { routerFactory, TcpProxy } from './router/index.ts';
 import { compileDestinationRules, DESTINATION_RULES, destinationRulesFor, ROUTES, type LbAlgorithm } from './routing/index.ts';
@@ -27,7 +28,7 @@ import { MeshStore, type MeshPart } from './state/index.ts';
 import { AccessLogFilter, AccessLogSinks, createMetricsRegistry, registerOverloadMetrics } from './telemetry/index.ts';
 import { ClusterManager, ClusterTable, SidecarTransport } from './upstream/index.ts';
 import { waypointSelf } from './peer/index.ts';
-import { registerBuiltinFilters } from '../filters/index.ts';
+import { attachableFilters, registerBuiltinFilters } from '../filters/index.ts';
 import { AUTHZ_FILTER_NAME } from '../filters/authz/index.ts';
 
 /** Inputs of {@link Waypoint.start}: the bootstrap config plus where mesh state and the CA come from. */
@@ -126,6 +127,13 @@ export class Waypoint {
     const metrics = createMetricsRegistry();
     const authn = new RequestAuthn();
     const clusterTable = new ClusterTable({ metrics, clusters: (s) => destinationRulesFor(s).clusters });
+    // WaypointFilters: their modules are loaded and their filters created as each snapshot compiles.
+    const extensions = new WaypointExtensions({
+      filters: [...attachableFilters(), ...(opts.extraFilters ?? [])],
+      metrics,
+      phaseTimeoutMs: cfg.extensions.phaseTimeoutMs,
+      baseDir: path.dirname(path.resolve(opts.meshFile)),
+    });
     const mesh = await MeshStore.open({
       meshFile: opts.meshFile,
       meshConfigFile: opts.meshConfigFile,
@@ -134,7 +142,7 @@ export class Waypoint {
       // Every snapshot is compiled with these; an invalid AuthorizationPolicy, RequestAuthentication,
       // DestinationRule, NetworkPolicy or PeerAuthentication stops the start, or refuses the whole
       // update (the last good state stays enforced), naming the file, line, object and field.
-      parts: waypointParts(authn, clusterTable, cfg.upstream.loadBalancer),
+      parts: waypointParts(authn, clusterTable, cfg.upstream.loadBalancer, extensions.part),
       accept: (next, prev) => {
         if (next.waypoint.identity !== prev.waypoint.identity) {
           return `the waypoint's identity would change from ${prev.waypoint.identity} to ${next.waypoint.identity}; restart the waypoint to take a new identity`;
@@ -146,6 +154,7 @@ export class Waypoint {
       },
     });
     const cleanup: (() => unknown)[] = [() => mesh.close(), () => clusterTable.close()];
+    extensions.bind(mesh);
     try {
       const snap = mesh.current;
       if (cfg.networkPolicy.enforceOnOriginalIdentity && !cfg.filters.some((f) => f.name === AUTHZ_FILTER_NAME)) {
@@ -213,14 +222,16 @@ export class Waypoint {
           requestTimeoutMs: cfg.http.requestTimeoutMs,
           appendForwardedFor: cfg.http.appendForwardedFor,
           retry: cfg.http.retry,
-        }, overload),
+        }, overload, { onRoute: runRouteFilters }),
       );
       for (const f of opts.extraFilters ?? []) registry.register(f);
       // The access logger is first in every chain: its completion hooks run last (reverse order).
       const accessLog = new AccessLogSinks(log);
       cleanup.push(() => accessLog.close());
       const core = [new AccessLogFilter({ override: cfg.accessLog, mesh, sinks: accessLog, log })];
-      const chain: { current: FilterChain } = { current: buildChain(registry, cfg, { mesh, log, metrics }, opts.configFile, core) };
+      // WaypointFilters run in four slots of the chain, one per phase (src/extensions/slots.ts).
+      const base = buildChain(registry, cfg, { mesh, log, metrics }, opts.configFile, core);
+      const chain: { current: FilterChain } = { current: new FilterChain(withExtensionSlots(base.filters, extensionSlots(mesh))) };
       const inner = new InnerHttpServer({
         maxHeaderSize: cfg.http.maxRequestHeadersBytes,
         idleTimeoutMs: cfg.http.idleTimeoutMs,
@@ -317,6 +328,7 @@ export class Waypoint {
       // The budget in force (its default is derived from the heap limit) and what is held now.
       overload: { ...this.overload.settings, bufferedBytes: this.overload.bufferedBytes },
       routing: routingConfigDump(this.mesh.current, this.clusters),
+      extensions: { waypointFilters: extensionsFor(this.mesh.current).filters },
       listeners: { hbone: addr(this.addresses.hbone), admin: addr(this.addresses.admin), readiness: this.addresses.readiness && addr(this.addresses.readiness) },
     };
   }
@@ -349,9 +361,10 @@ export class Waypoint {
 /**
  * The compiled parts of the waypoint's mesh snapshots, in compile order (the cluster table reads
  * the DestinationRules): `authn` and `clusters` bind theirs to their long-lived state; `fallback`
- * is the balancer a DestinationRule without `loadBalancer.simple` gets (the bootstrap's).
+ * is the balancer a DestinationRule without `loadBalancer.simple` gets (the bootstrap's);
+ * `extensions` is the WaypointFilter part (`WaypointExtensions.part`), when the waypoint runs them.
  */
-export function waypointParts(authn: RequestAuthn, clusters: ClusterTable, fallback: LbAlgorithm): MeshPart<unknown>[] {
+export function waypointParts(authn: RequestAuthn, clusters: ClusterTable, fallback: LbAlgorithm, extensions?: MeshPart<unknown>): MeshPart<unknown>[] {
   return [
     AUTHZ,
     authn.part,
@@ -361,6 +374,8 @@ export function waypointParts(authn: RequestAuthn, clusters: ClusterTable, fallb
     DESTINATION_RULES.with({ compile: (s) => compileDestinationRules(s, fallback) }),
     clusters.part,
     EXT_AUTHZ_PROVIDERS,
+    // After ROUTES: WaypointFilters attach to route rules.
+    ...(extensions ? [extensions] : []),
   ];
 }
 

@@ -52,8 +52,9 @@ export function runCommand(): Command {
           (wp.addresses.readiness ? `  readiness: http://${addr(wp.addresses.readiness)}/healthz/ready\n` : ''),
       );
       onTerminate(() => wp.shutdown());
-      // SIGHUP re-reads the mesh file now (it is also watched), as daemons conventionally do.
-      process.on('SIGHUP', () => void wp.mesh.reload());
+      // SIGHUP re-reads the mesh file now (it is also watched), as daemons conventionally do, and
+      // recompiles it even unchanged: WaypointFilter modules whose code changed are imported afresh.
+      process.on('SIGHUP', () => void wp.mesh.reload({ force: true }));
       if (o.pidFile) writePidFile(o.pidFile);
     });
 }

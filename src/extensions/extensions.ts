@@ -1,6 +1,6 @@
 /**
- * The owner of the WaypointFilter part: binds {@link EXTENSIONS} to the module loader, the filter
- * registry (for `filter:` naming a built-in) and the filter instances kept across snapshots.
+ * The owner of the WaypointFilter part: binds {@link EXTENSIONS} to the module loader, the
+ * built-in filters a `filter:` may name, and the filter instances kept across snapshots.
  *
  * - `load` (before each compile) imports the modules the snapshot's WaypointFilters name; a
  *   module that cannot be loaded refuses the snapshot, naming the resource and `spec.module`.
@@ -15,18 +15,16 @@ import path from 'node:path';
 import type { Registry } from 'prom-client';
 import { ConfigError, log } from '../util/index.ts';
 import { locateField, type MeshPart, type MeshSnapshot } from '../state/index.ts';
-import type { Filter, FilterEnv, FilterRegistry, TerminalFilter } from '../pipeline/index.ts';
+import type { Filter, FilterEnv, FilterFactory, FilterModuleFactory, TerminalFilter } from '../pipeline/index.ts';
 import { compileExtensions, EXTENSIONS, type CompiledExtensions } from './compile.ts';
-import { ModuleLoadError, ModuleLoader, type ConfigSchema, type FilterModuleFactory, type LoadedModule } from './loader.ts';
+import { ModuleLoadError, ModuleLoader, type ConfigSchema, type LoadedModule } from './loader.ts';
 import type { Attached } from './run.ts';
 import { isWaypointFilter, parseWaypointFilter, type WaypointFilterSpec } from './schema.ts';
 
 /** Options of {@link WaypointExtensions}. */
 export interface ExtensionsOptions {
-  /** Built-in filter factories a WaypointFilter's `filter:` may name. */
-  readonly registry: FilterRegistry;
-  /** Names a WaypointFilter may not attach (the router, the chain's own extension slots, core filters). */
-  readonly reserved: readonly string[];
+  /** The built-in filters a WaypointFilter's `filter:` may name (`istio.local_ratelimit`, `istio.fault`, ...). */
+  readonly filters: readonly FilterFactory<unknown>[];
   /** The waypoint's Prometheus registry, handed to filters as `env.metrics`. */
   readonly metrics: Registry;
   /** Deadline (ms) of a module filter's asynchronous phase; 0 = none. */
@@ -132,9 +130,9 @@ export class WaypointExtensions {
     let version: string;
     let deadlineMs = 0;
     if (spec.filter !== undefined) {
-      const builtin = this.#opts.reserved.includes(spec.filter) ? undefined : this.#opts.registry.factory(spec.filter);
+      const builtin = this.#opts.filters.find((f) => f.name === spec.filter);
       if (!builtin) {
-        const known = this.#opts.registry.names().filter((n) => !this.#opts.reserved.includes(n));
+        const known = this.#opts.filters.map((f) => f.name);
         return fail(['filter'], `unknown filter ${JSON.stringify(spec.filter)} (a WaypointFilter may attach: ${known.join(', ')})`);
       }
       factory = builtin;

@@ -15,14 +15,8 @@ import { readFile } from 'node:fs/promises';
 import { registerHooks } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import type { FilterEnv, Filter } from '../pipeline/index.ts';
+import type { FilterModuleFactory } from '../pipeline/index.ts';
 
-/** What a filter module default-exports: a filter factory (`parseConfig` optional, unlike built-ins'). */
-export interface FilterModuleFactory {
-  readonly name?: string;
-  parseConfig?(raw: unknown): unknown;
-  create(config: unknown, env: FilterEnv): Filter;
-}
 
 /** A config validator a module may export as `configSchema` (a zod schema, or anything with zod's `safeParse`). */
 export interface ConfigSchema {

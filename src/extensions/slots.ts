@@ -13,7 +13,7 @@
  * the request phases, so it sees their header edits). Their later hooks (upstream request,
  * response headers, completion) run with the last slot's.
  */
-import { defineSlot, FilterStatus, type ConnectionContext, type Filter, type FilterEnv, type FilterFactory, type HeaderList, type PhaseResult, type StreamContext } from '../pipeline/index.ts';
+import { defineSlot, FilterStatus, type ConnectionContext, type Filter, type FilterEnv, type HeaderList, type PhaseResult, type StreamContext } from '../pipeline/index.ts';
 import type { MeshSnapshot } from '../state/index.ts';
 import type { CompiledRule } from '../routing/index.ts';
 import { extensionsFor, type AttachedSet } from './compile.ts';
@@ -99,38 +99,26 @@ class ExtensionSlot implements Filter {
   }
 }
 
-/** The slot filters' factories (register them with the built-in filters; {@link withExtensionSlots} places them). */
-export function extensionSlotFactories(): FilterFactory<undefined>[] {
-  return EXTENSION_SLOTS.map((name, phase) => ({
-    name,
-    parseConfig(raw: unknown) {
-      if (raw !== undefined && (typeof raw !== 'object' || raw === null || Object.keys(raw).length > 0)) throw new Error(`${name} takes no configuration (WaypointFilters are attached by the mesh)`);
-      return undefined;
-    },
-    create: (_config: undefined, env: FilterEnv) => new ExtensionSlot(phase, env.mesh),
-  }));
+/** The slot filters, in phase order, reading the current snapshot from `mesh` (place them with {@link withExtensionSlots}). */
+export function extensionSlots(mesh: FilterEnv['mesh']): Filter[] {
+  return EXTENSION_SLOTS.map((_, phase) => new ExtensionSlot(phase, mesh));
 }
 
 /**
- * `entries` (the bootstrap `filters`, router last) with the slot filters inserted where their
- * phase runs: AUTHN and AUTHZ before `istio.authz` (else where STATS goes), STATS before
- * `istio.stats` (else before the router), unset before the router. A slot already listed keeps
- * the place the operator gave it.
+ * `filters` (a chain's, router last) with the `slots` inserted where their phase runs: AUTHN and
+ * AUTHZ before `istio.authz` (else where STATS goes), STATS before `istio.stats` (else before
+ * the router), unset before the router.
  */
-export function withExtensionSlots<E extends { readonly name: string }>(entries: readonly E[]): (E | { readonly name: string })[] {
-  const out: (E | { readonly name: string })[] = [...entries];
-  const listed = new Set(entries.map((e) => e.name));
-  const indexOf = (name: string) => out.findIndex((e) => e.name === name);
-  const insert = (name: string, before: number) => {
-    if (!listed.has(name)) out.splice(before, 0, { name });
-  };
+export function withExtensionSlots(filters: readonly Filter[], slots: readonly Filter[]): Filter[] {
+  const out = [...filters];
+  const indexOf = (name: string) => out.findIndex((f) => f.name === name);
   const routerAt = () => Math.max(0, out.length - 1);
   const statsAt = () => (indexOf('istio.stats') >= 0 ? indexOf('istio.stats') : routerAt());
   const authzAt = () => (indexOf('istio.authz') >= 0 ? indexOf('istio.authz') : statsAt());
-  insert(EXTENSION_SLOTS[0], authzAt());
-  insert(EXTENSION_SLOTS[1], authzAt());
-  insert(EXTENSION_SLOTS[2], Math.max(statsAt(), indexOf(EXTENSION_SLOTS[1]) + 1));
-  insert(EXTENSION_SLOTS[3], routerAt());
+  out.splice(authzAt(), 0, slots[0]);
+  out.splice(authzAt(), 0, slots[1]);
+  out.splice(Math.max(statsAt(), out.indexOf(slots[1]) + 1), 0, slots[2]);
+  out.splice(routerAt(), 0, slots[3]);
   return out;
 }
 
