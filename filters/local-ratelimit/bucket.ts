@@ -5,12 +5,13 @@
  * one token or is limited. Fills are computed from the monotonic clock when a bucket is used, not
  * by a timer, so idle buckets cost nothing.
  *
- * Descriptors: the configured descriptors a request's descriptors match are consumed strictest
- * first (fewest tokens per second), and the first one out of tokens limits the request without
- * consuming the others; the default bucket is consumed when no descriptor matched, or always with
- * `alwaysConsumeDefaultTokenBucket` (Envoy's default). A configured entry without a value matches
- * any value, with one bucket per distinct value, at most `maxDynamicDescriptors` of them (the least
- * recently used is dropped), as Envoy's dynamic descriptors.
+ * Descriptors (envoyproxy/envoy local_ratelimit_impl.cc `requestAllowed`): each of a request's
+ * descriptors finds the configured descriptor with exactly its entries, else the first configured
+ * one whose entries without a value match any value (a dynamic descriptor: one bucket per distinct
+ * value, at most `maxDynamicDescriptors`, the least recently used dropped). The buckets found are
+ * consumed slowest-filling first, and the first one out of tokens limits the request without
+ * consuming the others; the default bucket is consumed when none was found, or always with
+ * `alwaysConsumeDefaultTokenBucket` (Envoy's default).
  */
 import type { BucketConfig, DescriptorConfig, LocalRateLimitConfig } from './config.ts';
 
@@ -58,23 +59,17 @@ export class TokenBucket {
 /** A configured descriptor and its bucket(s). */
 class DescriptorBuckets {
   readonly config: DescriptorConfig;
-  private readonly dynamic: boolean;
   private readonly fixed: TokenBucket | undefined;
   private readonly byValue = new Map<string, TokenBucket>();
   private readonly max: number;
 
   constructor(config: DescriptorConfig, max: number, now: number) {
     this.config = config;
-    this.dynamic = config.entries.some((e) => e.value === undefined);
-    this.fixed = this.dynamic ? undefined : new TokenBucket(config.bucket, now);
+    this.fixed = config.entries.some((e) => e.value === undefined) ? undefined : new TokenBucket(config.bucket, now);
     this.max = max;
   }
 
-  /** Tokens gained per second, Envoy's order of consumption (strictest first). */
-  get rate(): number {
-    return this.config.bucket.tokensPerFill / (this.config.bucket.fillIntervalMs / 1000);
-  }
-
+  /** Whether `d` has this descriptor's keys and, where it names one, its value. */
   matches(d: Descriptor): boolean {
     const entries = this.config.entries;
     if (d.length !== entries.length) return false;
@@ -101,6 +96,9 @@ class DescriptorBuckets {
   }
 }
 
+/** Tokens a bucket gains per second: the order buckets are consumed in (slowest first). */
+const fillRate = (b: TokenBucket) => b.config.tokensPerFill / b.config.fillIntervalMs;
+
 /** The outcome of one check: allowed or not, and the bucket the `x-ratelimit-*` headers describe. */
 export interface Verdict {
   readonly allowed: boolean;
@@ -110,26 +108,37 @@ export interface Verdict {
 /** The buckets of one filter instance (one attachment). Not shared across workers. */
 export class LocalRateLimiter {
   private readonly base: TokenBucket;
-  private readonly descriptors: readonly DescriptorBuckets[];
+  /** Descriptors with every value given, by their entries; the others (dynamic) in config order. */
+  private readonly exact = new Map<string, DescriptorBuckets>();
+  private readonly dynamic: readonly DescriptorBuckets[];
   private readonly alwaysConsumeDefault: boolean;
 
   constructor(config: LocalRateLimitConfig, now = performance.now()) {
     this.base = new TokenBucket(config.bucket, now);
-    this.descriptors = config.descriptors.map((d) => new DescriptorBuckets(d, config.maxDynamicDescriptors, now)).sort((a, b) => a.rate - b.rate);
+    const dynamic: DescriptorBuckets[] = [];
+    for (const d of config.descriptors) {
+      const buckets = new DescriptorBuckets(d, config.maxDynamicDescriptors, now);
+      if (d.entries.some((e) => e.value === undefined)) dynamic.push(buckets);
+      else this.exact.set(keyOf(d.entries.map((e) => [e.key, e.value!] as const)), buckets);
+    }
+    this.dynamic = dynamic;
     this.alwaysConsumeDefault = config.alwaysConsumeDefaultTokenBucket;
   }
 
   check(request: readonly Descriptor[], now = performance.now()): Verdict {
-    let first: TokenBucket | undefined;
-    for (const d of this.descriptors) {
-      const hit = request.find((r) => d.matches(r));
-      if (!hit) continue;
-      const bucket = d.bucketFor(hit, now);
-      if (!bucket.take(now)) return { allowed: false, bucket };
-      first ??= bucket;
+    const found: TokenBucket[] = [];
+    for (const r of request) {
+      const d = this.exact.get(keyOf(r)) ?? this.dynamic.find((x) => x.matches(r));
+      if (d) found.push(d.bucketFor(r, now));
     }
-    if (first && !this.alwaysConsumeDefault) return { allowed: true, bucket: first };
-    const allowed = this.base.take(now);
-    return { allowed, bucket: allowed ? (first ?? this.base) : this.base };
+    if (found.length > 1) found.sort((a, b) => fillRate(a) - fillRate(b));
+    for (const bucket of found) if (!bucket.take(now)) return { allowed: false, bucket };
+    if (found.length > 0 && !this.alwaysConsumeDefault) return { allowed: true, bucket: found[0] };
+    if (!this.base.take(now)) return { allowed: false, bucket: this.base };
+    return { allowed: true, bucket: found[0] ?? this.base };
   }
+}
+
+function keyOf(d: Descriptor): string {
+  return d.map(([k, v]) => `${k}\u0000${v}`).join('\u0001');
 }
