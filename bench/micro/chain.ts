@@ -21,6 +21,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { extensionSlots, WaypointExtensions, withExtensionSlots } from '../../src/extensions/index.ts';
 import { ROUTES } from '../../src/routing/index.ts';
 import { MeshStore } from '../../src/state/store.ts';
+import { meshText, namespace, service, usesWaypoint, waypointFilter, waypointGateway, type Doc } from '../../test/helpers/mesh.ts';
 import { log } from '../../src/util/log.ts';
 import { FilterChain } from '../../src/pipeline/chain.ts';
 import { ConnectionContext, StreamContext, type ConnectInfo } from '../../src/pipeline/context.ts';
@@ -149,8 +150,8 @@ process.stdout.write(
     `one promise-returning phase: +${(fourAsync - four).toFixed(0)} ns\n`,
 );
 
-/** The terminal-only chain with the phase slots, over a mesh whose WaypointFilters are `filters` (YAML). */
-async function withExtensions(filters: string): Promise<{ chain: FilterChain; at: { mesh: MeshSnapshot; target: Target }; close(): void }> {
+/** The terminal-only chain with the phase slots, over a mesh whose WaypointFilters are `filters`. */
+async function withExtensions(...filters: Doc[]): Promise<{ chain: FilterChain; at: { mesh: MeshSnapshot; target: Target }; close(): void }> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-chain-'));
   fs.writeFileSync(
     path.join(dir, 'noop.ts'),
@@ -161,20 +162,7 @@ export default { create: () => ({ name: 'noop', onConnection: () => FilterStatus
   );
   fs.writeFileSync(
     path.join(dir, 'mesh.yaml'),
-    `apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: { name: waypoint, namespace: demo }
-spec: { gatewayClassName: istio-waypoint }
----
-apiVersion: v1
-kind: Namespace
-metadata: { name: demo, labels: { istio.io/use-waypoint: waypoint } }
----
-apiVersion: v1
-kind: Service
-metadata: { name: echo, namespace: demo }
-spec: { clusterIP: 10.96.0.10, ports: [{ name: http, port: 80 }] }
-${filters}`,
+    meshText(waypointGateway('demo'), namespace('demo', usesWaypoint()), service({ name: 'echo', namespace: 'demo', vip: '10.96.0.10', ports: [{ name: 'http', port: 80 }] }), ...filters),
   );
   const extensions = new WaypointExtensions({ filters: [], metrics: new Registry(), phaseTimeoutMs: 10_000 });
   const store = await MeshStore.open({ meshFile: path.join(dir, 'mesh.yaml'), parts: [ROUTES, extensions.part] });
@@ -185,15 +173,10 @@ ${filters}`,
   return { chain, at, close: () => (store.close(), fs.rmSync(dir, { recursive: true, force: true })) };
 }
 
-const slotsOnly = await withExtensions('');
+const slotsOnly = await withExtensions();
 const slots = await measure('4 phase slots, nothing attached', slotsOnly.chain, slotsOnly.at);
 slotsOnly.close();
-const user = await withExtensions(`---
-apiVersion: extensions.node-waypoint.dev/v1alpha1
-kind: WaypointFilter
-metadata: { name: noop, namespace: demo }
-spec: { targetRefs: [{ kind: Service, name: echo }], module: ./noop.ts }
-`);
+const user = await withExtensions(waypointFilter('noop', { targetRefs: [{ kind: 'Service', name: 'echo' }], module: './noop.ts' }, 'demo'));
 const oneUser = await measure('1 no-op user filter (WaypointFilter)', user.chain, user.at);
 user.close();
 process.stdout.write(`\n  phase slots: +${(slots - base).toFixed(0)} ns; one no-op user filter: +${(oneUser - slots).toFixed(0)} ns over the slots\n`);

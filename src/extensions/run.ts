@@ -96,15 +96,43 @@ function guarded(p: Promise<FilterStatus>, a: Attached, onError: (err: unknown) 
   });
 }
 
-/** Run `onRequestHeaders` of `list.request` from `i`, guarded; synchronous while every filter is. */
-export function runRequest(list: readonly Attached[], stream: StreamContext, i: number): PhaseResult {
+/** How a guarded phase calls a filter and answers for it when it fails or runs out of time. */
+interface GuardedPhase<C> {
+  call(a: Attached, ctx: C): PhaseResult;
+  failed(ctx: C, a: Attached, err: unknown): FilterStatus;
+  timedOut(ctx: C, a: Attached): FilterStatus;
+}
+
+const REQUEST: GuardedPhase<StreamContext> = {
+  call: (a, stream) => a.filter.onRequestHeaders!(stream),
+  failed: (stream, a, err) => failed(stream, a, 'onRequestHeaders', err),
+  timedOut(stream, a) {
+    report(a, 'onRequestHeaders', undefined, `${a.ref} did not finish onRequestHeaders within ${a.deadlineMs} ms; answered 504`);
+    sendLocalReply(stream, 504, 'filter timed out', ResponseFlag.FilterTimeout, `filter_timeout{${a.ref}}`);
+    return FilterStatus.StopAndReply;
+  },
+};
+
+const CONNECTION: GuardedPhase<ConnectionContext> = {
+  call: (a, conn) => a.filter.onConnection!(conn),
+  failed: connectionFailed,
+  timedOut(conn, a) {
+    report(a, 'onConnection', undefined, `${a.ref} did not finish onConnection within ${a.deadlineMs} ms; tunnel refused with 504`);
+    conn.responseFlags = ResponseFlag.FilterTimeout;
+    conn.reject(504, `filter_timeout{${a.ref}}`);
+    return FilterStatus.StopAndReply;
+  },
+};
+
+/** Run `phase` of `list` from `i`, guarded; synchronous while every filter is (the chain's runPhase, guarded). */
+function runGuarded<C>(list: readonly Attached[], ctx: C, i: number, phase: GuardedPhase<C>): PhaseResult {
   for (; i < list.length; i++) {
     const a = list[i];
     let r: PhaseResult;
     try {
-      r = a.filter.onRequestHeaders!(stream);
+      r = phase.call(a, ctx);
     } catch (err) {
-      return failed(stream, a, 'onRequestHeaders', err);
+      return phase.failed(ctx, a, err);
     }
     if (typeof r === 'number') {
       if (r !== FilterStatus.Continue) return r;
@@ -114,45 +142,21 @@ export function runRequest(list: readonly Attached[], stream: StreamContext, i: 
     return guarded(
       Promise.resolve(r),
       a,
-      (err) => failed(stream, a, 'onRequestHeaders', err),
-      () => {
-        report(a, 'onRequestHeaders', undefined, `${a.ref} did not finish onRequestHeaders within ${a.deadlineMs} ms; answered 504`);
-        sendLocalReply(stream, 504, 'filter timed out', ResponseFlag.FilterTimeout, `filter_timeout{${a.ref}}`);
-        return FilterStatus.StopAndReply;
-      },
-    ).then((s) => (s !== FilterStatus.Continue ? s : runRequest(list, stream, next)));
+      (err) => phase.failed(ctx, a, err),
+      () => phase.timedOut(ctx, a),
+    ).then((s) => (s !== FilterStatus.Continue ? s : runGuarded(list, ctx, next, phase)));
   }
   return FilterStatus.Continue;
 }
 
-/** Run `onConnection` of `list.connection` from `i`, guarded (a failure refuses the tunnel). */
+/** Run `onRequestHeaders` of `list` (an AttachedList's `request`) from `i`, guarded. */
+export function runRequest(list: readonly Attached[], stream: StreamContext, i: number): PhaseResult {
+  return runGuarded(list, stream, i, REQUEST);
+}
+
+/** Run `onConnection` of `list` (an AttachedList's `connection`) from `i`, guarded (a failure refuses the tunnel). */
 export function runConnection(list: readonly Attached[], conn: ConnectionContext, i: number): PhaseResult {
-  for (; i < list.length; i++) {
-    const a = list[i];
-    let r: PhaseResult;
-    try {
-      r = a.filter.onConnection!(conn);
-    } catch (err) {
-      return connectionFailed(conn, a, err);
-    }
-    if (typeof r === 'number') {
-      if (r !== FilterStatus.Continue) return r;
-      continue;
-    }
-    const next = i + 1;
-    return guarded(
-      Promise.resolve(r),
-      a,
-      (err) => connectionFailed(conn, a, err),
-      () => {
-        report(a, 'onConnection', undefined, `${a.ref} did not finish onConnection within ${a.deadlineMs} ms; tunnel refused with 504`);
-        conn.responseFlags = ResponseFlag.FilterTimeout;
-        conn.reject(504, `filter_timeout{${a.ref}}`);
-        return FilterStatus.StopAndReply;
-      },
-    ).then((s) => (s !== FilterStatus.Continue ? s : runConnection(list, conn, next)));
-  }
-  return FilterStatus.Continue;
+  return runGuarded(list, conn, i, CONNECTION);
 }
 
 /**

@@ -12,6 +12,7 @@ import { ROUTES } from '../../../src/routing/index.ts';
 import { MeshStore } from '../../../src/state/index.ts';
 import type { MeshSnapshot, Target } from '../../../src/state/index.ts';
 import { meshText, namespace, route, service, usesWaypoint, waypointFilter, waypointGateway, type Doc } from '../../helpers/mesh.ts';
+import { thrown } from '../../helpers/thrown.ts';
 
 /** `test.tag`: a filter that remembers its config; `create` calls counted. */
 const created: { tag: string }[] = [];
@@ -60,24 +61,14 @@ describe('validation: the update is refused naming the WaypointFilter and the fi
     [{ filter: 'istio.authz' }, 'spec.filter', /unknown filter "istio.authz" \(a WaypointFilter may attach: test.tag\)/],
     [{ filter: 'test.tag', config: { tag: 7 } }, 'spec.config', /tag must be a string/],
   ])('%j', (spec, field, message) => {
-    let err: unknown;
-    try {
-      compile(waypointFilter('bad', spec));
-    } catch (e) {
-      err = e;
-    }
+    const err = thrown(() => compile(waypointFilter('bad', spec)));
     expect(String(err)).toMatch(new RegExp(`^mesh.yaml:\\d+: document 4: WaypointFilter/foo/bad: field ${field.replace(/[[\].]/g, '\\$&')}: `));
     expect(String(err)).toMatch(message);
   });
 
   test('a version the CRD does not serve', () => {
     const doc = { ...waypointFilter('v', { filter: 'test.tag', config: { tag: 'v' } }), apiVersion: 'extensions.node-waypoint.dev/v1' };
-    let err: unknown;
-    try {
-      compile(doc);
-    } catch (e) {
-      err = e;
-    }
+    const err = thrown(() => compile(doc));
     expect(String(err)).toMatch(/WaypointFilter\/foo\/v: field apiVersion: apiVersion extensions.node-waypoint.dev\/v1 is not served/);
   });
 });

@@ -8,6 +8,7 @@ import { faultFactoryWith, parseFaultConfig } from '../../../filters/fault/index
 import { FilterStatus } from '../../../src/pipeline/index.ts';
 import { ConfigError } from '../../../src/util/index.ts';
 import { FilterHarness } from '../../helpers/filter-harness.ts';
+import { thrown } from '../../helpers/thrown.ts';
 
 /** mulberry32: a small seeded PRNG, so a run is reproducible. */
 function seeded(seed: number): () => number {
@@ -27,7 +28,7 @@ afterEach(() => h?.close());
 const host: [string, string][] = [['host', 'echo.demo']];
 
 describe('aborts', () => {
-  test.each([5, 25, 50, 90])('%i %% of 2000 requests are aborted (binomial bound, ±5 standard deviations)', async (percent) => {
+  test.each([5, 25, 50, 90])('%i percent of 2000 requests are aborted (binomial bound, ±5 standard deviations)', async (percent) => {
     h = FilterHarness.fromFactory(faultFactoryWith(seeded(percent)), { abort: { httpStatus: 503, percentage: { value: percent } } });
     let aborted = 0;
     const n = 2000;
@@ -102,12 +103,7 @@ test.each([
   [{ delay: { fixedDelay: '1s', percentage: { value: 101 } } }, 'delay.percentage'],
   [{ abort: { httpStatus: 99 } }, 'abort.httpStatus'],
 ])('config %j is refused (field %s)', (raw, field) => {
-  let err: unknown;
-  try {
-    parseFaultConfig(raw);
-  } catch (e) {
-    err = e;
-  }
+  const err = thrown(() => parseFaultConfig(raw));
   expect(err).toBeInstanceOf(ConfigError);
   expect((err as ConfigError).location.field ?? '').toBe(field);
 });

@@ -9,6 +9,7 @@ import { afterEach, describe, expect, test } from 'vitest';
 import { LocalRateLimiter, localRateLimitFactory, parseLocalRateLimitConfig, TokenBucket, type Descriptor } from '../../../filters/local-ratelimit/index.ts';
 import { ConfigError } from '../../../src/util/index.ts';
 import { FilterHarness } from '../../helpers/filter-harness.ts';
+import { thrown } from '../../helpers/thrown.ts';
 
 const bucket = (maxTokens: number, tokensPerFill: number, fillInterval: string) => ({ maxTokens, tokensPerFill, fillInterval });
 const limiter = (config: object) => new LocalRateLimiter(parseLocalRateLimitConfig(config), 0);
@@ -97,12 +98,7 @@ describe('config', () => {
     [{ tokenBucket: bucket(1, 1, '1s'), descriptors: [{ entries: [{ key: 'k' }], tokenBucket: bucket(1, 1, '1s') }, { entries: [{ key: 'k' }], tokenBucket: bucket(2, 2, '1s') }] }, 'descriptors.1.entries'],
     [{ tokenBucket: bucket(1, 1, '1s'), responseHeadersToAdd: [{ name: 'x', value: 'a\r\nb' }] }, 'responseHeadersToAdd.0.value'],
   ])('%j is refused at %s', (raw, field) => {
-    let err: unknown;
-    try {
-      parseLocalRateLimitConfig(raw);
-    } catch (e) {
-      err = e;
-    }
+    const err = thrown(() => parseLocalRateLimitConfig(raw));
     expect(err).toBeInstanceOf(ConfigError);
     expect((err as ConfigError).location.field).toMatch(new RegExp(`^${field.replace(/\./g, '\\.')}`));
   });
