@@ -5,7 +5,8 @@
  *
  * Later work adds `istio.metadata_exchange`.
  */
-import type { FilterFactory, FilterRegistry } from '../src/pipeline/index.ts';
+import type { FilterRegistry } from '../src/pipeline/index.ts';
+import type { FilterFactory } from '../src/pipeline/index.ts';
 import { authzFactory, authzFilterFactory, type AuthzFilterOptions } from './authz/index.ts';
 import { faultFactory } from './fault/index.ts';
 import { localRateLimitFactory } from './local-ratelimit/index.ts';
