@@ -22,11 +22,6 @@ export class FilterRegistry {
     return [...this.factories.keys()];
   }
 
-  /** The factory registered as `name` (WaypointFilters naming a built-in filter), or undefined. */
-  factory(name: string): FilterFactory<unknown> | undefined {
-    return this.factories.get(name);
-  }
-
   /**
    * Compile `entries` (in order) into a chain, after the `core` filters the waypoint itself puts
    * first in every chain (the access logger). Throws {@link ConfigError} with field `filters[i]`
