@@ -74,6 +74,7 @@ export class Waypoint {
   private readonly inner: InnerHttpServer;
   private readonly accessLog: AccessLogSinks;
   private readonly bootstrap: BootstrapConfig;
+  private readonly extensions: WaypointExtensions;
   /** The buffered-bytes budget (read-only outside: tests and `/stats/prometheus`). */
   readonly overload: OverloadManager;
   private draining = false;
@@ -96,6 +97,7 @@ export class Waypoint {
     accessLog: AccessLogSinks;
     bootstrap: BootstrapConfig;
     overload: OverloadManager;
+    extensions: WaypointExtensions;
   }) {
     this.addresses = parts.addresses;
     this.mesh = parts.mesh;
@@ -113,6 +115,7 @@ export class Waypoint {
     this.accessLog = parts.accessLog;
     this.bootstrap = parts.bootstrap;
     this.overload = parts.overload;
+    this.extensions = parts.extensions;
   }
 
   /**
@@ -296,6 +299,7 @@ export class Waypoint {
         accessLog,
         bootstrap: cfg,
         overload,
+        extensions,
       });
       log.info({ hbone: addr(hboneAddr), admin: addr(adminAddr), identity: snap.waypoint.identity }, 'waypoint ready');
       return self;
@@ -316,6 +320,15 @@ export class Waypoint {
       httpTunnels: this.inner.tunnels.size,
       upstreamConnections: this.sessions.connectionCount,
     };
+  }
+
+  /**
+   * SIGHUP: read the mesh file again (a no-op when unchanged), and compile it even unchanged when
+   * the code of a WaypointFilter module changed on disk, so the new code is imported.
+   */
+  async reload(): Promise<void> {
+    const force = await this.extensions.codeChanged(this.mesh.current);
+    await this.mesh.reload({ force });
   }
 
   /** The current state as JSON (`/config_dump`). */

@@ -53,8 +53,8 @@ export function runCommand(): Command {
       );
       onTerminate(() => wp.shutdown());
       // SIGHUP re-reads the mesh file now (it is also watched), as daemons conventionally do, and
-      // recompiles it even unchanged: WaypointFilter modules whose code changed are imported afresh.
-      process.on('SIGHUP', () => void wp.mesh.reload({ force: true }));
+      // imports WaypointFilter modules whose code changed (Waypoint.reload).
+      process.on('SIGHUP', () => void wp.reload());
       if (o.pidFile) writePidFile(o.pidFile);
     });
 }

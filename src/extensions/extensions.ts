@@ -81,6 +81,23 @@ export class WaypointExtensions {
     });
   }
 
+  /**
+   * Whether the code of a module `snapshot`'s WaypointFilters use changed on disk since it was
+   * imported (another entry file, or other bytes): what SIGHUP recompiles an unchanged mesh for.
+   */
+  async codeChanged(snapshot: MeshSnapshot): Promise<boolean> {
+    const loaded = this.#modules.get(snapshot);
+    if (!loaded) return false;
+    const specs = snapshot.resources('WaypointFilter').filter(isWaypointFilter).map(parseWaypointFilter);
+    for (const spec of specs) {
+      const was = loaded.get(spec.ref);
+      if (!was || spec.module === undefined) continue;
+      const now = await this.#loader.fingerprint(spec.module, this.#baseDir(spec)).catch(() => undefined);
+      if (!now || now.file !== was.file || now.sha256 !== was.sha256) return true;
+    }
+    return false;
+  }
+
   #load(snapshot: MeshSnapshot): Promise<void> | undefined {
     const specs = snapshot.resources('WaypointFilter').filter(isWaypointFilter).map(parseWaypointFilter).filter((s) => s.module !== undefined);
     if (specs.length === 0) return undefined;

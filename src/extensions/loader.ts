@@ -50,6 +50,11 @@ export const FILTER_API_SPECIFIER = 'node-waypoint/filter-api';
 export class ModuleLoader {
   readonly #imports = new Map<string, Promise<LoadedModule>>();
 
+  /** Where `specifier` resolves from `baseDir` now, and the SHA-256 of that file (what a load would import). */
+  fingerprint(specifier: string, baseDir: string): Promise<{ file: string; sha256: string }> {
+    return fingerprintOf(specifier, baseDir);
+  }
+
   /**
    * Resolve `specifier` from `baseDir`, check its hash against `sha256` when given, and import it.
    * @throws Error (plain text for the caller's ConfigError; a {@link ModuleLoadError} names the
@@ -57,14 +62,7 @@ export class ModuleLoader {
    *   or its hash differs.
    */
   async load(specifier: string, baseDir: string, sha256: string | undefined): Promise<LoadedModule> {
-    const file = resolveModule(specifier, baseDir);
-    let bytes: Buffer;
-    try {
-      bytes = await readFile(file);
-    } catch (err) {
-      throw new Error(`cannot read ${file}: ${(err as Error).message}`, { cause: err });
-    }
-    const hash = createHash('sha256').update(bytes).digest('hex');
+    const { file, sha256: hash } = await this.fingerprint(specifier, baseDir);
     if (sha256 && sha256 !== hash) throw new ModuleLoadError(`${file} has SHA-256 ${hash}, not the ${sha256} the WaypointFilter names`, 'sha256');
     const url = `${pathToFileURL(file).href}?sha256=${hash}`;
     let pending = this.#imports.get(url);
@@ -77,6 +75,18 @@ export class ModuleLoader {
     }
     return pending;
   }
+}
+
+/** The entry file `specifier` resolves to from `baseDir`, and its SHA-256. */
+async function fingerprintOf(specifier: string, baseDir: string): Promise<{ file: string; sha256: string }> {
+  const file = resolveModule(specifier, baseDir);
+  let bytes: Buffer;
+  try {
+    bytes = await readFile(file);
+  } catch (err) {
+    throw new Error(`cannot read ${file}: ${(err as Error).message}`, { cause: err });
+  }
+  return { file, sha256: createHash('sha256').update(bytes).digest('hex') };
 }
 
 async function importModule(url: string, file: string, sha256: string): Promise<LoadedModule> {
