@@ -21,6 +21,7 @@ const LAYERS = {
   netpol: ['util', 'identity', 'state', 'pipeline', 'peer'], // NetworkPolicy
   routing: ['util', 'identity', 'state', 'pipeline', 'peer'], // HTTPRoute/GRPCRoute, DestinationRule traffic policy
   tracing: ['util', 'identity', 'state', 'pipeline', 'peer'], // Telemetry API (compiled per snapshot), spans: propagation, sampling, OTLP export
+  extensions: ['util', 'identity', 'state', 'pipeline', 'routing'], // WaypointFilter: user filter modules, attachment, isolation
   telemetry: ['util', 'identity', 'state', 'pipeline', 'peer', 'tracing'], // access log, metrics
   hbone: ['util', 'identity', 'state'], // HBONE server, session pool, relay, HTTP/2 settings
   upstream: ['util', 'identity', 'state', 'pipeline', 'peer', 'routing', 'hbone'], // clusters, LB, pools, h2 upstream, failures

@@ -5,9 +5,11 @@
  *
  * Later work adds `istio.metadata_exchange`.
  */
-import type { FilterRegistry } from '../src/pipeline/index.ts';
+import type { FilterFactory, FilterRegistry } from '../src/pipeline/index.ts';
 import type { TracingRuntime } from '../src/tracing/index.ts';
 import { authzFactory, authzFilterFactory, type AuthzFilterOptions } from './authz/index.ts';
+import { faultFactory } from './fault/index.ts';
+import { localRateLimitFactory } from './local-ratelimit/index.ts';
 import { peerMetadataFactory } from './peer-metadata/index.ts';
 import { statsFactory } from './stats/index.ts';
 import { tracingFilterFactory } from './tracing/index.ts';
@@ -26,5 +28,12 @@ export function registerBuiltinFilters(registry: FilterRegistry, opts: BuiltinFi
   registry.register(statsFactory);
   registry.register(tracingFilterFactory(opts.tracing));
   registry.register(opts.authz ? authzFilterFactory(opts.authz) : authzFactory);
+  registry.register(localRateLimitFactory);
+  registry.register(faultFactory);
   return registry;
+}
+
+/** The built-in filters a WaypointFilter may attach per Gateway, Service or route rule (`spec.filter`). */
+export function attachableFilters(): FilterFactory<unknown>[] {
+  return [localRateLimitFactory as FilterFactory<unknown>, faultFactory as FilterFactory<unknown>];
 }

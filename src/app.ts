@@ -19,7 +19,8 @@ import { HboneSessionPool, HboneServer } from './hbone/index.ts';
 import { LocalCa, defaultCaDir, parseTtl, WorkloadCertificate } from './identity/index.ts';
 import { InnerHttpServer } from './inner-http/index.ts';
 import { refuseDownstreamPeer, waypointConnectHandler } from './listener/index.ts';
-import { type FilterChain, type Filter, type FilterEnv, type FilterFactory, FilterRegistry, OverloadManager, type OverloadSettings } from './pipeline/index.ts';
+import { FilterChain, type Filter, type FilterEnv, type FilterFactory, FilterRegistry, OverloadManager, type OverloadSettings } from './pipeline/index.ts';
+import { extensionSlots, extensionsFor, runRouteFilters, WaypointExtensions, withExtensionSlots } from './extensions/index.ts';
 import { NETWORK_POLICIES } from './netpol/index.ts';
 import { routerFactory, TcpProxy } from './router/index.ts';
 import { compileDestinationRules, DESTINATION_RULES, destinationRulesFor, ROUTES, type LbAlgorithm } from './routing/index.ts';
@@ -28,7 +29,7 @@ import { AccessLogFilter, AccessLogSinks, createMetricsRegistry, registerOverloa
 import { TELEMETRY, TracingRuntime } from './tracing/index.ts';
 import { ClusterManager, ClusterTable, SidecarTransport } from './upstream/index.ts';
 import { waypointSelf } from './peer/index.ts';
-import { registerBuiltinFilters } from '../filters/index.ts';
+import { attachableFilters, registerBuiltinFilters } from '../filters/index.ts';
 import { AUTHZ_FILTER_NAME } from '../filters/authz/index.ts';
 
 /** Inputs of {@link Waypoint.start}: the bootstrap config plus where mesh state and the CA come from. */
@@ -75,6 +76,7 @@ export class Waypoint {
   private readonly accessLog: AccessLogSinks;
   private readonly tracing: TracingRuntime;
   private readonly bootstrap: BootstrapConfig;
+  private readonly extensions: WaypointExtensions;
   /** The buffered-bytes budget (read-only outside: tests and `/stats/prometheus`). */
   readonly overload: OverloadManager;
   private draining = false;
@@ -98,6 +100,7 @@ export class Waypoint {
     tracing: TracingRuntime;
     bootstrap: BootstrapConfig;
     overload: OverloadManager;
+    extensions: WaypointExtensions;
   }) {
     this.addresses = parts.addresses;
     this.mesh = parts.mesh;
@@ -116,6 +119,7 @@ export class Waypoint {
     this.tracing = parts.tracing;
     this.bootstrap = parts.bootstrap;
     this.overload = parts.overload;
+    this.extensions = parts.extensions;
   }
 
   /**
@@ -132,6 +136,13 @@ export class Waypoint {
     const clusterTable = new ClusterTable({ metrics, clusters: (s) => destinationRulesFor(s).clusters });
     // The span collectors the Telemetry API names, reconciled as each snapshot is published.
     const tracing = new TracingRuntime({ metrics });
+    // WaypointFilters: their modules are loaded and their filters created as each snapshot compiles.
+    const extensions = new WaypointExtensions({
+      filters: [...attachableFilters(), ...(opts.extraFilters ?? [])],
+      metrics,
+      phaseTimeoutMs: cfg.extensions.phaseTimeoutMs,
+      baseDir: path.dirname(path.resolve(opts.meshFile)),
+    });
     const mesh = await MeshStore.open({
       meshFile: opts.meshFile,
       meshConfigFile: opts.meshConfigFile,
@@ -140,7 +151,7 @@ export class Waypoint {
       // Every snapshot is compiled with these; an invalid AuthorizationPolicy, RequestAuthentication,
       // DestinationRule, NetworkPolicy or PeerAuthentication stops the start, or refuses the whole
       // update (the last good state stays enforced), naming the file, line, object and field.
-      parts: waypointParts(authn, clusterTable, cfg.upstream.loadBalancer, tracing.part),
+      parts: waypointParts(authn, clusterTable, cfg.upstream.loadBalancer, tracing.part, extensions.part),
       accept: (next, prev) => {
         if (next.waypoint.identity !== prev.waypoint.identity) {
           return `the waypoint's identity would change from ${prev.waypoint.identity} to ${next.waypoint.identity}; restart the waypoint to take a new identity`;
@@ -152,6 +163,7 @@ export class Waypoint {
       },
     });
     const cleanup: (() => unknown)[] = [() => mesh.close(), () => clusterTable.close(), () => tracing.close()];
+    extensions.bind(mesh);
     try {
       const snap = mesh.current;
       if (cfg.networkPolicy.enforceOnOriginalIdentity && !cfg.filters.some((f) => f.name === AUTHZ_FILTER_NAME)) {
@@ -221,14 +233,16 @@ export class Waypoint {
           requestTimeoutMs: cfg.http.requestTimeoutMs,
           appendForwardedFor: cfg.http.appendForwardedFor,
           retry: cfg.http.retry,
-        }, overload),
+        }, overload, { onRoute: runRouteFilters }),
       );
       for (const f of opts.extraFilters ?? []) registry.register(f);
       // The access logger is first in every chain: its completion hooks run last (reverse order).
       const accessLog = new AccessLogSinks(log);
       cleanup.push(() => accessLog.close());
       const core = [new AccessLogFilter({ override: cfg.accessLog, mesh, sinks: accessLog, log })];
-      const chain: { current: FilterChain } = { current: buildChain(registry, cfg, { mesh, log, metrics }, opts.configFile, core) };
+      // WaypointFilters run in four slots of the chain, one per phase (src/extensions/slots.ts).
+      const base = buildChain(registry, cfg, { mesh, log, metrics }, opts.configFile, core);
+      const chain: { current: FilterChain } = { current: new FilterChain(withExtensionSlots(base.filters, extensionSlots(mesh))) };
       const inner = new InnerHttpServer({
         maxHeaderSize: cfg.http.maxRequestHeadersBytes,
         idleTimeoutMs: cfg.http.idleTimeoutMs,
@@ -294,6 +308,7 @@ export class Waypoint {
         tracing,
         bootstrap: cfg,
         overload,
+        extensions,
       });
       log.info({ hbone: addr(hboneAddr), admin: addr(adminAddr), identity: snap.waypoint.identity }, 'waypoint ready');
       return self;
@@ -316,6 +331,15 @@ export class Waypoint {
     };
   }
 
+  /**
+   * SIGHUP: read the mesh file again (a no-op when unchanged), and compile it even unchanged when
+   * the code of a WaypointFilter module changed on disk, so the new code is imported.
+   */
+  async reload(): Promise<void> {
+    const force = await this.extensions.codeChanged(this.mesh.current);
+    await this.mesh.reload({ force });
+  }
+
   /** The current state as JSON (`/config_dump`). */
   configDump(): unknown {
     return {
@@ -326,6 +350,7 @@ export class Waypoint {
       // The budget in force (its default is derived from the heap limit) and what is held now.
       overload: { ...this.overload.settings, bufferedBytes: this.overload.bufferedBytes },
       routing: routingConfigDump(this.mesh.current, this.clusters),
+      extensions: { waypointFilters: extensionsFor(this.mesh.current).filters },
       listeners: { hbone: addr(this.addresses.hbone), admin: addr(this.addresses.admin), readiness: this.addresses.readiness && addr(this.addresses.readiness) },
     };
   }
@@ -363,9 +388,16 @@ export class Waypoint {
  * The compiled parts of the waypoint's mesh snapshots, in compile order (the cluster table reads
  * the DestinationRules): `authn` and `clusters` bind theirs to their long-lived state; `fallback`
  * is the balancer a DestinationRule without `loadBalancer.simple` gets (the bootstrap's);
- * `telemetry` is the Telemetry API part (the tracing runtime's binding publishes its collectors).
+ * `telemetry` is the Telemetry API part (the tracing runtime's binding publishes its collectors);
+ * `extensions` is the WaypointFilter part (`WaypointExtensions.part`), when the waypoint runs them.
  */
-export function waypointParts(authn: RequestAuthn, clusters: ClusterTable, fallback: LbAlgorithm, telemetry: MeshPart<unknown> = TELEMETRY): MeshPart<unknown>[] {
+export function waypointParts(
+  authn: RequestAuthn,
+  clusters: ClusterTable,
+  fallback: LbAlgorithm,
+  telemetry: MeshPart<unknown> = TELEMETRY,
+  extensions?: MeshPart<unknown>,
+): MeshPart<unknown>[] {
   return [
     AUTHZ,
     authn.part,
@@ -376,6 +408,8 @@ export function waypointParts(authn: RequestAuthn, clusters: ClusterTable, fallb
     clusters.part,
     EXT_AUTHZ_PROVIDERS,
     telemetry,
+    // After ROUTES: WaypointFilters attach to route rules.
+    ...(extensions ? [extensions] : []),
   ];
 }
 

@@ -6,11 +6,22 @@
  *
  *   node bench/micro/chain.ts            (BENCH_MICRO_ITERATIONS, default 300000 per case)
  *
+ * Then WaypointFilters: the chain with its four phase slots (src/extensions) and nothing attached,
+ * and with one no-op user filter module (every phase) attached to the target's Service by a
+ * WaypointFilter, loaded and compiled as the waypoint does it.
+ *
  * No I/O: the figure is the chain's CPU cost per request, to set against the waypoint's
  * ≈70–110 µs per request end to end.
  */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { Registry } from 'prom-client';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { extensionSlots, WaypointExtensions, withExtensionSlots } from '../../src/extensions/index.ts';
+import { ROUTES } from '../../src/routing/index.ts';
+import { MeshStore } from '../../src/state/store.ts';
+import { meshText, namespace, service, usesWaypoint, waypointFilter, waypointGateway, type Doc } from '../../test/helpers/mesh.ts';
 import { log } from '../../src/util/log.ts';
 import { FilterChain } from '../../src/pipeline/chain.ts';
 import { ConnectionContext, StreamContext, type ConnectInfo } from '../../src/pipeline/context.ts';
@@ -92,8 +103,8 @@ const req = { headers: {} } as unknown as IncomingMessage;
 const res = { headersSent: false, destroyed: false } as unknown as ServerResponse;
 
 /** One tunnel carrying one request through every phase. Returns a promise only when a phase did. */
-function once(chain: FilterChain): void | Promise<void> {
-  const conn = new ConnectionContext(info, mesh, target, 'HTTP');
+function once(chain: FilterChain, at: { mesh: MeshSnapshot; target: Target } = { mesh, target }): void | Promise<void> {
+  const conn = new ConnectionContext(info, at.mesh, at.target, 'HTTP');
   const r1 = chain.runConnection(conn);
   // The connection manager builds one header list per request (src/inner-http/conn-manager.ts).
   const head = { protocol: 'HTTP/1.1', method: 'GET', path: '/', authority: 'echo', headers: new HeaderList(['host', 'echo', 'user-agent', 'bench', 'accept', '*/*']) };
@@ -113,15 +124,15 @@ function once(chain: FilterChain): void | Promise<void> {
   return r2.then(finish);
 }
 
-async function measure(label: string, chain: FilterChain): Promise<number> {
+async function measure(label: string, chain: FilterChain, at?: { mesh: MeshSnapshot; target: Target }): Promise<number> {
   // Warm-up, then the timed loop.
   for (let i = 0; i < 20_000; i++) {
-    const p = once(chain);
+    const p = once(chain, at);
     if (p) await p;
   }
   const t0 = process.hrtime.bigint();
   for (let i = 0; i < ITERATIONS; i++) {
-    const p = once(chain);
+    const p = once(chain, at);
     if (p) await p;
   }
   const ns = Number(process.hrtime.bigint() - t0) / ITERATIONS;
@@ -138,3 +149,34 @@ process.stdout.write(
   `\n  per filter: ${((four - base) / 4).toFixed(0)} ns (4), ${((sixteen - base) / 16).toFixed(0)} ns (16); ` +
     `one promise-returning phase: +${(fourAsync - four).toFixed(0)} ns\n`,
 );
+
+/** The terminal-only chain with the phase slots, over a mesh whose WaypointFilters are `filters`. */
+async function withExtensions(...filters: Doc[]): Promise<{ chain: FilterChain; at: { mesh: MeshSnapshot; target: Target }; close(): void }> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-chain-'));
+  fs.writeFileSync(
+    path.join(dir, 'noop.ts'),
+    `import { FilterStatus } from 'node-waypoint/filter-api';
+export default { create: () => ({ name: 'noop', onConnection: () => FilterStatus.Continue, onRequestHeaders: () => FilterStatus.Continue,
+  onUpstreamRequest() {}, onResponseHeaders() {}, onStreamComplete() {}, onConnectionComplete() {} }) };
+`,
+  );
+  fs.writeFileSync(
+    path.join(dir, 'mesh.yaml'),
+    meshText(waypointGateway('demo'), namespace('demo', usesWaypoint()), service({ name: 'echo', namespace: 'demo', vip: '10.96.0.10', ports: [{ name: 'http', port: 80 }] }), ...filters),
+  );
+  const extensions = new WaypointExtensions({ filters: [], metrics: new Registry(), phaseTimeoutMs: 10_000 });
+  const store = await MeshStore.open({ meshFile: path.join(dir, 'mesh.yaml'), parts: [ROUTES, extensions.part] });
+  extensions.bind(store);
+  const terminal = new NullRouter();
+  const chain = new FilterChain(withExtensionSlots([terminal], extensionSlots(store)));
+  const at = { mesh: store.current, target: store.current.resolveTarget('10.96.0.10', 80)! };
+  return { chain, at, close: () => (store.close(), fs.rmSync(dir, { recursive: true, force: true })) };
+}
+
+const slotsOnly = await withExtensions();
+const slots = await measure('4 phase slots, nothing attached', slotsOnly.chain, slotsOnly.at);
+slotsOnly.close();
+const user = await withExtensions(waypointFilter('noop', { targetRefs: [{ kind: 'Service', name: 'echo' }], module: './noop.ts' }, 'demo'));
+const oneUser = await measure('1 no-op user filter (WaypointFilter)', user.chain, user.at);
+user.close();
+process.stdout.write(`\n  phase slots: +${(slots - base).toFixed(0)} ns; one no-op user filter: +${(oneUser - slots).toFixed(0)} ns over the slots\n`);

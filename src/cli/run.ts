@@ -59,8 +59,9 @@ export function runCommand(): Command {
           (wp.addresses.readiness ? `  readiness: http://${addr(wp.addresses.readiness)}/healthz/ready\n` : ''),
       );
       onTerminate(() => wp.shutdown());
-      // SIGHUP re-reads the mesh file now (it is also watched), as daemons conventionally do.
-      process.on('SIGHUP', () => void wp.mesh.reload());
+      // SIGHUP re-reads the mesh file now (it is also watched), as daemons conventionally do, and
+      // imports WaypointFilter modules whose code changed (Waypoint.reload).
+      process.on('SIGHUP', () => void wp.reload());
       if (o.pidFile) writePidFile(o.pidFile);
     });
 }

@@ -277,6 +277,17 @@ const schema = z.strictObject({
       enforceOnOriginalIdentity: z.boolean().default(false),
     })
     .prefault({}),
+  /** Filters attached by WaypointFilter resources (user modules; README "Write a filter"). */
+  extensions: z
+    .strictObject({
+      /**
+       * How long a module filter's `onConnection` or `onRequestHeaders` may take when it returns a
+       * promise: past it the request is answered 504 (the tunnel refused), flag `FILTER_TIMEOUT`.
+       * 0 = no deadline. Built-in filters attached the same way have none (a fault delay waits).
+       */
+      phaseTimeoutMs: ms.default(10_000),
+    })
+    .prefault({}),
   /** The ordered HTTP filter chain. The router must come last. */
   filters: z
     .array(filterEntry)

@@ -109,3 +109,16 @@ export interface FilterFactory<C = unknown> {
   parseConfig(raw: unknown): C;
   create(config: C, env: FilterEnv): Filter;
 }
+
+/**
+ * What a filter module (named by a WaypointFilter's `module`) default-exports: a factory as
+ * above, `parseConfig` optional. The module may also export `configSchema`, a zod schema the
+ * WaypointFilter's `config` is validated with first (its output is what `parseConfig` or `create`
+ * gets). `create` runs once per attachment (Gateway, Service, route rule) and again when the
+ * resource's config or the module's code changes.
+ */
+export interface FilterModuleFactory<C = unknown> {
+  readonly name?: string;
+  parseConfig?(raw: unknown): C;
+  create(config: C, env: FilterEnv): Filter;
+}

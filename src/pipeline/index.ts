@@ -12,7 +12,7 @@
  *     return FilterStatus.Continue;
  *   }
  */
-export { FilterStatus, type Filter, type FilterEnv, type FilterFactory, type PhaseResult, type TerminalFilter } from './filter.ts';
+export { FilterStatus, type Filter, type FilterEnv, type FilterFactory, type FilterModuleFactory, type PhaseResult, type TerminalFilter } from './filter.ts';
 export {
   ConnectionContext,
   StreamContext,

@@ -47,6 +47,20 @@ export const ResponseFlag = {
   AuthorizationPolicyDenied: 'DENY',
   /** Refused or reset by the overload manager (buffered-bytes budget: src/pipeline/overload.ts). */
   OverloadManager: 'OM',
+  /** Refused by the local rate limit (`istio.local_ratelimit`, Envoy's `RateLimited`). */
+  RateLimited: 'RL',
+  /** The fault filter delayed the request (Envoy's `DelayInjected`). */
+  DelayInjected: 'DI',
+  /** The fault filter aborted the request (Envoy's `FaultInjected`). */
+  FaultInjected: 'FI',
+  /**
+   * A filter loaded from a WaypointFilter threw (or its promise rejected): answered 500. Envoy has
+   * no flag for this (its filters cannot throw); like ztunnel's `DENY`, a word, so it cannot clash
+   * with a future Envoy flag.
+   */
+  FilterError: 'FILTER_ERROR',
+  /** A WaypointFilter's filter did not finish an asynchronous phase within its deadline: answered 504. */
+  FilterTimeout: 'FILTER_TIMEOUT',
 } as const;
 
 export type ResponseFlagName = (typeof ResponseFlag)[keyof typeof ResponseFlag];
@@ -66,6 +80,7 @@ export const LOCAL_REPLY_STATUS: Readonly<Record<string, number>> = Object.freez
   UAEX: 403,
   SI: 408,
   OM: 503,
+  RL: 429,
 });
 
 /** Response body Envoy writes for each local reply (`<details>` is Envoy's response code details). */
@@ -82,4 +97,6 @@ export const LOCAL_REPLY_BODY: Readonly<Record<string, string>> = Object.freeze(
   SI: 'stream timeout',
   // Envoy's connection manager under `stop_accepting_requests` (conn_manager_impl.cc).
   OM: 'envoy overloaded',
+  // Envoy's local rate limit filter (source/extensions/filters/http/local_ratelimit/local_ratelimit.cc).
+  RL: 'local_rate_limited',
 });

@@ -12,20 +12,36 @@ export interface Slot<T> {
   readonly __type?: T;
 }
 
-let streamSlots = 0;
-let connectionSlots = 0;
-const names = new Set<string>();
+/**
+ * The slot numbering, one per process: a second copy of this module (a filter package that bundles
+ * its own node-waypoint instead of importing the waypoint's filter API) numbers its slots in the
+ * same sequence, so no two keys share an index.
+ */
+const registry = ((globalThis as Record<symbol, unknown>)[Symbol.for('node-waypoint.slots')] ??= {
+  stream: 0,
+  connection: 0,
+  slots: new Map<string, { slot: Slot<unknown>; reusable: boolean }>(),
+}) as { stream: number; connection: number; slots: Map<string, { slot: Slot<unknown>; reusable: boolean }> };
 
-/** Declare a slot. Throws when the name is already taken (two filters must not share a key by accident). */
-export function defineSlot<T>(name: string, lifespan: 'stream' | 'connection'): Slot<T> {
+/**
+ * Declare a slot. Throws when the name is already taken (two filters must not share a key by
+ * accident), unless both declarations say `reusable`: a filter module imported again after its code
+ * changed (WaypointFilter hot reload) declares its slots again and gets the same ones back.
+ */
+export function defineSlot<T>(name: string, lifespan: 'stream' | 'connection', opts: { readonly reusable?: boolean } = {}): Slot<T> {
   const key = `${lifespan}:${name}`;
-  if (names.has(key)) throw new Error(`slot ${key} is already defined`);
-  names.add(key);
-  const index = lifespan === 'stream' ? streamSlots++ : connectionSlots++;
-  return Object.freeze({ name, index, lifespan });
+  const reusable = opts.reusable === true;
+  const existing = registry.slots.get(key);
+  if (existing) {
+    if (reusable && existing.reusable) return existing.slot as Slot<T>;
+    throw new Error(`slot ${key} is already defined`);
+  }
+  const slot: Slot<T> = Object.freeze({ name, index: registry[lifespan]++, lifespan });
+  registry.slots.set(key, { slot, reusable });
+  return slot;
 }
 
 /** Number of slots declared so far, per lifespan (contexts size their arrays from these). */
 export function slotCount(lifespan: 'stream' | 'connection'): number {
-  return lifespan === 'stream' ? streamSlots : connectionSlots;
+  return registry[lifespan];
 }

@@ -7,5 +7,5 @@
  *   waypointConnectHandler({ ..., tcp: new TcpProxy(clusters) });
  */
 export { DEFAULT_ROUTER_OPTIONS, type RetryPolicy, type RouterOptions } from './retry-policy.ts';
-export { ROUTER_FILTER_NAME, routerFactory } from './router.ts';
+export { ROUTER_FILTER_NAME, routerFactory, type RouterHooks } from './router.ts';
 export { TcpProxy } from './tcp-proxy.ts';

@@ -17,8 +17,10 @@
  */
 import type { ServerResponse } from 'node:http';
 import { originalClient } from '../peer/index.ts';
-import { type Target, clusterName } from '../state/index.ts';
+import { type MeshSnapshot, type Target, clusterName } from '../state/index.ts';
 import {
+  downstreamClosed,
+  FilterStatus,
   ResponseFlag,
   type FilterEnv,
   type FilterFactory,
@@ -26,11 +28,12 @@ import {
   OVERLOAD_BODY,
   OVERLOAD_DETAILS,
   type OverloadManager,
+  type PhaseResult,
   sendLocalReply,
   type StreamContext,
   type TerminalFilter,
 } from '../pipeline/index.ts';
-import { applyRequestHeaders, routeRequest, routesFor, type RoutedRequest } from '../routing/index.ts';
+import { applyRequestHeaders, routeRequest, routesFor, type CompiledRule, type RoutedRequest } from '../routing/index.ts';
 import type { ClusterManager } from '../upstream/index.ts';
 import { MirrorSender } from './mirror.ts';
 import { dedicatedKind, expectsContinue, forwardDedicated, restoreUpgradeHeaders } from './dedicated-upstream.ts';
@@ -40,11 +43,20 @@ import { compileRoute, DEFAULT_ROUTER_OPTIONS, RouteSettings, type CompiledRoute
 /** The router's filter name, as Envoy's. */
 export const ROUTER_FILTER_NAME = 'envoy.filters.http.router';
 
+/** What the core may run inside the router. */
+export interface RouterHooks {
+  /**
+   * A route rule was chosen for `stream` (under `mesh`): run the filters attached to it, before the
+   * upstream request is built (src/extensions `runRouteFilters`). StopAndReply: they answered.
+   */
+  readonly onRoute?: (stream: StreamContext, rule: CompiledRule, mesh: MeshSnapshot) => PhaseResult;
+}
+
 /**
  * The router's factory, bound to the core's cluster manager and route options, and to the
  * overload manager's budget (requests count in it; none are refused without one).
  */
-export function routerFactory(clusters: ClusterManager, opts: RouterOptions = DEFAULT_ROUTER_OPTIONS, overload?: OverloadManager): FilterFactory<Record<string, never>> {
+export function routerFactory(clusters: ClusterManager, opts: RouterOptions = DEFAULT_ROUTER_OPTIONS, overload?: OverloadManager, hooks: RouterHooks = {}): FilterFactory<Record<string, never>> {
   return {
     name: ROUTER_FILTER_NAME,
     parseConfig(raw) {
@@ -53,7 +65,7 @@ export function routerFactory(clusters: ClusterManager, opts: RouterOptions = DE
       }
       return {};
     },
-    create: (_config, env) => new Router(clusters, env, new RouteSettings(compileRoute(opts)), overload),
+    create: (_config, env) => new Router(clusters, env, new RouteSettings(compileRoute(opts)), overload, hooks),
   };
 }
 
@@ -65,10 +77,12 @@ class Router implements TerminalFilter {
   private readonly settings: RouteSettings;
   private readonly mirrors: MirrorSender;
   private readonly overload: OverloadManager | undefined;
+  private readonly onRoute: RouterHooks['onRoute'];
 
-  constructor(clusters: ClusterManager, env: FilterEnv, settings: RouteSettings, overload: OverloadManager | undefined) {
+  constructor(clusters: ClusterManager, env: FilterEnv, settings: RouteSettings, overload: OverloadManager | undefined, hooks: RouterHooks) {
     this.clusters = clusters;
     this.overload = overload;
+    this.onRoute = hooks.onRoute;
     this.env = env;
     this.settings = settings;
     this.mirrors = new MirrorSender(clusters);
@@ -133,7 +147,18 @@ class Router implements TerminalFilter {
         }
       }
     }
-    this.send(stream, upstream, route, routed, headers, path, authority);
+    // The chosen rule's own filters (WaypointFilters attached to it) run now, before the upstream request.
+    const ran = routed && this.onRoute ? this.onRoute(stream, routed.rule, mesh) : FilterStatus.Continue;
+    if (typeof ran === 'number') {
+      if (ran === FilterStatus.Continue) this.send(stream, upstream, route, routed, headers, path, authority);
+      return;
+    }
+    ran.then(
+      (status) => {
+        if (status === FilterStatus.Continue && !downstreamClosed(stream)) this.send(stream, upstream, route, routed, headers, path, authority);
+      },
+      () => sendLocalReply(stream, 500, 'internal error in filter chain', ResponseFlag.None, 'filter_chain_failed'),
+    );
   }
 
   /**
@@ -167,6 +192,8 @@ class Router implements TerminalFilter {
       if (answer) (stream.res as ServerResponse).writeContinue();
     }
     stream.chain.runUpstreamRequest(stream, headers);
+    // A filter answered in its upstream-request phase (a WaypointFilter that threw): nothing goes upstream.
+    if (stream.responseCode !== 0) return;
     if (dedicated) {
       const r = {
         kind: dedicated,

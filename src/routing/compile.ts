@@ -29,7 +29,7 @@ import { BackendResolver } from './backends.ts';
 import { comparePrecedence } from './match.ts';
 import { parseRoute, type ParsedRoute } from './route-parse.ts';
 import type { ParentRefDoc } from './route-schema.ts';
-import type { CompiledMatch, RouteTable, ServicePortRoutes } from './types.ts';
+import type { CompiledMatch, CompiledRule, RouteTable, ServicePortRoutes } from './types.ts';
 
 const GATEWAY_GROUP = 'gateway.networking.k8s.io';
 const ISTIO_GROUP = 'networking.istio.io';
@@ -43,6 +43,8 @@ export interface CompiledRoutes {
   readonly rejected: readonly { readonly route: string; readonly reason: string }[];
   /** The routes of a service target, or undefined when none attach (the default route applies). One Map lookup. */
   forTarget(target: Target): ServicePortRoutes | undefined;
+  /** The rules of a valid route (`HTTPRoute/<ns>/<name>`), in rule order; undefined for no such route. */
+  rulesOf(route: string): readonly CompiledRule[] | undefined;
 }
 
 /** Collected routes of one service port before tables are built. */
@@ -132,6 +134,10 @@ export function compileRoutes(snapshot: MeshSnapshot): CompiledRoutes {
     }
   }
 
+  // Every match of a rule points at the same frozen rule object: its rules, deduplicated in order.
+  const rules = new Map<string, readonly CompiledRule[]>();
+  for (const route of parsed) rules.set(route.ref, Object.freeze([...new Set(route.matches.map((m) => m.rule))]));
+
   const tables = new Map<Service, Map<number, ServicePortRoutes>>();
   for (const [service, perPort] of byService) {
     const out = new Map<number, ServicePortRoutes>();
@@ -148,6 +154,7 @@ export function compileRoutes(snapshot: MeshSnapshot): CompiledRoutes {
     routes: Object.freeze(parsed.map((r) => r.ref)),
     rejected: Object.freeze(rejected),
     forTarget: (target: Target) => (target.kind === 'service' ? tables.get(target.service)?.get(target.port.port) : undefined),
+    rulesOf: (route: string) => rules.get(route),
   });
   return compiled;
 }

@@ -10,9 +10,10 @@
  * longer than `timeouts.request`. A route breaking them is what istiod reports `Accepted=False` and
  * does not program: the caller ignores it with the error logged.
  *
- * Filters the waypoint cannot apply (ExtensionRef, CORS, ExternalAuth, unknown types) do not
- * invalidate the route: the rule answers 500, as the spec requires when a filter cannot be
- * honoured. Invalid backends (unknown service, missing port, cross-namespace without a
+ * Filters the waypoint cannot apply (CORS, ExternalAuth, unknown types, an ExtensionRef to anything
+ * but a WaypointFilter) do not invalidate the route: the rule answers 500, as the spec requires
+ * when a filter cannot be honoured. An ExtensionRef to a WaypointFilter is kept by name for the
+ * extensions engine (src/extensions), which runs it when the rule is chosen. Invalid backends (unknown service, missing port, cross-namespace without a
  * ReferenceGrant) keep their weight and answer 500 for their share.
  */
 import { ConfigError, log } from '../util/index.ts';
@@ -94,8 +95,13 @@ interface RuleContext {
   readonly fail: Fail;
 }
 
+/** The kind an HTTPRoute/GRPCRoute `ExtensionRef` filter may name (src/extensions). */
+const WAYPOINT_FILTER_GROUP = 'extensions.node-waypoint.dev';
+const WAYPOINT_FILTER_KIND = 'WaypointFilter';
+
 /** A rule of either kind (GRPCRoute rules have no timeouts or retry). */
 interface RuleDoc {
+  readonly name?: string | null;
   readonly matches?: readonly (HttpMatchDoc | GrpcMatchDoc)[] | null;
   readonly filters?: readonly FilterDoc[] | null;
   readonly backendRefs?: readonly BackendRefDoc[] | null;
@@ -124,6 +130,7 @@ function compileRule(doc: RuleDoc, index: number, ctx: RuleContext): CompiledMat
   let redirect: Redirect | undefined;
   let rewrite: Rewrite | undefined;
   let filterError: string | undefined;
+  const extensionRefs: string[] = [];
   const mirrors: Mirror[] = [];
   const seen = new Set<string>();
   const matchDocs = doc.matches && doc.matches.length > 0 ? doc.matches : [{}];
@@ -183,6 +190,15 @@ function compileRule(doc: RuleDoc, index: number, ctx: RuleContext): CompiledMat
         mirrors.push({ backend: b, fraction });
         break;
       }
+      case 'ExtensionRef': {
+        // A LocalObjectReference: only this waypoint's own WaypointFilter kind can be honoured; the
+        // extensions engine resolves the name (a missing one makes the rule answer 500 there).
+        const ref = f.extensionRef as { group?: unknown; kind?: unknown; name?: unknown };
+        if (typeof ref !== 'object' || ref === null || typeof ref.name !== 'string' || ref.name === '') fail([...fat, 'extensionRef', 'name'], 'is required');
+        if (ref.group === WAYPOINT_FILTER_GROUP && ref.kind === WAYPOINT_FILTER_KIND) extensionRefs.push(ref.name as string);
+        else filterError ??= `ExtensionRef to ${String(ref.kind)} of group ${JSON.stringify(ref.group ?? '')} is not supported by this waypoint (only ${WAYPOINT_FILTER_KIND} of ${WAYPOINT_FILTER_GROUP})`;
+        break;
+      }
       default:
         filterError ??= `filter ${f.type} is not supported by this waypoint`;
     }
@@ -218,7 +234,9 @@ function compileRule(doc: RuleDoc, index: number, ctx: RuleContext): CompiledMat
   const rule: CompiledRule = Object.freeze({
     route: ctx.ref,
     index,
+    name: doc.name ?? undefined,
     filterError,
+    extensionRefs: Object.freeze(extensionRefs),
     redirect,
     rewrite,
     requestHeaders,

@@ -111,11 +111,15 @@ export interface CompiledRule {
   /** `HTTPRoute/<ns>/<name>` or `GRPCRoute/<ns>/<name>`. */
   readonly route: string;
   readonly index: number;
+  /** `rules[].name` (Gateway API v1.2+): what a policy's `sectionName` names the rule by. */
+  readonly name: string | undefined;
   /**
-   * Set when the rule uses a filter this waypoint cannot apply (ExtensionRef, unknown types): its
-   * requests answer 500, as the spec requires of filters that cannot be honoured.
+   * Set when the rule uses a filter this waypoint cannot apply (CORS, unknown types, an ExtensionRef
+   * to another kind): its requests answer 500, as the spec requires of filters that cannot be honoured.
    */
   readonly filterError: string | undefined;
+  /** Names of the WaypointFilters (rule's namespace) its `ExtensionRef` filters name, in order. */
+  readonly extensionRefs: readonly string[];
   readonly redirect: Redirect | undefined;
   readonly rewrite: Rewrite | undefined;
   readonly requestHeaders: HeaderModifier | undefined;

@@ -12,7 +12,8 @@
  * - the app hands the list of parts it runs with to the store (`MeshStore.open({ parts })`);
  * - the store compiles the snapshot and every part before it swaps (an invalid part refuses the
  *   whole update, naming file, line, object and field), then runs the parts' `publish` hooks,
- *   then tells its subscribers;
+ *   then tells its subscribers; a part with asynchronous work to do first (`load`: importing the
+ *   modules of WaypointFilters) is waited for just before its compile;
  * - readers call `snapshot.part(AUTHZ)`: a lookup, never a compile. A part the snapshot was not
  *   compiled with is a programming error and throws.
  */
@@ -21,6 +22,8 @@ import type { MeshPart, MeshSnapshot, PartBinding } from './types.ts';
 
 /** How a part is compiled and published (see `MeshPart`). */
 export interface PartSpec<T> {
+  /** Asynchronous work before `compile` (see `MeshPart.load`). */
+  load?(snapshot: MeshSnapshot): Promise<void> | undefined;
   /** Compile the part (omit for a part its owner must bind with `with`). */
   compile?(snapshot: MeshSnapshot): T;
   publish?(value: T, snapshot: MeshSnapshot): void;
@@ -30,12 +33,13 @@ export interface PartSpec<T> {
 
 /** Define a compiled part named `name` (a new key: readers look it up with this object or its bindings). */
 export function definePart<T>(name: string, spec: PartSpec<T> = {}): MeshPart<T> {
-  return bind<T>({ name }, name, spec.compile?.bind(spec), spec.publish?.bind(spec), spec.refusal);
+  return bind<T>({ name }, name, spec.load?.bind(spec), spec.compile?.bind(spec), spec.publish?.bind(spec), spec.refusal);
 }
 
 function bind<T>(
   key: object,
   name: string,
+  load: ((s: MeshSnapshot) => Promise<void> | undefined) | undefined,
   compile: ((s: MeshSnapshot) => T) | undefined,
   publish: ((v: T, s: MeshSnapshot) => void) | undefined,
   refusal: string | undefined,
@@ -43,9 +47,10 @@ function bind<T>(
   const part: MeshPart<T> = {
     name,
     key,
+    load,
     compile,
     refusal,
-    with: (how: PartBinding<T>) => bind(key, name, how.compile.bind(how), how.publish?.bind(how) ?? publish, refusal),
+    with: (how: PartBinding<T>) => bind(key, name, how.load?.bind(how) ?? load, how.compile.bind(how), how.publish?.bind(how) ?? publish, refusal),
   };
   if (publish) part.publish = publish;
   return Object.freeze(part);
@@ -76,6 +81,20 @@ export function* compilePartsStepwise(snapshot: MeshSnapshot, parts: readonly Me
     if (into.has(p.key)) throw new Error(`mesh part ${p.name} is listed twice`);
     if (!p.compile) throw new Error(`mesh part ${p.name} has no compiler: bind it with .with({ compile }) before giving it to the store`);
     let value: unknown;
+    let pending: Promise<void> | undefined;
+    try {
+      pending = p.load?.(snapshot);
+    } catch (err) {
+      throw new PartCompileError(p, err);
+    }
+    if (pending) {
+      // The runner waits for the promise (runInSlices); its outcome is read after resuming.
+      const outcome: { failed?: { err: unknown } } = {};
+      yield pending.then(undefined, (err: unknown) => {
+        outcome.failed = { err };
+      });
+      if (outcome.failed) throw new PartCompileError(p, outcome.failed.err);
+    }
     try {
       value = p.compile(snapshot);
     } catch (err) {

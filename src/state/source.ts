@@ -48,6 +48,7 @@ const KINDS_BY_GROUP: ReadonlyMap<string, ReadonlySet<string>> = new Map(
     'security.istio.io': 'AuthorizationPolicy PeerAuthentication RequestAuthentication',
     'telemetry.istio.io': 'Telemetry',
     'extensions.istio.io': 'WasmPlugin',
+    'extensions.node-waypoint.dev': 'WaypointFilter',
   }).map(([group, kinds]) => [group, new Set(kinds.split(' '))]),
 );
 
@@ -56,6 +57,9 @@ const HINT_KINDS: ReadonlyMap<string, ReadonlySet<string>> = new Map([
   ...KINDS_BY_GROUP,
   ['gateway.networking.k8s.io', new Set(['Gateway', 'GatewayClass', 'HTTPRoute', 'GRPCRoute', 'ReferenceGrant', 'TCPRoute', 'TLSRoute', 'UDPRoute', 'BackendTLSPolicy'])],
 ]);
+
+/** The version a hint names for groups whose kinds are not served as `v1`. */
+const HINT_VERSION: Readonly<Record<string, string>> = { autoscaling: 'v2', 'extensions.istio.io': 'v1alpha1', 'extensions.node-waypoint.dev': 'v1alpha1' };
 
 /** Levenshtein distance, for "did you mean". */
 function distance(a: string, b: string): number {
@@ -75,7 +79,7 @@ function unknownKind(apiVersion: string, kind: string): string | undefined {
   const kinds = KINDS_BY_GROUP.get(group);
   if (!kinds || kinds.has(kind)) return undefined;
   const base = `no matches for kind "${kind}" in version "${apiVersion}"`;
-  const elsewhere = [...HINT_KINDS].filter(([, ks]) => ks.has(kind)).map(([g]) => `apiVersion: ${g === '' ? 'v1' : `${g}/${g === 'autoscaling' ? 'v2' : 'v1'}`}`);
+  const elsewhere = [...HINT_KINDS].filter(([, ks]) => ks.has(kind)).map(([g]) => `apiVersion: ${g === '' ? 'v1' : `${g}/${HINT_VERSION[g] ?? 'v1'}`}`);
   if (elsewhere.length) return `${base} (${kind} is \`${elsewhere.join('` or `')}\`)`;
   let best: string | undefined;
   let bestDistance = Infinity;

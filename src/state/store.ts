@@ -130,6 +130,8 @@ export class MeshStore {
   /** Delay of the next retry of a refused update (doubles while the input stays refused), and whether a reload is one. */
   #retryMs = 0;
   #retrying = false;
+  /** The next reload compiles even unchanged files (`reload({ force: true })`). */
+  #force = false;
   #closed = false;
   #live: LiveState | undefined;
 
@@ -262,10 +264,13 @@ export class MeshStore {
    * compile. Unchanged files are logged (`mesh: unchanged, keeping version N`) and nothing is
    * published; on failure logs an error and keeps the current snapshot. Concurrent calls are
    * coalesced. A live store recompiles ({@link refresh}). No-op for stores made by {@link fromText}.
+   * `force` compiles (and publishes) even unchanged files: parts that read more than the files
+   * (WaypointFilter modules, re-imported when their code changed) are brought up to date on SIGHUP.
    */
-  reload(): Promise<void> {
+  reload(opts: { readonly force?: boolean } = {}): Promise<void> {
     if (this.#live) return this.refresh();
     if (!this.#opts || this.#closed) return Promise.resolve();
+    if (opts.force) this.#force = true;
     if (this.#reloading) {
       this.#reloadAgain = true;
       return this.#reloading;
@@ -275,9 +280,11 @@ export class MeshStore {
         this.#reloadAgain = false;
         const settle = this.#settle;
         const retry = this.#retrying;
+        const force = this.#force;
         this.#settle = false;
         this.#retrying = false;
-        await this.#reloadOnce(this.#opts!, settle, retry);
+        this.#force = false;
+        await this.#reloadOnce(this.#opts!, settle, retry, force);
       } while (this.#reloadAgain && !this.#closed);
     };
     this.#reloading = run().finally(() => {
@@ -292,7 +299,7 @@ export class MeshStore {
     return this.reload();
   }
 
-  async #reloadOnce(opts: MeshStoreOptions, settle: boolean, retry = false): Promise<void> {
+  async #reloadOnce(opts: MeshStoreOptions, settle: boolean, retry = false, force = false): Promise<void> {
     const prev = this.#current;
     const quietMs = opts.debounceMs ?? 100;
     const known = (key: string) => key === this.#lastInput || key === this.#lastRefused;
@@ -309,11 +316,11 @@ export class MeshStore {
       key = read.key;
       // A retry that finds nothing new says so at debug level only (it runs again and again).
       const say = retry || opts.quiet ? log.debug.bind(log) : log.info.bind(log);
-      if (key === this.#lastInput) {
+      if (key === this.#lastInput && !force) {
         say({ file: opts.meshFile, version: prev.version }, `mesh: unchanged, keeping version ${prev.version}`);
         return;
       }
-      if (key === this.#lastRefused) {
+      if (key === this.#lastRefused && !force) {
         say({ file: opts.meshFile, version: prev.version }, `mesh: unchanged since the refused update, keeping version ${prev.version}`);
         this.#refused(key, quietMs);
         return;

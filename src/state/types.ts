@@ -271,6 +271,13 @@ export interface MeshPart<T> {
    */
   readonly compile: ((snapshot: MeshSnapshot) => T) | undefined;
   /**
+   * Asynchronous work the compile needs first (importing the modules WaypointFilters name): called
+   * just before `compile` with the same snapshot; undefined when there is nothing to wait for. A
+   * rejection refuses the snapshot like a throwing `compile`. Only stores that compile in slices
+   * (`MeshStore.open`) can wait; a synchronous compile refuses a part that returns a promise.
+   */
+  readonly load: ((snapshot: MeshSnapshot) => Promise<void> | undefined) | undefined;
+  /**
    * Bring runtime state in line with the part of a snapshot just published (before the store's
    * subscribers are told): circuit breakers, outlier detectors, caches kept across snapshots.
    */
@@ -283,6 +290,7 @@ export interface MeshPart<T> {
 
 /** How a part's owner compiles (and publishes) it: see {@link MeshPart.with}. */
 export interface PartBinding<T> {
+  load?(snapshot: MeshSnapshot): Promise<void> | undefined;
   compile(snapshot: MeshSnapshot): T;
   publish?(value: T, snapshot: MeshSnapshot): void;
 }

@@ -4,17 +4,31 @@
  * between them ({@link runInSlices}): the mesh compile uses the second on a running waypoint so
  * that a huge mesh file does not stall the traffic it serves (one slice ≈ one YAML document or
  * one object), and the first where a caller needs the answer synchronously (tests, inline meshes).
+ * A step may also yield a promise (a part loading filter modules): {@link runInSlices} waits for
+ * it, {@link runNow} cannot and throws.
  */
 import { setImmediate as nextTurn } from 'node:timers/promises';
 
-/** A computation that may pause at each `yield` and finally returns a `T`. */
-export type Stepwise<T> = Generator<void, T, void>;
+/**
+ * A computation that may pause at each `yield` and finally returns a `T`. A step that yields a
+ * promise asks to be resumed once it settled (the promise must not reject: the step reads its own
+ * outcome after resuming).
+ */
+export type Stepwise<T> = Generator<void | Promise<unknown>, T, void>;
 
-/** Run `steps` to the end now and return its result (throws what it throws). */
+/**
+ * Run `steps` to the end now and return its result (throws what it throws).
+ * @throws Error when a step must wait for a promise (run it with {@link runInSlices}).
+ */
 export function runNow<T>(steps: Stepwise<T>): T {
   for (;;) {
     const r = steps.next();
     if (r.done) return r.value;
+    if (r.value !== undefined) {
+      // Close the computation (its `finally` blocks run); the promise never rejects, so it can be left.
+      steps.return(undefined as T);
+      throw new Error('this computation waits for asynchronous work (e.g. loading WaypointFilter modules) and cannot run synchronously: use runInSlices (MeshStore.open)');
+    }
   }
 }
 
@@ -30,7 +44,10 @@ export async function runInSlices<T>(steps: Stepwise<T>, sliceMs = DEFAULT_SLICE
   for (;;) {
     const r = steps.next();
     if (r.done) return r.value;
-    if (performance.now() - start >= sliceMs) {
+    if (r.value !== undefined) {
+      await r.value;
+      start = performance.now();
+    } else if (performance.now() - start >= sliceMs) {
       await nextTurn();
       start = performance.now();
     }

@@ -159,6 +159,11 @@ export function route(name: string, ns: string, spec: object | string, opts: { k
   return { apiVersion: 'gateway.networking.k8s.io/v1', kind: opts.kind ?? 'HTTPRoute', metadata: meta(name, ns, opts.labels), spec: specOf(spec) };
 }
 
+/** A WaypointFilter (`extensions.node-waypoint.dev/v1alpha1`; namespace `foo` unless given) whose `spec` is given whole. */
+export function waypointFilter(name: string, spec: object | string, ns = 'foo'): Doc {
+  return { apiVersion: 'extensions.node-waypoint.dev/v1alpha1', kind: 'WaypointFilter', metadata: meta(name, ns), spec: specOf(spec) };
+}
+
 /** `parentRefs` to Service `<ns>/<name>` port `port`. */
 export const parentService = (name: string, ns: string, port: number) => [{ group: '', kind: 'Service', name, namespace: ns, port }];
 

@@ -85,6 +85,7 @@ const ENVOY_STATUS: Record<string, number> = {
   UAEX: 403,
   SI: 408, // stream idle timeout: "stream timeout"
   OM: 503, // stop_accepting_requests: "envoy overloaded" (conn_manager_impl.cc)
+  RL: 429, // local rate limit: "local_rate_limited" (local_ratelimit.cc; status TooManyRequests by default)
 };
 
 describe('LOCAL_REPLY_STATUS', () => {

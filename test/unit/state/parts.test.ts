@@ -173,3 +173,65 @@ describe('the store compiles every part before it publishes', () => {
     expect(seen.compiled).toEqual([1]);
   });
 });
+
+describe('parts that load asynchronously before they compile', () => {
+  /** A part whose `load` resolves (or rejects with `fail`) before its compile reads what it loaded. */
+  function loadingPart() {
+    const seen = { loaded: [] as number[], fail: undefined as string | undefined };
+    const loaded = new WeakMap<MeshSnapshot, string>();
+    const part = definePart<string>('loading', {
+      load: (s) =>
+        new Promise<void>((resolve, reject) =>
+          setTimeout(() => {
+            if (seen.fail) return reject(new ConfigError(seen.fail, { object: 'Test/load' }));
+            seen.loaded.push(s.version);
+            loaded.set(s, `loaded for ${s.version}`);
+            resolve();
+          }, 5),
+        ),
+      compile: (s) => loaded.get(s) ?? 'compiled without its load',
+      refusal: 'invalid loading part',
+    });
+    return { part, seen };
+  }
+
+  test('the store waits for the load, then compiles; a synchronous compile refuses such a part', async () => {
+    const file = join(dir, 'mesh.yaml');
+    await writeFile(file, GATEWAY);
+    const { part, seen } = loadingPart();
+    store = await MeshStore.open({ meshFile: file, parts: [part] });
+    expect(store.current.part(part)).toBe('loaded for 1');
+    expect(seen.loaded).toEqual([1]);
+    expect(() => compileMesh({ text: GATEWAY, file: 'm.yaml', parts: [part] })).toThrow(/waits for asynchronous work/);
+  });
+
+  test('a load that fails refuses the start and a reload, as a compile error does', async () => {
+    const file = join(dir, 'mesh.yaml');
+    await writeFile(file, GATEWAY);
+    const { part, seen } = loadingPart();
+    seen.fail = 'cannot load';
+    const err = await MeshStore.open({ meshFile: file, parts: [part] }).catch((e: unknown) => e);
+    expect(String(err)).toBe(`${file}: Test/load: cannot load`);
+    seen.fail = undefined;
+    store = await MeshStore.open({ meshFile: file, parts: [part] });
+    const errors: string[] = [];
+    vi.spyOn(log, 'error').mockImplementation(((_o: unknown, msg?: string) => void errors.push(String(msg))) as typeof log.error);
+    seen.fail = 'still cannot';
+    await writeFile(file, GATEWAY + service('10.96.0.10'));
+    await store.reload();
+    expect(errors).toEqual(['mesh: reload refused, keeping version 1: invalid loading part: Test/load: still cannot']);
+    expect(store.current.version).toBe(1);
+  });
+
+  test('reload({ force: true }) compiles unchanged files again (SIGHUP: WaypointFilter modules may have changed)', async () => {
+    const file = join(dir, 'mesh.yaml');
+    await writeFile(file, GATEWAY);
+    const { part, seen } = loadingPart();
+    store = await MeshStore.open({ meshFile: file, parts: [part] });
+    await store.reload();
+    expect(store.current.version).toBe(1);
+    await store.reload({ force: true });
+    expect(store.current.version).toBe(2);
+    expect(seen.loaded).toEqual([1, 2]);
+  });
+});
