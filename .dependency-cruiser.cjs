@@ -29,7 +29,7 @@ const LAYERS = {
   listener: ['util', 'identity', 'state', 'pipeline', 'netpol', 'telemetry', 'hbone', 'inner-http'], // CONNECT → filter chain
   ztunnel: ['util', 'identity', 'state', 'pipeline', 'peer', 'authz', 'netpol', 'hbone', 'upstream'], // tunnel/inbound role stand-ins
   admin: ['util', 'state', 'routing', 'telemetry', 'upstream'], // admin server (stats, config_dump)
-  deploy: [], // the Kubernetes objects of a namespace waypoint (waypoint generate, deploy/base)
+  deploy: ['kube'], // the Kubernetes objects of a namespace waypoint (waypoint generate, deploy/base); RBAC from kube's watched kinds
 };
 // Above the table: src/app.ts (wires the waypoint) < src/demo/ < src/cli/, which may import every
 // layer's entry.
