@@ -26,6 +26,15 @@ interface RunOptions {
   drainTimeout?: number;
 }
 
+/**
+ * The usage check commander cannot express: one of `--mesh` and `--cluster` is required (its
+ * `conflicts()` refuses both). A usage error (exit 2); run before any action hook (program.ts).
+ */
+export function checkRunUsage(cmd: Command): void {
+  const o = cmd.opts<RunOptions>();
+  if (!o.mesh && !o.cluster) cmd.error('error: one of --mesh <file> (standalone) or --cluster (in a Kubernetes cluster) is required', { exitCode: 2, code: 'waypoint.missingMode' });
+}
+
 /** The `run` command. Config errors propagate as ConfigError (printed as `file:line: ...`, exit 1). */
 export function runCommand(): Command {
   return new Command('run')
@@ -44,11 +53,6 @@ export function runCommand(): Command {
     .option('--pid-file <file>', "write the waypoint's PID here once it is listening (removed on exit)")
     .addOption(new Option('--drain-delay <time>', 'on SIGTERM: readiness false at once, new tunnels still accepted this long (drain.delayMs, default 5s)').argParser(durationFlag))
     .addOption(new Option('--drain-timeout <time>', 'then GOAWAY: in-flight requests and tunnels get this long (drain.timeoutMs, default 5s)').argParser(durationFlag))
-    .hook('preAction', (cmd) => {
-      const o = cmd.opts<RunOptions>();
-      // A usage error (exit 2): commander's conflicts() covers both given, this covers neither.
-      if (!o.mesh && !o.cluster) cmd.error('error: one of --mesh <file> (standalone) or --cluster (in a Kubernetes cluster) is required', { exitCode: 2, code: 'waypoint.missingMode' });
-    })
     .action(async (o: RunOptions) => {
       const flags: ListenFlag[] = [];
       for (const [flag, value] of [['--hbone', o.hbone], ['--admin', o.admin], ['--readiness', o.readiness]] as const) {
