@@ -6,7 +6,7 @@
  */
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { RenewalOptions } from './identity/index.ts';
-import { DEFAULT_ISTIOD_ADDRESS, parseIstiodAddress, xdsNodeFromEnv, type XdsNode } from './istiod/index.ts';
+import { DEFAULT_ISTIOD_ADDRESS, nodeMetadataFromEnv, parseIstiodAddress, xdsNode, type XdsNode } from './istiod/index.ts';
 import type { WatchRetry } from './kube/index.ts';
 import { normalizeIp } from './state/index.ts';
 import type { BackoffSettings } from './util/index.ts';
@@ -87,14 +87,15 @@ export function clusterSettingsFromEnv(flags: ClusterFlags = {}, env: Env = proc
   const serviceAccount = env.SERVICE_ACCOUNT!.trim();
   const gateway = flags.gateway ?? `${podNamespace}/${serviceAccount}`;
   if (!/^[^/\s]+\/[^/\s]+$/.test(gateway)) throw new Error(`--gateway ${JSON.stringify(gateway)}: expected NAMESPACE/NAME of the waypoint's Gateway`);
+  const podName = env.POD_NAME!.trim();
   let node: XdsNode;
   try {
-    node = xdsNodeFromEnv(env);
+    node = xdsNode({ instanceIp, podName, podNamespace, nodeName: env.NODE_NAME ?? '', metadata: nodeMetadataFromEnv(env) });
   } catch (err) {
     throw new Error(`--cluster: ${(err as Error).message}`, { cause: err });
   }
   return {
-    podName: env.POD_NAME!.trim(),
+    podName,
     podNamespace,
     instanceIp,
     serviceAccount,
