@@ -39,8 +39,8 @@ export function checkRunUsage(cmd: Command): void {
 export function runCommand(): Command {
   return new Command('run')
     .description('run the waypoint: HBONE listener, filter chain, HBONE upstream')
-    .addOption(new Option('--mesh <file>', 'standalone: mesh state from multi-document YAML of Namespace, Service, Pod, ServiceEntry, WorkloadEntry, Gateway, istio ConfigMap, policies (watched)').conflicts('cluster'))
-    .addOption(new Option('--cluster', 'in a Kubernetes cluster: identity and workloads from istiod, policies and routes from the Kubernetes API (env of Istio\'s waypoint pod template)'))
+    .addOption(new Option('--mesh <file>', 'mesh state: multi-document YAML of Namespace, Service, Pod, ServiceEntry, WorkloadEntry, Gateway, istio ConfigMap, policies (watched); standalone, with a local CA (required: this or --cluster)').conflicts('cluster'))
+    .addOption(new Option('--cluster', "in a Kubernetes cluster: identity and workloads from istiod, policies and routes from the Kubernetes API, settings from the env of Istio's waypoint pod template (required: this or --mesh)"))
     .option('--config <file>', 'bootstrap config (waypoint.yaml): listeners, filters, limits, timeouts')
     .addOption(new Option('--mesh-config <file>', 'with --mesh: Istio MeshConfig YAML (overrides the istio ConfigMap in the mesh file)').conflicts('cluster'))
     .addOption(new Option('--ca-dir <dir>', 'with --mesh: mesh CA directory with root-cert.pem and root-key.pem (default: the state directory CA, created on first use)').conflicts('cluster'))
