@@ -1,6 +1,8 @@
 /**
  * Composition root of `waypoint run`: mesh state, identity, the HBONE listener, the filter chain,
- * the upstream, and the admin/readiness servers, wired together. {@link Waypoint.start} returns a
+ * the upstream, and the admin/readiness servers, wired together. The mesh store and certificate
+ * come from the mode's sources (file-sources.ts: a mesh file and a local CA; cluster-sources.ts:
+ * istiod and the Kubernetes API); the rest is one path for both. {@link Waypoint.start} returns a
  * handle with the bound addresses and a graceful {@link Waypoint.shutdown}.
  */
 import os from 'node:os';
@@ -16,7 +18,7 @@ import { PEER_AUTHENTICATION } from './ztunnel/index.ts';
 import { EXT_AUTHZ_PROVIDERS, ExtAuthzClient, createExtAuthzHook } from './ext-authz/index.ts';
 import { ConfigError, log } from './util/index.ts';
 import { HboneSessionPool, HboneServer } from './hbone/index.ts';
-import { LocalCa, defaultCaDir, parseTtl, WorkloadCertificate } from './identity/index.ts';
+import { parseTtl, type WorkloadCertificate } from './identity/index.ts';
 import { InnerHttpServer } from './inner-http/index.ts';
 import { refuseDownstreamPeer, waypointConnectHandler } from './listener/index.ts';
 import { FilterChain, type Filter, type FilterEnv, type FilterFactory, FilterRegistry, OverloadManager, type OverloadSettings } from './pipeline/index.ts';
@@ -24,27 +26,41 @@ import { extensionSlots, extensionsFor, runRouteFilters, WaypointExtensions, wit
 import { NETWORK_POLICIES } from './netpol/index.ts';
 import { routerFactory, TcpProxy } from './router/index.ts';
 import { compileDestinationRules, DESTINATION_RULES, destinationRulesFor, ROUTES, type LbAlgorithm } from './routing/index.ts';
-import { MeshStore, type MeshPart } from './state/index.ts';
+import type { MeshPart, MeshStore } from './state/index.ts';
 import { AccessLogFilter, AccessLogSinks, createMetricsRegistry, registerOverloadMetrics } from './telemetry/index.ts';
 import { TELEMETRY, TracingRuntime } from './tracing/index.ts';
 import { ClusterManager, ClusterTable, SidecarTransport } from './upstream/index.ts';
 import { waypointSelf } from './peer/index.ts';
 import { attachableFilters, registerBuiltinFilters } from '../filters/index.ts';
 import { AUTHZ_FILTER_NAME } from '../filters/authz/index.ts';
+import { openClusterSources } from './cluster-sources.ts';
+import type { ClusterSettings } from './cluster-env.ts';
+import { openFileSources } from './file-sources.ts';
+import { refuseIdentityChange, type SourceContext, type SourceOrigin, type WaypointSources } from './sources.ts';
 
-/** Inputs of {@link Waypoint.start}: the bootstrap config plus where mesh state and the CA come from. */
+export { clusterSettingsFromEnv, DEFAULT_ROOT_CERT_FILE, DEFAULT_TOKEN_FILE, type ClusterFlags, type ClusterSettings } from './cluster-env.ts';
+export type { SourceOrigin } from './sources.ts';
+
+/**
+ * Inputs of {@link Waypoint.start}: the bootstrap config plus where mesh state and the certificate
+ * come from: `meshFile` (standalone, with a local CA) or `cluster` (istiod and the Kubernetes API).
+ */
 export interface WaypointOptions {
   readonly bootstrap: BootstrapConfig;
-  /** Mesh YAML (Kubernetes + Istio objects). Watched for changes. */
-  readonly meshFile: string;
-  /** MeshConfig YAML; overrides the `istio` ConfigMap of the mesh file. */
+  /** Standalone: mesh YAML (Kubernetes + Istio objects). Watched for changes. */
+  readonly meshFile?: string;
+  /** Standalone: MeshConfig YAML; overrides the `istio` ConfigMap of the mesh file. */
   readonly meshConfigFile?: string;
-  /** `namespace/name` of the waypoint Gateway when the mesh file has several. */
+  /** Standalone: `namespace/name` of the waypoint Gateway when the mesh file has several. */
   readonly gateway?: string;
-  /** CA directory (root-cert.pem, root-key.pem). Default: `<state dir>/ca`, created on first use. */
+  /** Standalone: CA directory (root-cert.pem, root-key.pem). Default: `<state dir>/ca`, created on first use. */
   readonly caDir?: string;
-  /** Watch the mesh file (default true). */
+  /** Standalone: watch the mesh file (default true). */
   readonly watch?: boolean;
+  /** In a cluster: istiod, the Kubernetes API and the pod's identity (see cluster-env.ts). */
+  readonly cluster?: ClusterSettings;
+  /** Aborts the wait for the sources (a shutdown before the waypoint was ready). */
+  readonly signal?: AbortSignal;
   /** The bootstrap file the config came from, for error messages. */
   readonly configFile?: string;
   /** Extra filter factories to register (embedding and tests), usable by name in `bootstrap.filters`. */
@@ -63,9 +79,10 @@ export class Waypoint {
   readonly addresses: WaypointAddresses;
   readonly mesh: MeshStore;
   readonly certificate: WorkloadCertificate;
-  readonly caDir: string;
-  readonly caCreated: boolean;
+  /** Where the mesh state and the certificate come from. */
+  readonly origin: SourceOrigin;
   readonly metrics: Registry;
+  private readonly sources: WaypointSources;
   private readonly hbone: HboneServer;
   private readonly admin: AdminServer;
   private readonly readiness: AdminServer | undefined;
@@ -84,10 +101,7 @@ export class Waypoint {
 
   private constructor(parts: {
     addresses: WaypointAddresses;
-    mesh: MeshStore;
-    certificate: WorkloadCertificate;
-    caDir: string;
-    caCreated: boolean;
+    sources: WaypointSources;
     metrics: Registry;
     hbone: HboneServer;
     admin: AdminServer;
@@ -103,10 +117,10 @@ export class Waypoint {
     extensions: WaypointExtensions;
   }) {
     this.addresses = parts.addresses;
-    this.mesh = parts.mesh;
-    this.certificate = parts.certificate;
-    this.caDir = parts.caDir;
-    this.caCreated = parts.caCreated;
+    this.sources = parts.sources;
+    this.mesh = parts.sources.mesh;
+    this.certificate = parts.sources.certificate;
+    this.origin = parts.sources.origin;
     this.metrics = parts.metrics;
     this.hbone = parts.hbone;
     this.admin = parts.admin;
@@ -123,12 +137,23 @@ export class Waypoint {
   }
 
   /**
-   * Load state, obtain the waypoint's certificate and start listening. Throws {@link ConfigError}
-   * for invalid input (including a CA whose trust domain differs from the mesh's) and the
-   * listen error (e.g. EADDRINUSE) when an address is taken; nothing is left running then.
+   * Listen on the admin and readiness servers (not ready yet), open the mode's sources (the mesh
+   * file and a local CA, or istiod and the Kubernetes API: {@link WaypointOptions.cluster}), then
+   * build the data path on their mesh store and certificate and listen for HBONE; ready from then
+   * on. Throws {@link ConfigError} for invalid input (including a CA whose trust domain differs
+   * from the mesh's), the listen error (e.g. EADDRINUSE) when an address is taken, or the
+   * signal's reason when it aborts the wait for the sources; nothing is left running then.
    */
   static async start(opts: WaypointOptions): Promise<Waypoint> {
     const cfg = opts.bootstrap;
+    if ((opts.meshFile === undefined) === (opts.cluster === undefined)) throw new Error('Waypoint.start: give exactly one of meshFile (standalone) and cluster (in a cluster)');
+    if (cfg.networkPolicy.enforceOnOriginalIdentity && !cfg.filters.some((f) => f.name === AUTHZ_FILTER_NAME)) {
+      // The mode is enforced by istio.authz: without it NetworkPolicies would silently not apply.
+      throw new ConfigError(`networkPolicy.enforceOnOriginalIdentity needs the ${AUTHZ_FILTER_NAME} filter in filters (it enforces the NetworkPolicies)`, {
+        file: opts.configFile,
+        field: 'networkPolicy.enforceOnOriginalIdentity',
+      });
+    }
     // Long-lived state the mesh's compiled parts are bound to: the JWKS cache of RequestAuthentication
     // and the DestinationRule-shaped clusters (their counts, ejections and stats outlive snapshots).
     const metrics = createMetricsRegistry();
@@ -136,55 +161,42 @@ export class Waypoint {
     const clusterTable = new ClusterTable({ metrics, clusters: (s) => destinationRulesFor(s).clusters });
     // The span collectors the Telemetry API names, reconciled as each snapshot is published.
     const tracing = new TracingRuntime({ metrics });
-    // WaypointFilters: their modules are loaded and their filters created as each snapshot compiles.
+    // WaypointFilters: their modules are loaded and their filters created as each snapshot compiles;
+    // module paths are relative to the mesh file's directory (in a cluster: the working directory).
     const extensions = new WaypointExtensions({
       filters: [...attachableFilters(), ...(opts.extraFilters ?? [])],
       metrics,
       phaseTimeoutMs: cfg.extensions.phaseTimeoutMs,
-      baseDir: path.dirname(path.resolve(opts.meshFile)),
+      baseDir: opts.meshFile ? path.dirname(path.resolve(opts.meshFile)) : process.cwd(),
     });
-    const mesh = await MeshStore.open({
-      meshFile: opts.meshFile,
-      meshConfigFile: opts.meshConfigFile,
-      gateway: opts.gateway,
-      watch: opts.watch ?? true,
-      // Every snapshot is compiled with these; an invalid AuthorizationPolicy, RequestAuthentication,
-      // DestinationRule, NetworkPolicy or PeerAuthentication stops the start, or refuses the whole
-      // update (the last good state stays enforced), naming the file, line, object and field.
-      parts: waypointParts(authn, clusterTable, cfg.upstream.loadBalancer, tracing.part, extensions.part),
-      accept: (next, prev) => {
-        if (next.waypoint.identity !== prev.waypoint.identity) {
-          return `the waypoint's identity would change from ${prev.waypoint.identity} to ${next.waypoint.identity}; restart the waypoint to take a new identity`;
-        }
-        if (next.meshConfig.trustDomain !== prev.meshConfig.trustDomain) {
-          return `the trust domain would change from ${prev.meshConfig.trustDomain} to ${next.meshConfig.trustDomain}; restart with a CA of that trust domain`;
-        }
-        return undefined;
-      },
-    });
-    const cleanup: (() => unknown)[] = [() => mesh.close(), () => clusterTable.close(), () => tracing.close()];
-    extensions.bind(mesh);
+    const cleanup: (() => unknown)[] = [() => clusterTable.close(), () => tracing.close()];
+    let self: Waypoint | undefined;
+    let waitingFor = (): string => 'starting';
+    const ready = () => self !== undefined && !self.draining;
+    const notReady = () => (self ? 'draining' : `waiting for ${waitingFor()}`);
     try {
+      // Probes are answered (not ready) while the sources are awaited: a control plane that is
+      // away shows as readiness false, never as a process that does not answer.
+      const admin = new AdminServer({ ready, notReady, metrics, configDump: () => self?.configDump() });
+      const readiness = cfg.listeners.readiness ? new AdminServer({ ready, notReady }) : undefined;
+      const adminAddr = await admin.listen(cfg.listeners.admin);
+      cleanup.push(() => admin.close());
+      const readinessAddr = readiness ? await readiness.listen(cfg.listeners.readiness) : undefined;
+      if (readiness) cleanup.push(() => readiness.close());
+
+      const ctx: SourceContext = {
+        metrics,
+        parts: waypointParts(authn, clusterTable, cfg.upstream.loadBalancer, tracing.part, extensions.part),
+        accept: refuseIdentityChange,
+        certTtlMs: parseTtl(cfg.identity.certTtl),
+        signal: opts.signal,
+        waiting: (why) => (waitingFor = why),
+      };
+      const sources = opts.cluster ? await openClusterSources(opts.cluster, ctx) : await openFileSources({ ...opts, meshFile: opts.meshFile! }, ctx);
+      cleanup.push(() => sources.close());
+      const { mesh, certificate } = sources;
+      extensions.bind(mesh);
       const snap = mesh.current;
-      if (cfg.networkPolicy.enforceOnOriginalIdentity && !cfg.filters.some((f) => f.name === AUTHZ_FILTER_NAME)) {
-        // The mode is enforced by istio.authz: without it NetworkPolicies would silently not apply.
-        throw new ConfigError(`networkPolicy.enforceOnOriginalIdentity needs the ${AUTHZ_FILTER_NAME} filter in filters (it enforces the NetworkPolicies)`, {
-          file: opts.configFile,
-          field: 'networkPolicy.enforceOnOriginalIdentity',
-        });
-      }
-      const trustDomain = snap.meshConfig.trustDomain;
-      const caDir = path.resolve(opts.caDir ?? defaultCaDir());
-      const { ca, created } = opts.caDir ? { ca: await LocalCa.load(caDir), created: false } : await LocalCa.ensure(caDir, trustDomain);
-      if (ca.trustDomain !== trustDomain) {
-        throw new ConfigError(
-          `the CA in ${caDir} is for trust domain "${ca.trustDomain}" but the mesh's trustDomain is "${trustDomain}" ` +
-            `(MeshConfig trustDomain, default cluster.local); use a CA of that trust domain (waypoint ca init --trust-domain ${trustDomain}) or set trustDomain in the mesh config`,
-          { file: opts.meshConfigFile ?? opts.meshFile },
-        );
-      }
-      const certificate = await WorkloadCertificate.start(ca, snap.waypoint.identity, parseTtl(cfg.identity.certTtl));
-      cleanup.push(() => certificate.close());
 
       const sessions = new HboneSessionPool({
         material: () => certificate.current,
@@ -279,23 +291,12 @@ export class Waypoint {
         extAuthzClient.prune(next);
       });
 
-      let self: Waypoint | undefined;
-      const ready = () => self !== undefined && !self.draining;
-      const admin = new AdminServer({ ready, metrics, configDump: () => self?.configDump() });
-      const readiness = cfg.listeners.readiness ? new AdminServer({ ready }) : undefined;
-
       const hboneAddr = await hbone.listen(cfg.listeners.hbone);
       cleanup.push(() => hbone.drain(0));
-      const adminAddr = await admin.listen(cfg.listeners.admin);
-      cleanup.push(() => admin.close());
-      const readinessAddr = readiness ? await readiness.listen(cfg.listeners.readiness) : undefined;
 
       self = new Waypoint({
         addresses: { hbone: hboneAddr, admin: adminAddr, readiness: readinessAddr },
-        mesh,
-        certificate,
-        caDir,
-        caCreated: created,
+        sources,
         metrics,
         hbone,
         admin,
@@ -345,7 +346,8 @@ export class Waypoint {
     return {
       bootstrap: this.bootstrap,
       mesh: this.mesh.current.toJSON(),
-      certificate: { identity: this.mesh.current.waypoint.identity, notAfter: this.certificate.current.notAfter.toISOString(), caDir: this.caDir },
+      certificate: { identity: this.mesh.current.waypoint.identity, notAfter: this.certificate.current.notAfter.toISOString() },
+      sources: this.origin,
       upstream: { hboneConnections: this.sessions.connectionCount },
       // The budget in force (its default is derived from the heap limit) and what is held now.
       overload: { ...this.overload.settings, bufferedBytes: this.overload.bufferedBytes },
@@ -375,8 +377,7 @@ export class Waypoint {
       await this.clusters.destroy();
       this.sessions.destroy();
       this.overload.stop();
-      this.certificate.close();
-      this.mesh.close();
+      await this.sources.close();
       await Promise.all([this.admin.close(), this.readiness?.close(), this.accessLog.close(), this.tracing.close()]);
       log.info('waypoint stopped');
     })();

@@ -11,8 +11,10 @@ import { listenOn } from '../util/index.ts';
 
 /** What the admin server serves; fields left out are not served (the readiness server has only `ready`). */
 export interface AdminHandlers {
-  /** True when the proxy is ready to take traffic (false while draining). */
+  /** True when the proxy is ready to take traffic (false while starting and while draining). */
   ready(): boolean;
+  /** Why it is not ready, the body of a 503 on `/healthz/ready` (default `draining`). */
+  notReady?(): string;
   /** Registry to serve at /stats/prometheus; omitted on the readiness server. */
   readonly metrics?: Registry;
   /** JSON for /config_dump; omitted on the readiness server. */
@@ -24,7 +26,7 @@ function endpoints(h: AdminHandlers): [string, string][] {
   const list: [string, string][] = [];
   if (h.configDump) list.push(['/config_dump', 'bootstrap config, mesh state, certificate, listeners and routing in force (JSON)']);
   if (h.metrics) list.push(['/stats/prometheus', 'metrics: process and istio_* (Prometheus text format)']);
-  list.push(['/healthz/ready', '200 when ready for traffic, 503 while draining']);
+  list.push(['/healthz/ready', '200 when ready for traffic, 503 while starting (saying what it waits for) and while draining']);
   list.push(['/healthz/live', '200 while the process serves (liveness: never fails for istiod or the API server being away)']);
   return list;
 }
@@ -43,7 +45,7 @@ export class AdminServer {
     this.server = http.createServer((req, res) => {
       const path = (req.url ?? '/').split('?')[0];
       if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'text/plain', 'method not allowed\n');
-      if (path === '/healthz/ready') return h.ready() ? send(res, 200, 'text/plain', '') : send(res, 503, 'text/plain', 'draining\n');
+      if (path === '/healthz/ready') return h.ready() ? send(res, 200, 'text/plain', '') : send(res, 503, 'text/plain; charset=utf-8', `${h.notReady?.() ?? 'draining'}\n`);
       // Answering at all is the check: a stuck event loop does not.
       if (path === '/healthz/live') return send(res, 200, 'text/plain', '');
       if (path === '/stats/prometheus' && h.metrics) {

@@ -12,7 +12,7 @@ import { demoCommand } from './demo.ts';
 import { generateCommand } from './generate.ts';
 import { loadtestCommand } from './loadtest.ts';
 import { inboundCommand, tunnelCommand } from './roles.ts';
-import { runCommand } from './run.ts';
+import { checkRunUsage, runCommand } from './run.ts';
 
 /** Exit status of a usage error. */
 export const USAGE_EXIT = 2;
@@ -37,13 +37,19 @@ export function commandTree(cmd: Command, path = ''): { path: string; command: C
   return [{ path, command: cmd }, ...cmd.commands.flatMap((c) => commandTree(c, path ? `${path} ${c.name()}` : c.name()))];
 }
 
+/** Option combinations commander cannot express, by command: checked before any action (a usage error). */
+const USAGE_CHECKS: Readonly<Record<string, (cmd: Command) => void>> = { run: checkRunUsage };
+
 /** The whole CLI, not yet parsed. Usage errors throw {@link CommanderError} (see {@link exitStatus}). */
 export function buildProgram(): Command {
   const program = new Command('waypoint')
     .description('node-waypoint: an Istio-ambient waypoint proxy (HBONE in, L7 filter chain, HBONE out)')
     .version(VERSION, '-V, --version', 'print the version and exit')
     .option('--log-level <level>', 'trace, debug, info, warn, error', process.env.WAYPOINT_LOG_LEVEL ?? 'info')
-    .hook('preAction', (cmd) => setLogLevel(cmd.opts().logLevel))
+    .hook('preAction', (cmd, action) => {
+      USAGE_CHECKS[action.name()]?.(action);
+      setLogLevel(cmd.opts().logLevel);
+    })
     .showHelpAfterError();
   for (const c of [runCommand(), generateCommand(), caCommand(), tunnelCommand(), inboundCommand(), demoCommand(), loadtestCommand()]) program.addCommand(c);
   for (const { path, command } of commandTree(program)) {

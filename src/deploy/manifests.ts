@@ -8,8 +8,8 @@ import type { IHorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/
 import type { IPodDisruptionBudget } from 'kubernetes-models/policy/v1/PodDisruptionBudget';
 import type { IService } from 'kubernetes-models/v1/Service';
 import type { IServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
+import { rbacObjects, type RbacObject } from '../kube/index.ts';
 import { deployment, PORTS } from './deployment.ts';
-import { rbacObjects } from './rbac.ts';
 
 /** What `waypoint generate` takes. */
 export interface ManifestOptions {
@@ -39,6 +39,19 @@ export const WAYPOINT_CLASS = 'istio-waypoint';
  * the namespace's `istio.io/use-waypoint` label does not point the waypoint's Service at itself.
  */
 export const MANAGED_LABEL = { 'gateway.istio.io/managed': 'istio.io-mesh-controller' } as const;
+
+/** The name of this waypoint's RBAC objects: one set per waypoint, so deleting one waypoint never breaks another. */
+export function rbacName(namespace: string, name: string): string {
+  return `node-waypoint:${namespace}:${name}`;
+}
+
+/** Why each RBAC object is there (its rules come from the kinds src/kube watches). */
+const RBAC_WHY: Readonly<Record<RbacObject['kind'], string>> = {
+  ClusterRole: 'Read-only access to the kinds the in-cluster mode watches (policies, routes, destination rules, Gateways, namespaces).',
+  ClusterRoleBinding: 'Binds that ClusterRole to the waypoint service account.',
+  Role: 'The istio ConfigMap (MeshConfig) and nothing else of the Istio namespace.',
+  RoleBinding: 'Binds that Role to the waypoint service account.',
+};
 
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 const DNS1035_LABEL = /^[a-z]([-a-z0-9]*[a-z0-9])?$/;
@@ -72,7 +85,7 @@ export function waypointManifests(o: ManifestOptions): Manifest[] {
     'service.istio.io/canonical-name': name,
     'service.istio.io/canonical-revision': 'latest',
   };
-  const [clusterRole, clusterRoleBinding, role, roleBinding] = rbacObjects(namespace, name);
+  const rbac = rbacObjects({ name: rbacName(namespace, name), serviceAccount: { namespace, name }, labels: common });
   const serviceAccount: IServiceAccount = { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name, namespace, labels: common } };
   const service: IService = {
     apiVersion: 'v1',
@@ -126,10 +139,7 @@ export function waypointManifests(o: ManifestOptions): Manifest[] {
   };
   return [
     { file: 'serviceaccount.yaml', object: serviceAccount, why: "The waypoint's identity: spiffe://<trust domain>/ns/<namespace>/sa/<name>, named after the Gateway as Istio names its waypoints' service accounts." },
-    { file: 'rbac.yaml', object: clusterRole, why: 'Read-only access to the kinds the in-cluster mode watches (policies, routes, destination rules, Gateways, namespaces).' },
-    { file: 'rbac.yaml', object: clusterRoleBinding, why: 'Binds that ClusterRole to the waypoint service account.' },
-    { file: 'rbac.yaml', object: role, why: 'The istio ConfigMap (MeshConfig) and nothing else of the Istio namespace.' },
-    { file: 'rbac.yaml', object: roleBinding, why: 'Binds that Role to the waypoint service account.' },
+    ...rbac.map((object) => ({ file: 'rbac.yaml', object, why: RBAC_WHY[object.kind] })),
     { file: 'service.yaml', object: service, why: "The address the Gateway names: ztunnels reach the waypoint's pods through it on 15008 (HBONE)." },
     { file: 'deployment.yaml', object: deployment({ namespace, name, image: o.image, podLabels, selector }), why: 'The waypoint pods: `waypoint run --cluster`, identity from istiod, config from istiod and the Kubernetes API.' },
     { file: 'pdb.yaml', object: pdb, why: 'Voluntary disruptions (node drains) take one waypoint pod at a time.' },

@@ -12,17 +12,19 @@
  */
 export { KubeWatcher, type KubeWatcherOptions } from './watcher.ts';
 export { openClusterMesh, type ClusterMesh, type ClusterMeshOptions } from './cluster-mesh.ts';
-export { DEFAULT_BACKOFF, type Backoff, type KindStatus } from './kind-watch.ts';
+export { DEFAULT_RETRY, type KindStatus, type WatchRetry } from './kind-watch.ts';
 export { KubeApiError, loadKubeConfig, type KubeObject } from './client.ts';
 export {
   apiVersionOf,
   clusterRoleRules,
   collectionPath,
+  ISTIO_ROOT_NAMESPACE,
   namespaceRoleRules,
   rbacObjects,
   resourceName,
   WATCHED_KINDS,
   type PolicyRule,
+  type RbacObject,
   type RbacSubject,
   type WatchedKind,
 } from './kinds.ts';

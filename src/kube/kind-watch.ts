@@ -13,21 +13,18 @@
  */
 import { ListWatch, type KubeConfig, type KubernetesObject } from '@kubernetes/client-node';
 
-import { log, LogLimiter } from '../util/index.ts';
+import { Backoff, log, LogLimiter, type BackoffSettings } from '../util/index.ts';
 import { BookmarkWatch, KubeApiError, listCollection, type KubeObject } from './client.ts';
 import { apiVersionOf, collectionPath, fieldSelectorOf, resourceName, type WatchedKind } from './kinds.ts';
 
-/** Retry timing. */
-export interface Backoff {
-  /** First delay after a failure, in ms (doubled per failure, ±20% jitter). */
-  readonly initialMs: number;
-  /** Longest delay, in ms. */
-  readonly maxMs: number;
-  /** How often a kind the API server does not serve (404) is listed again, in ms. */
-  readonly absentRetryMs: number;
+/** Retry timing: failed lists and watches back off as util's {@link Backoff} (jittered, doubling). */
+export interface WatchRetry extends BackoffSettings {
+  /** How often a kind the API server does not serve (404) is listed again, in ms (default 60 000). */
+  readonly absentRetryMs?: number;
 }
 
-export const DEFAULT_BACKOFF: Backoff = Object.freeze({ initialMs: 1000, maxMs: 30_000, absentRetryMs: 60_000 });
+/** client-go's reflector backs off from about 1 s to 30 s; a CRD installed later is looked for every minute. */
+export const DEFAULT_RETRY = Object.freeze({ initialMs: 1000, maxMs: 30_000, absentRetryMs: 60_000 }) satisfies WatchRetry;
 
 /** The state of one watched kind (readiness, diagnostics). */
 export interface KindStatus {
@@ -57,6 +54,7 @@ export class KindWatch {
   readonly #kc: KubeConfig;
   readonly #hooks: KindHooks;
   readonly #backoff: Backoff;
+  readonly #absentRetryMs: number;
   readonly #resource: string;
   readonly #limiter = new LogLimiter(60_000);
   #lw: ListWatch<KubernetesObject>;
@@ -64,17 +62,17 @@ export class KindWatch {
   #synced = false;
   #absent = false;
   #error: string | undefined;
-  #delayMs = 0;
   #retry: NodeJS.Timeout | undefined;
   #listAbort: AbortController | undefined;
   /** The request in flight, for the RBAC hint of a 403. */
   #verb: 'list' | 'watch' = 'list';
 
-  constructor(kc: KubeConfig, kind: WatchedKind, hooks: KindHooks, backoff: Backoff = DEFAULT_BACKOFF) {
+  constructor(kc: KubeConfig, kind: WatchedKind, hooks: KindHooks, retry: WatchRetry = DEFAULT_RETRY) {
     this.kind = kind;
     this.#kc = kc;
     this.#hooks = hooks;
-    this.#backoff = backoff;
+    this.#backoff = new Backoff({ initialMs: retry.initialMs ?? DEFAULT_RETRY.initialMs, maxMs: retry.maxMs ?? DEFAULT_RETRY.maxMs });
+    this.#absentRetryMs = retry.absentRetryMs ?? DEFAULT_RETRY.absentRetryMs;
     this.#resource = resourceName(kind);
     this.#lw = this.#makeListWatch();
   }
@@ -167,7 +165,7 @@ export class KindWatch {
   }
 
   #succeeded(): void {
-    this.#delayMs = 0;
+    this.#backoff.reset();
     this.#error = undefined;
   }
 
@@ -178,9 +176,7 @@ export class KindWatch {
     if (status === 404) return this.#notServed(err);
     const reason = describe(err);
     this.#error = `${this.#verb} failed: ${reason}`;
-    const b = this.#backoff;
-    this.#delayMs = Math.min(b.maxMs, this.#delayMs ? this.#delayMs * 2 : b.initialMs);
-    const delay = Math.round(this.#delayMs * (0.8 + 0.4 * Math.random()));
+    const delay = this.#backoff.next();
     const suppressed = this.#limiter.take(status === 403 ? 'forbidden' : 'failed');
     if (suppressed !== undefined) {
       const fields = { kind: this.kind.kind, resource: this.#resource, verb: this.#verb, status, retryMs: delay, suppressed };
@@ -197,7 +193,7 @@ export class KindWatch {
       this.#absent = true;
       const crd = this.kind.crd ? ` (its CustomResourceDefinition is not installed)` : '';
       log.warn(
-        { kind: this.kind.kind, resource: this.#resource, retryMs: this.#backoff.absentRetryMs },
+        { kind: this.kind.kind, resource: this.#resource, retryMs: this.#absentRetryMs },
         `kube: the API server does not serve ${this.#resource}${crd}: ${describe(err)}; treating ${this.kind.kind} as empty until it does`,
       );
     }
@@ -208,7 +204,7 @@ export class KindWatch {
       this.#hooks.synced();
     }
     if (had) this.#hooks.changed();
-    this.#schedule(this.#backoff.absentRetryMs);
+    this.#schedule(this.#absentRetryMs);
   }
 
   #schedule(delayMs: number): void {

@@ -26,6 +26,9 @@ export interface WatchedKind {
   readonly why: string;
 }
 
+/** Istio's root namespace, where the `istio` ConfigMap (MeshConfig) lives. */
+export const ISTIO_ROOT_NAMESPACE = 'istio-system';
+
 /**
  * The kinds the waypoint watches. Pods, Services, ServiceEntries and WorkloadEntries reach the
  * mesh from istiod (WDS), which already merged them; ServiceEntries and WorkloadEntries are
@@ -45,7 +48,7 @@ export const WATCHED_KINDS: readonly WatchedKind[] = Object.freeze([
   crd('networking.istio.io', 'v1', 'workloadentries', 'WorkloadEntry', 'workloads outside the cluster (when not learned from istiod)'),
   builtIn('networking.k8s.io', 'networkpolicies', 'NetworkPolicy', true, "NetworkPolicies on the original client's pod"),
   builtIn('', 'namespaces', 'Namespace', false, 'namespace labels (istio.io/use-waypoint, NetworkPolicy namespaceSelector)'),
-  { ...builtIn('', 'configmaps', 'ConfigMap', true, 'MeshConfig (data.mesh): trust domain, root namespace, extension providers'), namespace: 'istio-system', name: 'istio' },
+  { ...builtIn('', 'configmaps', 'ConfigMap', true, 'MeshConfig (data.mesh): trust domain, root namespace, extension providers'), namespace: ISTIO_ROOT_NAMESPACE, name: 'istio' },
 ]);
 
 function crd(group: string, version: string, plural: string, kind: string, why: string): WatchedKind {
@@ -128,6 +131,20 @@ export interface RbacSubject {
   readonly name: string;
   /** The waypoint's service account. */
   readonly serviceAccount: { readonly namespace: string; readonly name: string };
+  /** Labels of every object (none by default). */
+  readonly labels?: Readonly<Record<string, string>>;
+}
+
+/** One of the RBAC objects of {@link rbacObjects}. */
+export interface RbacObject {
+  readonly apiVersion: 'rbac.authorization.k8s.io/v1';
+  readonly kind: 'ClusterRole' | 'ClusterRoleBinding' | 'Role' | 'RoleBinding';
+  readonly metadata: { readonly name: string; readonly namespace?: string; readonly labels?: Record<string, string> };
+  /** ClusterRole, Role. */
+  readonly rules?: PolicyRule[];
+  /** The bindings. */
+  readonly roleRef?: { readonly apiGroup: string; readonly kind: string; readonly name: string };
+  readonly subjects?: { readonly kind: string; readonly name: string; readonly namespace: string }[];
 }
 
 /**
@@ -135,17 +152,18 @@ export interface RbacSubject {
  * ClusterRoleBinding ({@link clusterRoleRules}), and a Role and RoleBinding per namespace of
  * {@link namespaceRoleRules}.
  */
-export function rbacObjects(subject: RbacSubject, kinds: readonly WatchedKind[] = WATCHED_KINDS): Record<string, unknown>[] {
+export function rbacObjects(subject: RbacSubject, kinds: readonly WatchedKind[] = WATCHED_KINDS): RbacObject[] {
   const rbac = 'rbac.authorization.k8s.io/v1';
   // New objects each time, so a YAML dump has no anchors.
+  const metadata = (namespace?: string) => ({ name: subject.name, ...(namespace ? { namespace } : {}), ...(subject.labels ? { labels: { ...subject.labels } } : {}) });
   const subjects = () => [{ kind: 'ServiceAccount', name: subject.serviceAccount.name, namespace: subject.serviceAccount.namespace }];
   const roleRef = (kind: string) => ({ apiGroup: 'rbac.authorization.k8s.io', kind, name: subject.name });
   return [
-    { apiVersion: rbac, kind: 'ClusterRole', metadata: { name: subject.name }, rules: clusterRoleRules(kinds) },
-    { apiVersion: rbac, kind: 'ClusterRoleBinding', metadata: { name: subject.name }, roleRef: roleRef('ClusterRole'), subjects: subjects() },
-    ...namespaceRoleRules(kinds).flatMap(({ namespace, rules: r }) => [
-      { apiVersion: rbac, kind: 'Role', metadata: { name: subject.name, namespace }, rules: r },
-      { apiVersion: rbac, kind: 'RoleBinding', metadata: { name: subject.name, namespace }, roleRef: roleRef('Role'), subjects: subjects() },
+    { apiVersion: rbac, kind: 'ClusterRole', metadata: metadata(), rules: clusterRoleRules(kinds) },
+    { apiVersion: rbac, kind: 'ClusterRoleBinding', metadata: metadata(), roleRef: roleRef('ClusterRole'), subjects: subjects() },
+    ...namespaceRoleRules(kinds).flatMap(({ namespace, rules: r }): RbacObject[] => [
+      { apiVersion: rbac, kind: 'Role', metadata: metadata(namespace), rules: r },
+      { apiVersion: rbac, kind: 'RoleBinding', metadata: metadata(namespace), roleRef: roleRef('Role'), subjects: subjects() },
     ]),
   ];
 }

@@ -7,7 +7,7 @@ import type { KubeConfig } from '@kubernetes/client-node';
 
 import { log } from '../util/index.ts';
 import { loadKubeConfig, type KubeObject } from './client.ts';
-import { DEFAULT_BACKOFF, KindWatch, type Backoff, type KindStatus } from './kind-watch.ts';
+import { KindWatch, type KindStatus, type WatchRetry } from './kind-watch.ts';
 import { WATCHED_KINDS, type WatchedKind } from './kinds.ts';
 
 /** Options of {@link KubeWatcher}. */
@@ -17,7 +17,7 @@ export interface KubeWatcherOptions {
   /** The kinds to watch (default {@link WATCHED_KINDS}). */
   readonly kinds?: readonly WatchedKind[];
   /** Retry timing (tests shorten it). */
-  readonly backoff?: Partial<Backoff>;
+  readonly backoff?: WatchRetry;
 }
 
 type Event = 'change' | 'synced';
@@ -41,9 +41,8 @@ export class KubeWatcher {
   /** @throws Error when no client configuration is given and none can be loaded (see loadKubeConfig). */
   constructor(opts: KubeWatcherOptions = {}) {
     const kc = opts.kubeConfig ?? loadKubeConfig();
-    const backoff = { ...DEFAULT_BACKOFF, ...opts.backoff };
     const hooks = { changed: () => this.#changed(), synced: () => this.#kindSynced() };
-    this.#watches = (opts.kinds ?? WATCHED_KINDS).map((k) => new KindWatch(kc, k, hooks, backoff));
+    this.#watches = (opts.kinds ?? WATCHED_KINDS).map((k) => new KindWatch(kc, k, hooks, opts.backoff));
   }
 
   /** Start listing and watching every kind. */

@@ -53,10 +53,11 @@ afterAll(() => {
   fs.rmSync(dir, { recursive: true, force: true });
 });
 
-test('--help marks the mandatory flags (run --mesh; tunnel and inbound --listen, --identity, --ca)', () => {
+test('--help marks the mandatory flags (run: --mesh or --cluster; tunnel and inbound --listen, --identity, --ca)', () => {
   const run = waypoint(['run', '--help']);
   expect(run.status).toBe(0);
-  expect(run.stdout).toMatch(/--mesh <file>\s+mesh state:[^\n]*(\n\s+[^-\s][^\n]*)*\(required\)/);
+  expect(run.stdout).toMatch(/--mesh <file>\s+mesh state:[^\n]*(\n\s+[^-\s][^\n]*)*\(required: this or --cluster\)/);
+  expect(run.stdout.replace(/\n\s+(?!-)/g, ' ')).toMatch(/--cluster\s+in a Kubernetes cluster:[^\n]*\(required: this or --mesh\)/);
   expect(run.stdout).not.toMatch(/--config <file>[^\n]*\(required\)/);
   for (const cmd of ['tunnel', 'inbound']) {
     const help = waypoint([cmd, '--help']).stdout.replace(/\n\s+(?!-)/g, ' ');

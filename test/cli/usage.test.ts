@@ -46,6 +46,10 @@ describe('usage errors exit 2', () => {
     { args: ['generate', '-n', 'Bad_NS'], why: /argument 'Bad_NS' is invalid\. a namespace is a DNS-1123 label/ },
     { args: ['generate', '-n', 'demo', '--name', 'none'], why: /"none" is reserved/ },
     { args: ['run', '--mesh', 'm.yaml', '--drain-delay', 'soon'], why: /'--drain-delay <time>' argument 'soon' is invalid/ },
+    { args: ['run'], why: /one of --mesh <file> \(standalone\) or --cluster \(in a Kubernetes cluster\) is required/ },
+    { args: ['run', '--mesh', 'm.yaml', '--cluster'], why: /option '--mesh <file>' cannot be used with option '--cluster'/ },
+    { args: ['run', '--cluster', '--ca-dir', 'ca'], why: /option '--ca-dir <dir>' cannot be used with option '--cluster'/ },
+    { args: ['run', '--mesh', 'm.yaml', '--token-file', 't'], why: /option '--token-file <file>' cannot be used with option '--mesh <file>'/ },
     { args: ['ca', 'issue', '--out', 'x'], why: /required option '--spiffe <id>'/ },
     { args: [], why: /Usage: waypoint/ },
   ];

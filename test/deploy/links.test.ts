@@ -6,7 +6,8 @@
  * WATCHED_KINDS, and the Gateway unmanaged by istiod's own rule.
  */
 import { describe, expect, test } from 'vitest';
-import { baseOptions, generateYaml, ISTIO_NAMESPACE, WATCHED_KINDS } from '../../src/deploy/index.ts';
+import { baseOptions, generateYaml } from '../../src/deploy/index.ts';
+import { ISTIO_ROOT_NAMESPACE as ISTIO_NAMESPACE, WATCHED_KINDS } from '../../src/kube/index.ts';
 import { durationFlag } from '../../src/cli/flags.ts';
 import { VERSION } from '../../src/util/index.ts';
 import { baseObjects, parseStream, type K8s } from './objects.ts';
@@ -47,7 +48,7 @@ const EXPECTED_KINDS = [
 ];
 
 test('WATCHED_KINDS is the list of what the in-cluster mode watches', () => {
-  expect(WATCHED_KINDS.map((k) => `${k.group}/${k.resource}`)).toEqual(EXPECTED_KINDS);
+  expect(WATCHED_KINDS.map((k) => `${k.group}/${k.plural}`)).toEqual(EXPECTED_KINDS);
 });
 
 const subset = (small: Record<string, string>, big: Record<string, string> | undefined) => Object.entries(small).every(([k, v]) => big?.[k] === v);
@@ -207,7 +208,7 @@ describe.each(sets)('$name', ({ ns, wp, objects }) => {
         expect(r.verbs).toEqual(['get', 'list', 'watch']);
         return r.apiGroups.flatMap((g) => r.resources.map((res) => ({ group: g, resource: res, names: r.resourceNames })));
       });
-    const want = (inNs: boolean) => WATCHED_KINDS.filter((k) => Boolean(k.namespace) === inNs).map((k) => ({ group: k.group, resource: k.resource, names: k.names && [...k.names] }));
+    const want = (inNs: boolean) => WATCHED_KINDS.filter((k) => Boolean(k.namespace) === inNs).map((k) => ({ group: k.group, resource: k.plural, names: k.name === undefined ? undefined : [k.name] }));
     expect(granted(one('ClusterRole').rules)).toEqual(want(false));
     expect(granted(one('Role').rules)).toEqual(want(true));
     expect(granted(one('Role').rules)).toEqual([{ group: '', resource: 'configmaps', names: ['istio'] }]);

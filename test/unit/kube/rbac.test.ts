@@ -11,7 +11,8 @@ import { apiVersionOf, clusterRoleRules, namespaceRoleRules, rbacObjects, resour
 import { resourceOf } from '../../helpers/fake-kube.ts';
 
 const README = fs.readFileSync(new URL('../../../README.md', import.meta.url), 'utf8');
-const SECTION = README.slice(README.indexOf('### Mesh state from the Kubernetes API'), README.indexOf('### Proxy settings'));
+const START = README.indexOf('### Mesh state from the Kubernetes API');
+const SECTION = README.slice(START, README.indexOf('\n### ', START + 1));
 
 /** The manifest as README shows it: each rule on one line. */
 function renderRbac(): string {
