@@ -18,14 +18,13 @@
  * picked up. Only writing a temporary file and renaming it over the original is safe whatever the
  * writer's pauses (README "Mesh file").
  */
-import { readFile, stat } from 'node:fs/promises';
-
 import { ConfigError, log, runInSlices, runNow } from '../util/index.ts';
 import { compileMeshStepwise, type CompileInput, type CompileOptions } from './compile.ts';
 import { Coalescer, LiveCompiler, refusalText } from './live.ts';
 import { PartCompileError, publishParts } from './parts.ts';
 import type { DiscoveredMesh, MeshPart, MeshSnapshot } from './types.ts';
 import { watchFiles } from './watch.ts';
+import { readInput, readSettled } from './file-input.ts';
 
 /** Options of {@link MeshStore.open}. */
 export interface MeshStoreOptions {
@@ -407,63 +406,5 @@ function startError(err: unknown, file: string): unknown {
   return cause;
 }
 
-/** Most reads {@link readSettled} makes before it gives up on a file that keeps changing. */
-const SETTLE_READS = 10;
-
 /** Longest wait between two retries of a refused update (ms). */
 const MAX_RETRY_MS = 30_000;
-
-/**
- * Read the files until none was modified for `settleMs` (by mtime) and two reads at least
- * `quietMs` apart agree: a writer that rewrites a file in place (truncate, then write) is not read
- * half-way through a pause shorter than `settleMs`. A read the store already knows (`known`: the
- * applied or the refused input) is returned at once, since it would not be applied anyway. Gives up
- * with an Error (a reload "failed", retried at the watcher's next event) when the files keep changing.
- */
-async function readSettled(
-  opts: MeshStoreOptions,
-  version: number,
-  quietMs: number,
-  settleMs: number,
-  known: (key: string) => boolean,
-): Promise<{ input: CompileInput; key: string }> {
-  let read = await readInput(opts, version);
-  for (let i = 1; i < SETTLE_READS && !known(read.key); i++) {
-    const wait = Math.max(quietMs, settleMs - (await quietFor(opts)));
-    await new Promise((r) => setTimeout(r, wait));
-    const again = await readInput(opts, version);
-    if (again.key === read.key && (await quietFor(opts)) >= settleMs) return read;
-    read = again;
-  }
-  if (known(read.key)) return read;
-  throw new Error(`${opts.meshFile} kept changing for ${SETTLE_READS} reads; waiting for the next change`);
-}
-
-/**
- * How long (ms) none of the files was modified, by mtime. A file whose mtime is ahead of the clock
- * (a skewed network filesystem) counts as quiet, as a missing one does: then only the reads'
- * agreement settles it.
- */
-async function quietFor(opts: MeshStoreOptions): Promise<number> {
-  const files = [opts.meshFile, ...(opts.meshConfigFile ? [opts.meshConfigFile] : [])];
-  const times = await Promise.all(files.map((f) => stat(f).then((s) => s.mtimeMs, () => 0)));
-  const age = Date.now() - Math.max(...times);
-  return age < -1000 ? Infinity : age;
-}
-
-async function readInput(opts: MeshStoreOptions, version: number): Promise<{ input: CompileInput; key: string }> {
-  const [text, meshConfigText] = await Promise.all([
-    readFile(opts.meshFile, 'utf8'),
-    opts.meshConfigFile ? readFile(opts.meshConfigFile, 'utf8') : Promise.resolve(undefined),
-  ]);
-  const input: CompileInput = {
-    text,
-    file: opts.meshFile,
-    gateway: opts.gateway,
-    withoutWaypoint: opts.withoutWaypoint,
-    clusterId: opts.clusterId,
-    version,
-    meshConfig: meshConfigText === undefined ? undefined : { text: meshConfigText, file: opts.meshConfigFile! },
-  };
-  return { input, key: `${text}\u0000${meshConfigText ?? ''}` };
-}
