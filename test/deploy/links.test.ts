@@ -35,6 +35,7 @@ const EXPECTED_KINDS = [
   'security.istio.io/requestauthentications',
   'security.istio.io/peerauthentications',
   'telemetry.istio.io/telemetries',
+  'extensions.node-waypoint.dev/waypointfilters',
   'gateway.networking.k8s.io/httproutes',
   'gateway.networking.k8s.io/grpcroutes',
   'gateway.networking.k8s.io/gateways',

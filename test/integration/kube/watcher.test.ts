@@ -54,6 +54,7 @@ const ONE_OF_EACH: Doc[] = [
   { apiVersion: 'security.istio.io/v1', kind: 'RequestAuthentication', metadata: { name: 'ra', namespace: 'demo' }, spec: {} },
   { apiVersion: 'security.istio.io/v1', kind: 'PeerAuthentication', metadata: { name: 'pa', namespace: 'demo' }, spec: {} },
   { apiVersion: 'telemetry.istio.io/v1', kind: 'Telemetry', metadata: { name: 'tm', namespace: 'demo' }, spec: {} },
+  { apiVersion: 'extensions.node-waypoint.dev/v1alpha1', kind: 'WaypointFilter', metadata: { name: 'wf', namespace: 'demo' }, spec: { filter: 'istio.fault' } },
   route('hr', 'demo', { rules: [] }),
   route('gr', 'demo', { rules: [] }, { kind: 'GRPCRoute' }),
   waypointGateway('demo'),
