@@ -16,7 +16,7 @@ import { PEER_AUTHENTICATION } from './ztunnel/index.ts';
 import { EXT_AUTHZ_PROVIDERS, ExtAuthzClient, createExtAuthzHook } from './ext-authz/index.ts';
 import { ConfigError, log } from './util/index.ts';
 import { HboneSessionPool, HboneServer } from './hbone/index.ts';
-import { LocalCa, defaultCaDir, parseTtl, WorkloadCertificate } from './identity/index.ts';
+import { type CertificateIssuer, LocalCa, defaultCaDir, parseTtl, WorkloadCertificate } from './identity/index.ts';
 import { InnerHttpServer } from './inner-http/index.ts';
 import { refuseDownstreamPeer, waypointConnectHandler } from './listener/index.ts';
 import { type FilterChain, type Filter, type FilterEnv, type FilterFactory, FilterRegistry, OverloadManager, type OverloadSettings } from './pipeline/index.ts';
@@ -48,6 +48,11 @@ export interface WaypointOptions {
   readonly configFile?: string;
   /** Extra filter factories to register (embedding and tests), usable by name in `bootstrap.filters`. */
   readonly extraFilters?: readonly FilterFactory<unknown>[];
+  /**
+   * Issue the waypoint's certificate from this instead of the CA in `caDir` (src/workers: a worker
+   * takes the certificate its primary holds, pushed as PEM).
+   */
+  readonly issuer?: CertificateIssuer & { readonly trustDomain: string };
 }
 
 /** Addresses actually bound (port 0 in the config becomes the chosen port here). */
@@ -162,15 +167,8 @@ export class Waypoint {
         });
       }
       const trustDomain = snap.meshConfig.trustDomain;
-      const caDir = path.resolve(opts.caDir ?? defaultCaDir());
-      const { ca, created } = opts.caDir ? { ca: await LocalCa.load(caDir), created: false } : await LocalCa.ensure(caDir, trustDomain);
-      if (ca.trustDomain !== trustDomain) {
-        throw new ConfigError(
-          `the CA in ${caDir} is for trust domain "${ca.trustDomain}" but the mesh's trustDomain is "${trustDomain}" ` +
-            `(MeshConfig trustDomain, default cluster.local); use a CA of that trust domain (waypoint ca init --trust-domain ${trustDomain}) or set trustDomain in the mesh config`,
-          { file: opts.meshConfigFile ?? opts.meshFile },
-        );
-      }
+      const { ca, caDir, created } = opts.issuer ? { ca: opts.issuer, caDir: path.resolve(opts.caDir ?? defaultCaDir()), created: false } : await meshCa(opts, trustDomain);
+      checkCaTrustDomain(ca.trustDomain, caDir, trustDomain, opts);
       const certificate = await WorkloadCertificate.start(ca, snap.waypoint.identity, parseTtl(cfg.identity.certTtl));
       cleanup.push(() => certificate.close());
 
@@ -392,6 +390,23 @@ function buildChain(registry: FilterRegistry, cfg: BootstrapConfig, env: FilterE
     if (err instanceof ConfigError && file) throw new ConfigError(err.message, { ...err.location, file });
     throw err;
   }
+}
+
+/** The CA in `opts.caDir`, else the state directory's (created for `trustDomain` on first use). */
+export async function meshCa(opts: Pick<WaypointOptions, 'caDir'>, trustDomain: string): Promise<{ ca: LocalCa; caDir: string; created: boolean }> {
+  const caDir = path.resolve(opts.caDir ?? defaultCaDir());
+  const { ca, created } = opts.caDir ? { ca: await LocalCa.load(caDir), created: false } : await LocalCa.ensure(caDir, trustDomain);
+  return { ca, caDir, created };
+}
+
+/** @throws ConfigError when the CA's trust domain is not the mesh's (certificates it issues would not be for this mesh). */
+export function checkCaTrustDomain(caTrustDomain: string, caDir: string, trustDomain: string, opts: Pick<WaypointOptions, 'meshFile' | 'meshConfigFile'>): void {
+  if (caTrustDomain === trustDomain) return;
+  throw new ConfigError(
+    `the CA in ${caDir} is for trust domain "${caTrustDomain}" but the mesh's trustDomain is "${trustDomain}" ` +
+      `(MeshConfig trustDomain, default cluster.local); use a CA of that trust domain (waypoint ca init --trust-domain ${trustDomain}) or set trustDomain in the mesh config`,
+    { file: opts.meshConfigFile ?? opts.meshFile },
+  );
 }
 
 /** `ip:port` / `[v6]:port` of a bound address. */
