@@ -33,8 +33,8 @@ const LAYERS = {
   deploy: [], // the Kubernetes objects of a namespace waypoint (waypoint generate, deploy/base)
   loadtest: ['util', 'identity', 'state', 'hbone'], // load generator: HBONE client side, reports
 };
-// Above the table: src/app.ts (wires the waypoint) < src/demo/ < src/cli/, which may import every
-// layer's entry.
+// Above the table: src/app.ts (wires the waypoint) < src/workers/ (runs it in several processes) <
+// src/demo/ < src/cli/, which may import every layer's entry.
 // Filters see the filter API and the engines' entries only. tracing is one: it compiles the
 // Telemetry API per snapshot (what istio.stats and istio.tracing read per tunnel) and owns spans.
 const FILTER_MAY_USE = ['util', 'identity', 'state', 'pipeline', 'peer', 'authz', 'authn', 'netpol', 'tracing'];
@@ -80,6 +80,20 @@ module.exports = {
       severity: 'error',
       from: { path: '^src/(app\\.ts$|demo/)' },
       to: { path: '^src/cli/' },
+    },
+    {
+      name: 'top-app-below-workers',
+      comment: 'src/app.ts < src/workers/',
+      severity: 'error',
+      from: { path: '^src/app\\.ts$' },
+      to: { path: '^src/workers/' },
+    },
+    {
+      name: 'top-workers-below-demo-cli',
+      comment: 'src/workers/ < src/demo/, src/cli/',
+      severity: 'error',
+      from: { path: '^src/workers/' },
+      to: { path: '^src/(demo|cli)/' },
     },
     {
       name: 'top-app-below-demo',

@@ -4,6 +4,7 @@
 import { Command, Option } from 'commander';
 import { Waypoint, addr } from '../app.ts';
 import { loadBootstrap, overrideBootstrap } from '../config/index.ts';
+import { WaypointWorkers, defaultConcurrency, parseConcurrency } from '../workers/index.ts';
 import { REQUIRED, checkListenFlag, durationFlag, namingListenFlags, writePidFile, type ListenFlag } from './flags.ts';
 import { onTerminate } from './signals.ts';
 
@@ -19,6 +20,7 @@ interface RunOptions {
   pidFile?: string;
   drainDelay?: number;
   drainTimeout?: number;
+  concurrency?: string;
 }
 
 /** The `run` command. Config errors propagate as ConfigError (printed as `file:line: ...`, exit 1). */
@@ -36,6 +38,7 @@ export function runCommand(): Command {
     .option('--pid-file <file>', "write the waypoint's PID here once it is listening (removed on exit)")
     .addOption(new Option('--drain-delay <time>', 'on SIGTERM: readiness false at once, new tunnels still accepted this long (drain.delayMs, default 5s)').argParser(durationFlag))
     .addOption(new Option('--drain-timeout <time>', 'then GOAWAY: in-flight requests and tunnels get this long (drain.timeoutMs, default 5s)').argParser(durationFlag))
+    .option('--concurrency <n>', `worker processes sharing the HBONE listener (default: the cgroup CPU quota, else the cores: ${defaultConcurrency()} here; 1 runs the waypoint in this one process)`)
     .action(async (o: RunOptions) => {
       const flags: ListenFlag[] = [];
       for (const [flag, value] of [['--hbone', o.hbone], ['--admin', o.admin], ['--readiness', o.readiness]] as const) {
@@ -47,9 +50,10 @@ export function runCommand(): Command {
         listeners: { hbone: o.hbone, admin: o.admin, readiness: o.readiness },
         drain: { delayMs: o.drainDelay, timeoutMs: o.drainTimeout },
       });
-      const wp = await namingListenFlags(flags, () =>
-        Waypoint.start({ bootstrap, meshFile: o.mesh, meshConfigFile: o.meshConfig, gateway: o.gateway, caDir: o.caDir, configFile: o.config }),
-      );
+      const concurrency = o.concurrency === undefined ? defaultConcurrency() : parseConcurrency(o.concurrency);
+      const start = { bootstrap, meshFile: o.mesh, meshConfigFile: o.meshConfig, gateway: o.gateway, caDir: o.caDir, configFile: o.config };
+      // Several workers: src/workers runs them under this process (the primary).
+      const wp = await namingListenFlags<Waypoint | WaypointWorkers>(flags, () => (concurrency > 1 ? WaypointWorkers.start({ ...start, concurrency }) : Waypoint.start(start)));
       const w = wp.mesh.current.waypoint;
       process.stdout.write(
         `waypoint ${w.namespace}/${w.name} (${w.identity})\n` +
