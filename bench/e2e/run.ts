@@ -339,7 +339,8 @@ async function main(): Promise<void> {
       const nodeFlags = (process.env.BENCH_WAYPOINT_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
       const inspect = settings.gc ? `${spec.options.waypointIp}:9229` : undefined;
       if (inspect) nodeFlags.push(`--inspect=${inspect}`);
-      const proc = spawn(process.execPath, [...nodeFlags, path.join(ROOT, 'bin/waypoint.js'), '--log-level', process.env.WAYPOINT_LOG_LEVEL ?? 'warn', 'run', '--mesh', t.meshFile, '--ca-dir', t.caDir, '--config', cfgFile], {
+      const args = ['run', '--mesh', t.meshFile, '--ca-dir', t.caDir, '--config', cfgFile, '--concurrency', String(settings.concurrency)];
+      const proc = spawn(process.execPath, [...nodeFlags, path.join(ROOT, 'bin/waypoint.js'), '--log-level', process.env.WAYPOINT_LOG_LEVEL ?? 'warn', ...args], {
         cwd: ROOT,
         stdio: ['ignore', wl.fd, wl.fd],
       });
