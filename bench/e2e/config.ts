@@ -309,4 +309,13 @@ export const AIMS = {
   envoyVcpuPer1000: 0.25,
   /** KiB of waypoint memory per idle tunnel. */
   kibPerIdleTunnel: 20,
+  /** Waypoint CPU per request ÷ L4 relay's at the fixed rate (issue 15). */
+  cpuRatioVsL4AtRate: 1.6,
+  /** req/s waypoint ÷ l4-relay, saturation. */
+  reqPerSecVsL4: 0.75,
+  /** p99 latency at the fixed rate, waypoint ÷ l4-relay. */
+  p99VsL4AtRate: 1.25,
+  /** Scenarios: waypoint CPU per request ÷ the l4-relay's, h2c (both tunnel shapes) and gRPC unary; HTTP/1.1 64 KiB. */
+  h2CpuRatioVsL4: 4,
+  h1LargeCpuRatioVsL4: 2,
 } as const;

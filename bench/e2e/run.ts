@@ -26,7 +26,7 @@ import { clockTicks, cpuBetween, fdCount, round, rssKiB, snapshot, type CpuSnaps
 import type { ClosedResult, IdleCloseResult, IdleOpenResult, LoadCommand, LoadMessage, RateResult, SaturateResult, WarmResult } from './protocol.ts';
 import { runScenarios, scenarioCases, scenarioPortsNote, scenarioWarnings, type ScenarioReport } from './scenarios.ts';
 import { gcAndMeasure, type RemoteMemory } from './inspector.ts';
-import { printReport, type BenchReport, type PathReport } from './report.ts';
+import { aimRatios, printReport, type BenchReport, type PathReport } from './report.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 const RESULTS = path.join(ROOT, 'bench', 'results');
@@ -652,6 +652,7 @@ function buildReport(
       statsAddedUsPerReqSaturation: diff(wpStats?.saturation?.waypointUsPerReq, wp?.saturation?.waypointUsPerReq),
       statsAddedUsPerReqAtRate: diff(wpStats?.rate?.waypointUsPerReq, wp?.rate?.waypointUsPerReq),
       statsReqPerSecVsWaypoint: ratio(wpStats?.saturation?.reqPerSec, wp?.saturation?.reqPerSec),
+      ...aimRatios(scenarios, paths),
     },
     scenarios,
     logs,
