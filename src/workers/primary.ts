@@ -18,7 +18,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AdminServer } from '../admin/index.ts';
 import type { BootstrapConfig } from '../config/index.ts';
-import { checkCaTrustDomain, meshCa } from '../app.ts';
+import { addr, checkCaTrustDomain, meshCa } from '../app.ts';
 import { parseTtl, WorkloadCertificate } from '../identity/index.ts';
 import { MeshStore } from '../state/index.ts';
 import { createMetricsRegistry } from '../telemetry/index.ts';
@@ -304,9 +304,4 @@ export class WaypointWorkers {
 /** The PEM material as it crosses to a worker. */
 function pushed(m: WorkloadCertificate['current']): PushedCertificate {
   return { certPem: m.certPem, keyPem: m.keyPem, caPem: m.caPem, notAfter: m.notAfter.getTime() };
-}
-
-/** `ip:port` / `[v6]:port`. */
-function addr(a: AddressInfo): string {
-  return a.family === 'IPv6' ? `[${a.address}]:${a.port}` : `${a.address}:${a.port}`;
 }
