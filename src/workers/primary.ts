@@ -250,14 +250,16 @@ export class WaypointWorkers {
   }
 
   /**
-   * Graceful stop (SIGTERM): readiness turns 503, every worker drains as a single waypoint does
-   * (GOAWAY, in-flight requests finish within `drain.timeoutMs`), then the primary stops. Idempotent.
+   * Graceful stop (SIGTERM): readiness turns 503 at once, every worker drains as a single waypoint
+   * does (new tunnels for `drain.delayMs`, then GOAWAY and `drain.timeoutMs` for what is in
+   * flight), then the primary stops. Idempotent.
    */
   shutdown(): Promise<void> {
     this.#stopped ??= (async () => {
       this.#draining = true;
-      log.info({ timeoutMs: this.#opts.bootstrap.drain.timeoutMs, workers: this.#slots.length }, 'draining');
-      await this.#stopWorkers(this.#opts.bootstrap.drain.timeoutMs + 5_000);
+      const { delayMs, timeoutMs } = this.#opts.bootstrap.drain;
+      log.info({ delayMs, timeoutMs, workers: this.#slots.length }, 'draining');
+      await this.#stopWorkers(delayMs + timeoutMs + 5_000);
       await this.#teardown();
       this.#certificate.close();
       this.mesh.close();

@@ -14,6 +14,7 @@ export class PushedIssuer {
   /** The certificate the last `issue` returned. */
   #given: PushedCertificate | undefined;
   #waiting: ((c: PushedCertificate) => void)[] = [];
+  readonly #rootListeners = new Set<(rootCertPem: string) => void>();
 
   constructor(trustDomain: string, first: PushedCertificate) {
     this.trustDomain = trustDomain;
@@ -21,13 +22,25 @@ export class PushedIssuer {
     this.#latest = first;
   }
 
-  /** A certificate from the primary. */
+  /** A certificate from the primary: a renewal, or the same leaf under new trust roots. */
   push(c: PushedCertificate): void {
+    const rootsOnly = c.certPem === this.#latest.certPem;
     this.#latest = c;
+    const rootsChanged = c.caPem !== this.rootCertPem;
     this.rootCertPem = c.caPem;
+    if (rootsOnly) {
+      if (rootsChanged) for (const l of this.#rootListeners) l(c.caPem);
+      return;
+    }
     const waiting = this.#waiting;
     this.#waiting = [];
     for (const w of waiting) w(c);
+  }
+
+  /** The trust roots changed without a new leaf (identity's CertificateIssuer contract). */
+  onRootsChanged(listener: (rootCertPem: string) => void): () => void {
+    this.#rootListeners.add(listener);
+    return () => this.#rootListeners.delete(listener);
   }
 
   /** The primary's latest certificate, once it is not the one given last time. `spiffe` and `ttlMs` are the primary's business. */
