@@ -35,8 +35,8 @@ const LAYERS = {
   loadtest: ['util', 'identity', 'state', 'hbone'], // load generator: HBONE client side, reports
 };
 // Above the table: src/app.ts (wires the waypoint) with the modules next to it (the sources of each
-// mode: sources.ts, file-sources.ts, cluster-sources.ts, cluster-env.ts) < src/demo/ < src/cli/,
-// which may import every layer's entry.
+// mode: sources.ts, file-sources.ts, cluster-sources.ts, cluster-env.ts) < src/workers/ (runs it in
+// several processes) < src/demo/ < src/cli/, which may import every layer's entry.
 // Filters see the filter API and the engines' entries only. tracing is one: it compiles the
 // Telemetry API per snapshot (what istio.stats and istio.tracing read per tunnel) and owns spans.
 const FILTER_MAY_USE = ['util', 'identity', 'state', 'pipeline', 'peer', 'authz', 'authn', 'netpol', 'tracing'];
@@ -82,6 +82,20 @@ module.exports = {
       severity: 'error',
       from: { path: '^src/([^/]+\\.ts$|demo/)' },
       to: { path: '^src/cli/' },
+    },
+    {
+      name: 'top-app-below-workers',
+      comment: 'src/app.ts < src/workers/',
+      severity: 'error',
+      from: { path: '^src/app\\.ts$' },
+      to: { path: '^src/workers/' },
+    },
+    {
+      name: 'top-workers-below-demo-cli',
+      comment: 'src/workers/ < src/demo/, src/cli/',
+      severity: 'error',
+      from: { path: '^src/workers/' },
+      to: { path: '^src/(demo|cli)/' },
     },
     {
       name: 'top-app-below-demo',

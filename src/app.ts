@@ -18,7 +18,7 @@ import { PEER_AUTHENTICATION } from './ztunnel/index.ts';
 import { EXT_AUTHZ_PROVIDERS, ExtAuthzClient, createExtAuthzHook } from './ext-authz/index.ts';
 import { ConfigError, log } from './util/index.ts';
 import { HboneSessionPool, HboneServer } from './hbone/index.ts';
-import { parseTtl, type WorkloadCertificate } from './identity/index.ts';
+import { type CertificateIssuer, parseTtl, type WorkloadCertificate } from './identity/index.ts';
 import { InnerHttpServer } from './inner-http/index.ts';
 import { refuseDownstreamPeer, waypointConnectHandler } from './listener/index.ts';
 import { FilterChain, type Filter, type FilterEnv, type FilterFactory, FilterRegistry, OverloadManager, type OverloadSettings } from './pipeline/index.ts';
@@ -38,6 +38,7 @@ import type { ClusterSettings } from './cluster-env.ts';
 import { openFileSources } from './file-sources.ts';
 import { refuseIdentityChange, type SourceContext, type SourceOrigin, type WaypointSources } from './sources.ts';
 
+export { checkCaTrustDomain, meshCa } from './file-sources.ts';
 export { clusterSettingsFromEnv, DEFAULT_ROOT_CERT_FILE, DEFAULT_TOKEN_FILE, type ClusterFlags, type ClusterSettings } from './cluster-env.ts';
 export type { SourceOrigin } from './sources.ts';
 
@@ -65,6 +66,11 @@ export interface WaypointOptions {
   readonly configFile?: string;
   /** Extra filter factories to register (embedding and tests), usable by name in `bootstrap.filters`. */
   readonly extraFilters?: readonly FilterFactory<unknown>[];
+  /**
+   * Issue the waypoint's certificate from this instead of the CA in `caDir` (src/workers: a worker
+   * takes the certificate its primary holds, pushed as PEM).
+   */
+  readonly issuer?: CertificateIssuer & { readonly trustDomain: string };
 }
 
 /** Addresses actually bound (port 0 in the config becomes the chosen port here). */
@@ -429,6 +435,8 @@ function buildChain(registry: FilterRegistry, cfg: BootstrapConfig, env: FilterE
     throw err;
   }
 }
+
+
 
 /** `ip:port` / `[v6]:port` of a bound address. */
 export function addr(a: AddressInfo): string {

@@ -4,7 +4,7 @@
  * state directory on first use, or the one in `--ca-dir`).
  */
 import path from 'node:path';
-import { LocalCa, defaultCaDir, WorkloadCertificate } from './identity/index.ts';
+import { type CertificateIssuer, LocalCa, defaultCaDir, WorkloadCertificate } from './identity/index.ts';
 import { MeshStore } from './state/index.ts';
 import { ConfigError } from './util/index.ts';
 import type { SourceContext, WaypointSources } from './sources.ts';
@@ -21,6 +21,11 @@ export interface FileSourceOptions {
   readonly caDir?: string;
   /** Watch the mesh file (default true). */
   readonly watch?: boolean;
+  /**
+   * Issue from this instead of the local CA: a worker process (`--concurrency`), whose certificate
+   * the primary holds and pushes (src/workers).
+   */
+  readonly issuer?: CertificateIssuer & { readonly trustDomain: string };
 }
 
 /**
@@ -43,15 +48,8 @@ export async function openFileSources(o: FileSourceOptions, ctx: SourceContext):
   try {
     const snap = mesh.current;
     const trustDomain = snap.meshConfig.trustDomain;
-    const caDir = path.resolve(o.caDir ?? defaultCaDir());
-    const { ca, created } = o.caDir ? { ca: await LocalCa.load(caDir), created: false } : await LocalCa.ensure(caDir, trustDomain);
-    if (ca.trustDomain !== trustDomain) {
-      throw new ConfigError(
-        `the CA in ${caDir} is for trust domain "${ca.trustDomain}" but the mesh's trustDomain is "${trustDomain}" ` +
-          `(MeshConfig trustDomain, default cluster.local); use a CA of that trust domain (waypoint ca init --trust-domain ${trustDomain}) or set trustDomain in the mesh config`,
-        { file: o.meshConfigFile ?? o.meshFile },
-      );
-    }
+    const { ca, caDir, created } = o.issuer ? { ca: o.issuer, caDir: path.resolve(o.caDir ?? defaultCaDir()), created: false } : await meshCa(o, trustDomain);
+    checkCaTrustDomain(ca.trustDomain, caDir, trustDomain, o);
     const certificate = await WorkloadCertificate.start(ca, snap.waypoint.identity, ctx.certTtlMs);
     let closed = false;
     return {
@@ -69,4 +67,21 @@ export async function openFileSources(o: FileSourceOptions, ctx: SourceContext):
     mesh.close();
     throw err;
   }
+}
+
+/** The standalone mesh CA: `caDir`'s, or the state directory's (created on first use for `trustDomain`). */
+export async function meshCa(o: Pick<FileSourceOptions, 'caDir'>, trustDomain: string): Promise<{ ca: LocalCa; caDir: string; created: boolean }> {
+  const caDir = path.resolve(o.caDir ?? defaultCaDir());
+  const { ca, created } = o.caDir ? { ca: await LocalCa.load(caDir), created: false } : await LocalCa.ensure(caDir, trustDomain);
+  return { ca, caDir, created };
+}
+
+/** @throws ConfigError naming the mesh (config) file when the CA's trust domain is not the mesh's. */
+export function checkCaTrustDomain(caTrustDomain: string, caDir: string, trustDomain: string, o: Pick<FileSourceOptions, 'meshFile' | 'meshConfigFile'>): void {
+  if (caTrustDomain === trustDomain) return;
+  throw new ConfigError(
+    `the CA in ${caDir} is for trust domain "${caTrustDomain}" but the mesh's trustDomain is "${trustDomain}" ` +
+      `(MeshConfig trustDomain, default cluster.local); use a CA of that trust domain (waypoint ca init --trust-domain ${trustDomain}) or set trustDomain in the mesh config`,
+    { file: o.meshConfigFile ?? o.meshFile },
+  );
 }

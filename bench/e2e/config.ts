@@ -219,20 +219,36 @@ export interface BenchSettings {
   readonly grpcConcurrency: number;
   /** gRPC unary request (and echoed response) payload bytes. */
   readonly grpcBytes: number;
+  /**
+   * `waypoint run --concurrency` of the waypoint processes (`--concurrency N` or BENCH_CONCURRENCY;
+   * default 1, one process, so figures compare across runs and machines).
+   */
+  readonly concurrency: number;
+}
+
+const USAGE = `npm run bench [-- --only ${SCENARIOS.join(',')}] [--stats] [--concurrency N]`;
+
+/** The value of `--name V` / `--name=V` in argv (the last one), else undefined. */
+function argValue(argv: readonly string[], name: string): string | undefined {
+  let v: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    if (argv[i] === name) v = argv[i + 1] ?? '';
+    else if (argv[i].startsWith(`${name}=`)) v = argv[i].slice(name.length + 1);
+  }
+  return v;
 }
 
 /** `--only a,b` / `--only=a,b` from argv, else BENCH_ONLY, else every scenario group. */
 function onlyScenarios(argv: readonly string[]): ScenarioName[] {
-  let raw = process.env.BENCH_ONLY ?? '';
+  const raw = argValue(argv, '--only') ?? process.env.BENCH_ONLY ?? '';
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
-    if (a === '--only') raw = argv[++i] ?? '';
-    else if (a.startsWith('--only=')) raw = a.slice('--only='.length);
-    else if (a === '--stats') continue;
+    if (a === '--only' || a === '--concurrency') i++;
+    else if (a.startsWith('--only=') || a.startsWith('--concurrency=') || a === '--stats') continue;
     else if (a === '--help' || a === '-h') {
-      process.stdout.write(`usage: npm run bench [-- --only ${SCENARIOS.join(',')}] [--stats]   (knobs: bench/README.md)\n`);
+      process.stdout.write(`usage: ${USAGE}   (knobs: bench/README.md)\n`);
       process.exit(0);
-    } else throw new Error(`unknown argument "${a}" (usage: npm run bench -- --only ${SCENARIOS.join(',')})`);
+    } else throw new Error(`unknown argument "${a}" (usage: ${USAGE})`);
   }
   const names = raw.split(',').map((x) => x.trim()).filter(Boolean);
   for (const n of names) if (!(SCENARIOS as readonly string[]).includes(n)) throw new Error(`--only: unknown scenario "${n}" (known: ${SCENARIOS.join(', ')})`);
@@ -271,7 +287,16 @@ export function loadSettings(argv: readonly string[] = process.argv.slice(2)): B
     grpcChannels: Math.max(1, num('BENCH_GRPC_CHANNELS', 1)),
     grpcConcurrency: Math.max(1, num('BENCH_GRPC_CONCURRENCY', 32)),
     grpcBytes: num('BENCH_GRPC_BYTES', 1024),
+    concurrency: concurrencyOf(argv),
   };
+}
+
+/** `--concurrency N` / BENCH_CONCURRENCY: a whole number ≥ 1 (default 1). */
+function concurrencyOf(argv: readonly string[]): number {
+  const raw = argValue(argv, '--concurrency') ?? process.env.BENCH_CONCURRENCY ?? '1';
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw) || n < 1) throw new Error(`--concurrency ${JSON.stringify(raw)}: expected a whole number of waypoint workers, at least 1`);
+  return n;
 }
 
 /** The aims the report compares against. */
@@ -284,4 +309,13 @@ export const AIMS = {
   envoyVcpuPer1000: 0.25,
   /** KiB of waypoint memory per idle tunnel. */
   kibPerIdleTunnel: 20,
+  /** Waypoint CPU per request ÷ L4 relay's at the fixed rate (issue 15). */
+  cpuRatioVsL4AtRate: 1.6,
+  /** req/s waypoint ÷ l4-relay, saturation. */
+  reqPerSecVsL4: 0.75,
+  /** p99 latency at the fixed rate, waypoint ÷ l4-relay. */
+  p99VsL4AtRate: 1.25,
+  /** Scenarios: waypoint CPU per request ÷ the l4-relay's, h2c (both tunnel shapes) and gRPC unary; HTTP/1.1 64 KiB. */
+  h2CpuRatioVsL4: 4,
+  h1LargeCpuRatioVsL4: 2,
 } as const;

@@ -1,21 +1,75 @@
 /**
  * Per-process CPU and memory from Linux /proc (utime+stime of /proc/<pid>/stat, VmRSS of
  * /proc/<pid>/status), open descriptors, whole-machine busy time, and snapshots of several
- * processes at once around a measured window.
+ * processes at once around a measured window. A process is measured with its descendants (a
+ * waypoint run with `--concurrency N` is a primary and N workers), and a snapshot also keeps each
+ * process of such a tree on its own (see {@link snapshot}).
  */
 import fs from 'node:fs';
-import { clockTicks, cpuSeconds, rssKiB } from '../../src/loadtest/index.ts';
+import { clockTicks, cpuSeconds, rssKiB as processRssKiB } from '../../src/loadtest/index.ts';
 
-// The per-process readings are the load tester's own (src/loadtest/proc.ts).
-export { clockTicks, cpuSeconds, rssKiB };
+// The per-process readings are the load tester's own (src/loadtest/proc.ts); RSS and descriptors
+// here are summed over a process and its descendants.
+export { clockTicks, cpuSeconds };
 
-/** Open file descriptors of a process. */
-export function fdCount(pid: number): number {
+/** `pid` and its descendants (children of children...), `pid` first, the others by pid. */
+export function processTree(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  let entries: string[];
   try {
-    return fs.readdirSync(`/proc/${pid}/fd`).length;
+    entries = fs.readdirSync('/proc');
   } catch {
-    return NaN;
+    return [pid];
   }
+  for (const e of entries) {
+    if (!/^\d+$/.test(e)) continue;
+    let stat: string;
+    try {
+      stat = fs.readFileSync(`/proc/${e}/stat`, 'utf8');
+    } catch {
+      continue;
+    }
+    // Field 4 (ppid), after the parenthesised comm.
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    const list = children.get(ppid) ?? [];
+    list.push(Number(e));
+    children.set(ppid, list);
+  }
+  const out: number[] = [];
+  const walk = (p: number) => {
+    for (const c of (children.get(p) ?? []).sort((a, b) => a - b)) {
+      out.push(c);
+      walk(c);
+    }
+  };
+  walk(pid);
+  return [pid, ...out.sort((a, b) => a - b)];
+}
+
+/** Resident set size in KiB of the process and its descendants (pages they share are counted in each). */
+export function rssKiB(pid: number): number {
+  let sum = 0;
+  for (const p of processTree(pid)) {
+    try {
+      sum += processRssKiB(p);
+    } catch {
+      if (p === pid) return NaN;
+    }
+  }
+  return sum;
+}
+
+/** Open file descriptors of the process and its descendants. */
+export function fdCount(pid: number): number {
+  let sum = 0;
+  for (const p of processTree(pid)) {
+    try {
+      sum += fs.readdirSync(`/proc/${p}/fd`).length;
+    } catch {
+      if (p === pid) return NaN;
+    }
+  }
+  return sum;
 }
 
 /** Busy CPU seconds of the whole machine (every state of /proc/stat's `cpu` line but idle and iowait). */
@@ -30,6 +84,12 @@ export function machineBusySeconds(): number {
 /** Key of the whole-machine entry in a {@link CpuSnapshot}. */
 export const MACHINE = 'machine';
 
+/**
+ * Separator of the per-process entries of a tree in a {@link CpuSnapshot}: `waypoint/primary`,
+ * `waypoint/worker1`, ... beside `waypoint` (their sum). They are not added to "ours" twice.
+ */
+export const PART = '/';
+
 /** A CPU snapshot of several processes (and the whole machine, as {@link MACHINE}) at one instant. */
 export interface CpuSnapshot {
   readonly at: number;
@@ -39,11 +99,20 @@ export interface CpuSnapshot {
 export function snapshot(pids: Record<string, number>): CpuSnapshot {
   const cpu: Record<string, number> = {};
   for (const [name, pid] of Object.entries(pids)) {
-    try {
-      cpu[name] = cpuSeconds(pid);
-    } catch {
-      cpu[name] = NaN;
+    const tree = processTree(pid);
+    let sum = 0;
+    for (const [i, p] of tree.entries()) {
+      let v: number;
+      try {
+        v = cpuSeconds(p);
+      } catch {
+        v = NaN;
+      }
+      // A child that exited between the listing and the read used nothing we can still count.
+      sum += Number.isNaN(v) && i > 0 ? 0 : v;
+      if (tree.length > 1) cpu[`${name}${PART}${i === 0 ? 'primary' : `worker${i}`}`] = v;
     }
+    cpu[name] = sum;
   }
   try {
     cpu[MACHINE] = machineBusySeconds();
@@ -60,7 +129,7 @@ export function cpuBetween(a: CpuSnapshot, b: CpuSnapshot, requests: number): Re
   let ours = 0;
   for (const name of Object.keys(a.cpu)) {
     const cpuS = b.cpu[name] - a.cpu[name];
-    if (name !== MACHINE) ours += cpuS;
+    if (name !== MACHINE && !name.includes(PART) && Number.isFinite(cpuS)) ours += cpuS;
     out[name] = { cpuS: round(cpuS, 3), cores: round(cpuS / wallS, 4), usPerReq: requests > 0 ? round((cpuS * 1e6) / requests, 1) : null };
   }
   // What the rest of the machine did meanwhile (other sessions, the kernel's softirq time...).

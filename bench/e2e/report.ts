@@ -2,6 +2,7 @@
  * The bench report: JSON shape and the printed table.
  */
 import { isWaypointPath, type AIMS, type BenchSettings, type PathName } from './config.ts';
+import { PART } from './proc.ts';
 import type { RemoteMemory } from './inspector.ts';
 import type { RateResult, SaturateResult, WarmResult } from './protocol.ts';
 import type { ScenarioReport } from './scenarios.ts';
@@ -86,6 +87,36 @@ function verdict(ok: boolean | null): string {
   return ok === null ? '' : ok ? '  ok' : '  MISSED';
 }
 
+/** `primary / worker1 / ...` cores of a waypoint run with workers (proc.ts keeps each process of the tree). */
+function perProcess(cpu: CpuByProcess | undefined): string {
+  if (!cpu) return NA;
+  const parts = Object.entries(cpu).filter(([k]) => k.startsWith(`waypoint${PART}`));
+  return parts.length === 0 ? NA : parts.map(([, v]) => f(v.cores, 2)).join(' / ');
+}
+
+/**
+ * The issue's aims that come from the scenarios and the fixed rate, for the JSON's `ratios` and
+ * the aims table: waypoint CPU/req ÷ the l4-relay's per case, the h2c one-tunnel µs/req ÷ the
+ * HTTP/1.1 many-tunnels µs/req, and p99 at the fixed rate ÷ the l4-relay's.
+ */
+export function aimRatios(scenarios: readonly ScenarioReport[], paths: Partial<Record<PathName, PathReport>>): Record<string, number | null> {
+  const byId = new Map(scenarios.map((sc) => [sc.case.id, sc]));
+  const cpu = (id: string) => byId.get(id)?.ratios.waypointCpuPerReqVsL4 ?? null;
+  const h2one = byId.get('h2-one')?.runs.waypoint;
+  const h1 = (byId.get('h1-many') ?? byId.get('h1-1k'))?.runs.waypoint;
+  const us = (x: typeof h1) => (x?.status === 'ok' ? x.waypointUsPerReq : null);
+  const p99 = (p: PathName) => paths[p]?.rate?.latencyUs.p99 ?? null;
+  const div = (a: number | null, b: number | null) => (a !== null && b !== null && b > 0 ? Math.round((a / b) * 1000) / 1000 : null);
+  return {
+    h2OneTunnelCpuPerReqVsL4: cpu('h2-one'),
+    h2ManyTunnelsCpuPerReqVsL4: cpu('h2-many'),
+    grpcUnaryCpuPerReqVsL4: cpu('grpc-unary'),
+    h1LargeCpuPerReqVsL4: cpu('h1-64k'),
+    h2OneTunnelUsPerReqVsH1: div(us(h2one), us(h1)),
+    waypointP99VsL4AtRate: div(p99('waypoint'), p99('l4-relay')),
+  };
+}
+
 export function printReport(r: BenchReport): void {
   // `waypoint-stats` (the waypoint with istio.stats) gets a column only when it ran.
   const cols: PathName[] = ['direct', 'l4-relay', 'waypoint', ...(r.paths['waypoint-stats'] ? (['waypoint-stats'] as const) : [])];
@@ -96,6 +127,7 @@ export function printReport(r: BenchReport): void {
     ['  errors / timeouts / non-2xx', (p) => (P(p)?.saturation ? `${P(p)!.saturation!.errors} / ${P(p)!.saturation!.timeouts} / ${P(p)!.saturation!.non2xx}` : NA)],
     ['  waypoint CPU µs/req', (p) => f(P(p)?.saturation?.waypointUsPerReq, 1)],
     ['  waypoint cores busy', (p) => f(P(p)?.saturation?.waypointCores, 2)],
+    ...(s.concurrency > 1 ? ([['  waypoint cores per process (primary, workers)', (p: PathName) => perProcess(P(p)?.saturation?.cpu)]] as [string, (p: PathName) => string][]) : []),
     ['  fixture CPU µs/req (tunnel+inbound+backend)', (p) => f(P(p)?.saturation?.cpu.fixture?.usPerReq, 1)],
     ['  load generator CPU µs/req', (p) => f(P(p)?.saturation?.cpu.load?.usPerReq, 1)],
     ['  machine busy cores / not ours (others, softirq)', (p) => (P(p)?.saturation ? `${f(P(p)!.saturation!.cpu.machine?.cores, 2)} / ${f(P(p)!.saturation!.cpu.other?.cores, 2)}` : NA)],
@@ -109,6 +141,7 @@ export function printReport(r: BenchReport): void {
     ['  waypoint CPU µs/req', (p) => f(P(p)?.rate?.waypointUsPerReq, 1)],
     ['  waypoint vCPU (cores)', (p) => f(P(p)?.rate?.waypointCores, 3)],
     ['  waypoint vCPU per 1000 req/s', (p) => f(P(p)?.rate?.vcpuPer1000, 3)],
+    ...(s.concurrency > 1 ? ([['  waypoint cores per process (primary, workers)', (p: PathName) => perProcess(P(p)?.rate?.cpu)]] as [string, (p: PathName) => string][]) : []),
     ['  fixture CPU µs/req', (p) => f(P(p)?.rate?.cpu.fixture?.usPerReq, 1)],
     ['  machine busy cores / not ours (others, softirq)', (p) => (P(p)?.rate ? `${f(P(p)!.rate!.cpu.machine?.cores, 2)} / ${f(P(p)!.rate!.cpu.other?.cores, 2)}` : NA)],
     [`idle tunnels (${s.idleTunnels}, one GET each): still open`, (p) => (P(p)?.idle ? `${P(p)!.idle!.stillOpenAtMeasure}` : NA)],
@@ -184,16 +217,26 @@ function coreTable(
   const a = r.aims;
   out.push('Ratios and aims');
   out.push(`  waypoint CPU/req ÷ l4-relay CPU/req, saturation   ${f(q.waypointCpuPerReqVsL4Saturation, 2)}×  (aim ≤ ${a.cpuRatioVsL4}×)${verdict(q.waypointCpuPerReqVsL4Saturation === null ? null : q.waypointCpuPerReqVsL4Saturation <= a.cpuRatioVsL4)}`);
-  out.push(`  waypoint CPU/req ÷ l4-relay CPU/req, at ${f(s.rate)}/s     ${f(q.waypointCpuPerReqVsL4AtRate, 2)}×  (aim ≤ ${a.cpuRatioVsL4}×)${verdict(q.waypointCpuPerReqVsL4AtRate === null ? null : q.waypointCpuPerReqVsL4AtRate <= a.cpuRatioVsL4)}`);
+  out.push(`  waypoint CPU/req ÷ l4-relay CPU/req, at ${f(s.rate)}/s     ${f(q.waypointCpuPerReqVsL4AtRate, 2)}×  (aim ≤ ${a.cpuRatioVsL4AtRate}×)${verdict(q.waypointCpuPerReqVsL4AtRate === null ? null : q.waypointCpuPerReqVsL4AtRate <= a.cpuRatioVsL4AtRate)}`);
   const vcpu = r.paths.waypoint?.rate?.vcpuPer1000 ?? null;
   out.push(`  waypoint vCPU per 1000 req/s                      ${f(vcpu, 3)}  (aim ≤ ${a.vcpuPer1000}; Envoy waypoint ≈ ${a.envoyVcpuPer1000}: ${f(q.waypointVcpuPer1000VsEnvoy, 2)}× Envoy)${verdict(vcpu === null ? null : vcpu <= a.vcpuPer1000)}`);
   const l4vcpu = r.paths['l4-relay']?.rate?.vcpuPer1000 ?? null;
   out.push(`  l4-relay vCPU per 1000 req/s                      ${f(l4vcpu, 3)}  (lab: Node HBONE passthrough ≈ 0.09)`);
   const kib = r.paths.waypoint?.idle?.kibPerTunnel ?? null;
   out.push(`  waypoint KiB per idle tunnel (RSS)                ${f(kib, 2)}  (aim ≤ ${a.kibPerIdleTunnel})${verdict(kib === null ? null : kib <= a.kibPerIdleTunnel)}`);
-  out.push(`  req/s waypoint ÷ l4-relay                         ${f(q.waypointReqPerSecVsL4, 2)}`);
+  out.push(`  req/s waypoint ÷ l4-relay                         ${f(q.waypointReqPerSecVsL4, 2)}  (aim ≥ ${a.reqPerSecVsL4})${verdict(q.waypointReqPerSecVsL4 == null ? null : q.waypointReqPerSecVsL4 >= a.reqPerSecVsL4)}`);
+  out.push(`  p99 at ${f(s.rate)}/s, waypoint ÷ l4-relay               ${f(q.waypointP99VsL4AtRate, 2)}×  (aim ≤ ${a.p99VsL4AtRate}×)${verdict(q.waypointP99VsL4AtRate == null ? null : q.waypointP99VsL4AtRate <= a.p99VsL4AtRate)}`);
   out.push(`  req/s waypoint ÷ direct, l4-relay ÷ direct        ${f(q.waypointReqPerSecVsDirect, 2)}, ${f(q.l4ReqPerSecVsDirect, 2)}`);
   out.push(`  added p50 µs: l4-relay vs direct, waypoint vs l4  ${f(q.addedP50UsL4VsDirect)}, ${f(q.addedP50UsWaypointVsL4)}`);
+  if (r.scenarios.length > 0) {
+    const aim = (label: string, v: number | null | undefined, max: number) => out.push(`  ${label.padEnd(48)}${f(v, 2)}×  (aim ≤ ${max}×)${verdict(v == null ? null : v <= max)}`);
+    aim('h2c 1 tunnel × N streams: wp CPU/req ÷ l4', q.h2OneTunnelCpuPerReqVsL4, a.h2CpuRatioVsL4);
+    aim('  its µs/req ÷ HTTP/1.1 many tunnels µs/req', q.h2OneTunnelUsPerReqVsH1, 1);
+    aim('h2c N tunnels × 1 stream: wp CPU/req ÷ l4', q.h2ManyTunnelsCpuPerReqVsL4, a.h2CpuRatioVsL4);
+    aim('gRPC unary: wp CPU/req ÷ l4', q.grpcUnaryCpuPerReqVsL4, a.h2CpuRatioVsL4);
+    aim('HTTP/1.1 64 KiB GET: wp CPU/req ÷ l4', q.h1LargeCpuPerReqVsL4, a.h1LargeCpuRatioVsL4);
+  }
+  if (s.concurrency > 1) out.push(`  waypoint processes: a primary and ${s.concurrency} workers (--concurrency ${s.concurrency}); the CPU figures are their sum`);
   if (r.paths['waypoint-stats']) {
     out.push(`  istio.stats: waypoint-stats ÷ waypoint CPU/req      ${f(q.statsCpuPerReqVsWaypointSaturation, 3)}× saturation (${f(q.statsAddedUsPerReqSaturation, 1)} µs/req), ${f(q.statsCpuPerReqVsWaypointAtRate, 3)}× at ${f(s.rate)}/s (${f(q.statsAddedUsPerReqAtRate, 1)} µs/req)`);
     out.push(`  istio.stats: req/s waypoint-stats ÷ waypoint       ${f(q.statsReqPerSecVsWaypoint, 3)}`);
@@ -260,6 +303,7 @@ function scenarioTable(r: BenchReport): string[] {
         ]) + (errs > 0 ? `  (${errs} errors)` : ''),
       );
       if (isWaypointPath(p) && run.http2 === 'relayed') notes.push('the waypoint relayed these HTTP/2 bytes without terminating them: L4 figures, not L7');
+      if (s.concurrency > 1 && p !== 'direct') out.push(`    waypoint cores per process (primary, workers): ${perProcess(run.cpu)}`);
     }
     for (const n of notes) out.push(`  note: ${n}`);
   }

@@ -26,7 +26,7 @@ import { clockTicks, cpuBetween, fdCount, round, rssKiB, snapshot, type CpuSnaps
 import type { ClosedResult, IdleCloseResult, IdleOpenResult, LoadCommand, LoadMessage, RateResult, SaturateResult, WarmResult } from './protocol.ts';
 import { runScenarios, scenarioCases, scenarioPortsNote, scenarioWarnings, type ScenarioReport } from './scenarios.ts';
 import { gcAndMeasure, type RemoteMemory } from './inspector.ts';
-import { printReport, type BenchReport, type PathReport } from './report.ts';
+import { aimRatios, printReport, type BenchReport, type PathReport } from './report.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 const RESULTS = path.join(ROOT, 'bench', 'results');
@@ -339,7 +339,8 @@ async function main(): Promise<void> {
       const nodeFlags = (process.env.BENCH_WAYPOINT_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
       const inspect = settings.gc ? `${spec.options.waypointIp}:9229` : undefined;
       if (inspect) nodeFlags.push(`--inspect=${inspect}`);
-      const proc = spawn(process.execPath, [...nodeFlags, path.join(ROOT, 'bin/waypoint.js'), '--log-level', process.env.WAYPOINT_LOG_LEVEL ?? 'warn', 'run', '--mesh', t.meshFile, '--ca-dir', t.caDir, '--config', cfgFile], {
+      const args = ['run', '--mesh', t.meshFile, '--ca-dir', t.caDir, '--config', cfgFile, '--concurrency', String(settings.concurrency)];
+      const proc = spawn(process.execPath, [...nodeFlags, path.join(ROOT, 'bin/waypoint.js'), '--log-level', process.env.WAYPOINT_LOG_LEVEL ?? 'warn', ...args], {
         cwd: ROOT,
         stdio: ['ignore', wl.fd, wl.fd],
       });
@@ -651,6 +652,7 @@ function buildReport(
       statsAddedUsPerReqSaturation: diff(wpStats?.saturation?.waypointUsPerReq, wp?.saturation?.waypointUsPerReq),
       statsAddedUsPerReqAtRate: diff(wpStats?.rate?.waypointUsPerReq, wp?.rate?.waypointUsPerReq),
       statsReqPerSecVsWaypoint: ratio(wpStats?.saturation?.reqPerSec, wp?.saturation?.reqPerSec),
+      ...aimRatios(scenarios, paths),
     },
     scenarios,
     logs,

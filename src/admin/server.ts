@@ -17,7 +17,7 @@ export interface AdminHandlers {
   notReady?(): string;
   /** Registry to serve at /stats/prometheus; omitted on the readiness server. */
   readonly metrics?: Registry;
-  /** JSON for /config_dump; omitted on the readiness server. */
+  /** JSON for /config_dump (or a promise of it); omitted on the readiness server. */
   configDump?(): unknown;
 }
 
@@ -57,7 +57,17 @@ export class AdminServer {
         return;
       }
       if (path === '/') return send(res, 200, 'text/plain; charset=utf-8', index);
-      if (path === '/config_dump' && h.configDump) return send(res, 200, 'application/json', `${JSON.stringify(h.configDump(), null, 2)}\n`);
+      if (path === '/config_dump' && h.configDump) {
+        const dump = h.configDump;
+        // A waypoint with workers gets the dump from one of them (src/workers).
+        Promise.resolve()
+          .then(() => dump())
+          .then(
+            (d) => send(res, 200, 'application/json', `${JSON.stringify(d, null, 2)}\n`),
+            (err: Error) => send(res, 500, 'text/plain', `${err.message}\n`),
+          );
+        return;
+      }
       send(res, 404, 'text/plain', 'not found\n');
     });
     this.server.keepAliveTimeout = 5_000;

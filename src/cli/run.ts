@@ -6,6 +6,7 @@
 import { Command, Option } from 'commander';
 import { clusterSettingsFromEnv, DEFAULT_ROOT_CERT_FILE, DEFAULT_TOKEN_FILE, Waypoint, addr, type SourceOrigin } from '../app.ts';
 import { loadBootstrap, overrideBootstrap } from '../config/index.ts';
+import { WaypointWorkers, defaultConcurrency, parseConcurrency } from '../workers/index.ts';
 import { checkListenFlag, durationFlag, namingListenFlags, writePidFile, type ListenFlag } from './flags.ts';
 import { onTerminate } from './signals.ts';
 
@@ -24,6 +25,7 @@ interface RunOptions {
   pidFile?: string;
   drainDelay?: number;
   drainTimeout?: number;
+  concurrency?: string;
 }
 
 /**
@@ -53,6 +55,12 @@ export function runCommand(): Command {
     .option('--pid-file <file>', "write the waypoint's PID here once it is listening (removed on exit)")
     .addOption(new Option('--drain-delay <time>', 'on SIGTERM: readiness false at once, new tunnels still accepted this long (drain.delayMs, default 5s)').argParser(durationFlag))
     .addOption(new Option('--drain-timeout <time>', 'then GOAWAY: in-flight requests and tunnels get this long (drain.timeoutMs, default 5s)').argParser(durationFlag))
+    .addOption(
+      new Option(
+        '--concurrency <n>',
+        `with --mesh: worker processes sharing the HBONE listener (default: the cgroup CPU quota, else the cores: ${defaultConcurrency()} here; 1 runs the waypoint in this one process)`,
+      ).conflicts('cluster'),
+    )
     .action(async (o: RunOptions) => {
       const flags: ListenFlag[] = [];
       for (const [flag, value] of [['--hbone', o.hbone], ['--admin', o.admin], ['--readiness', o.readiness]] as const) {
@@ -65,21 +73,25 @@ export function runCommand(): Command {
         drain: { delayMs: o.drainDelay, timeoutMs: o.drainTimeout },
       });
       const cluster = o.cluster ? clusterSettingsFromEnv({ tokenFile: o.tokenFile, rootCert: o.rootCert, gateway: o.gateway }) : undefined;
+      // Several workers (src/workers) share the HBONE listener under this process, the primary.
+      // In a cluster one process for now: workers would each need istiod's and the API server's state.
+      const concurrency = cluster ? 1 : o.concurrency === undefined ? defaultConcurrency() : parseConcurrency(o.concurrency);
+      const file = { bootstrap, meshFile: o.mesh!, meshConfigFile: o.meshConfig, gateway: o.gateway, caDir: o.caDir, configFile: o.config };
       // In a cluster the start waits for istiod and the API server: a SIGTERM meanwhile stops it.
       const abort = new AbortController();
-      let started: Waypoint | undefined;
+      let started: Waypoint | WaypointWorkers | undefined;
+      const starting = namingListenFlags<Waypoint | WaypointWorkers>(flags, () =>
+        cluster
+          ? Waypoint.start({ bootstrap, cluster, configFile: o.config, signal: abort.signal })
+          : concurrency > 1
+            ? WaypointWorkers.start({ ...file, concurrency })
+            : Waypoint.start({ ...file, signal: abort.signal }),
+      );
       onTerminate(async () => {
         abort.abort(new Error('terminated before the waypoint was ready'));
         await starting.catch(() => undefined);
         await started?.shutdown();
       });
-      const starting = namingListenFlags(flags, () =>
-        Waypoint.start(
-          cluster
-            ? { bootstrap, cluster, configFile: o.config, signal: abort.signal }
-            : { bootstrap, meshFile: o.mesh, meshConfigFile: o.meshConfig, gateway: o.gateway, caDir: o.caDir, configFile: o.config, signal: abort.signal },
-        ),
-      );
       try {
         started = await starting;
       } catch (err) {

@@ -33,7 +33,7 @@ import {
 import { answerFailure, type ClusterManager, CONNECT_FAILURE, NO_HEALTHY_UPSTREAM, PER_TRY_TIMEOUT, RESPONSE_TIMEOUT, upstreamFailure, type UpstreamFailure } from '../upstream/index.ts';
 import { GrpcFrameCounter } from './grpc-frames.ts';
 import { RetryState, type CompiledRoute } from './retry-policy.ts';
-import { counted, isStream, replayable, ReplayBuffer, SMALL_BODY_BYTES, startAttempt, UpstreamRequest, type AttemptOwner } from './upstream-request.ts';
+import { counted, CountedBody, isStream, replayable, ReplayBuffer, SMALL_BODY_BYTES, startAttempt, UpstreamRequest, type AttemptOwner } from './upstream-request.ts';
 
 /** See the module comment. One per request (and one UpstreamRequest per attempt); its timers call module functions, not closures. */
 export class RequestForwarder implements AttemptOwner, BufferAccount {
@@ -302,7 +302,7 @@ export function forwardWithBody(stream: StreamContext, f: RequestForwarder): voi
   // content-length) can be retried, and so can one whose body was never pulled (connect
   // failure); a larger body, once sending started, cannot be replayed and is not retried.
   const replay = new ReplayBuffer();
-  f.send(Readable.from(counted(pre ? bodyAfterBuffer(stream) : req, stream, replay, f.requestFrames), { objectMode: false }), replay);
+  f.send(pre ? Readable.from(counted(bodyAfterBuffer(stream), stream, replay, f.requestFrames), { objectMode: false }) : new CountedBody(req, stream, replay, f.requestFrames), replay);
 }
 
 /** Declared body size: 0 none, -1 unknown (chunked / streamed h2: stream it), else Content-Length. */

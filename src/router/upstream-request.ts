@@ -7,7 +7,7 @@
  * Also the request body's replay: the copy of a streamed body kept so that a retry can resend it.
  */
 import type { ServerResponse } from 'node:http';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { STREAM_ADMISSION } from '../netpol/index.ts';
 import { originalClient } from '../peer/index.ts';
@@ -361,13 +361,65 @@ export class ReplayBuffer {
 /** Yield the request body's chunks, counting them into `stream.bytesReceived` and keeping them in `replay`. */
 export async function* counted(req: AsyncIterable<Buffer>, stream: StreamContext, replay: ReplayBuffer, frames: GrpcFrameCounter | null): AsyncGenerator<Buffer> {
   for await (const chunk of req) {
-    stream.bytesReceived += chunk.length;
-    if (frames) stream.requestMessages += frames.inspect(chunk);
-    replay.add(chunk);
+    countChunk(chunk, stream, replay, frames);
     yield chunk;
   }
+  bodyEnded(replay);
+}
+
+function countChunk(chunk: Buffer, stream: StreamContext, replay: ReplayBuffer, frames: GrpcFrameCounter | null): void {
+  stream.bytesReceived += chunk.length;
+  if (frames) stream.requestMessages += frames.inspect(chunk);
+  replay.add(chunk);
+}
+
+function bodyEnded(replay: ReplayBuffer): void {
   replay.complete = true;
   if (replay.onWhole && replay.whole) replay.onWhole(replay.take());
+}
+
+/**
+ * {@link counted} over the downstream request itself, without an async generator and a
+ * `Readable.from` per request (a promise per chunk; a third of the streamed-body cost of a gRPC
+ * unary call): the request is read only when this stream's reader asks (so back-pressure holds,
+ * and a body never pulled can still be sent again), each chunk counted and kept as it passes.
+ * A request that closes before its end fails this stream, as the generator's iteration does.
+ */
+export class CountedBody extends Readable {
+  readonly #src: Readable;
+  #paused = true;
+  #ended = false;
+
+  constructor(src: Readable, stream: StreamContext, replay: ReplayBuffer, frames: GrpcFrameCounter | null) {
+    super();
+    this.#src = src;
+    src.on('data', (chunk: Buffer) => {
+      countChunk(chunk, stream, replay, frames);
+      if (!this.push(chunk)) this.#pause();
+    });
+    src.once('end', () => {
+      this.#ended = true;
+      bodyEnded(replay);
+      this.push(null);
+    });
+    src.once('error', (err) => this.destroy(err));
+    src.once('close', () => {
+      if (!this.#ended) this.destroy(Object.assign(new Error('the request body ended before it was complete'), { code: 'ERR_STREAM_PREMATURE_CLOSE' }));
+    });
+    // Nothing is read before the upstream asks ('data' listeners make a stream flow).
+    src.pause();
+  }
+
+  #pause(): void {
+    this.#paused = true;
+    this.#src.pause();
+  }
+
+  override _read(): void {
+    if (!this.#paused) return;
+    this.#paused = false;
+    this.#src.resume();
+  }
 }
 
 export function isStream(b: Buffer | Readable | null): b is Readable {

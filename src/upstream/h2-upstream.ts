@@ -161,18 +161,22 @@ export class H2Upstream {
   }
 
   private start(pooled: PooledH2, session: ClientHttp2Session, req: UpstreamRequest, handler: UpstreamHandler): void {
-    const headers: OutgoingHttpHeaders = { ':method': req.method, ':path': req.path, ':scheme': 'http', ':authority': req.authority };
+    // A flat header list as Node takes it (names lower-cased by Node): no header object to build
+    // and copy per request (Node's prepareRequestHeadersArray).
     const raw = req.headers;
-    for (let i = 0; i < raw.length; i += 2) {
-      const name = raw[i].toLowerCase();
-      const prev = headers[name];
-      if (prev === undefined) headers[name] = raw[i + 1];
-      else if (Array.isArray(prev)) prev.push(raw[i + 1]);
-      else headers[name] = [prev as string, raw[i + 1]];
-    }
+    const headers: string[] = new Array(8 + raw.length);
+    headers[0] = ':method';
+    headers[1] = req.method;
+    headers[2] = ':path';
+    headers[3] = req.path;
+    headers[4] = ':scheme';
+    headers[5] = 'http';
+    headers[6] = ':authority';
+    headers[7] = req.authority;
+    for (let i = 0; i < raw.length; i++) headers[8 + i] = raw[i];
     let stream: ClientHttp2Stream;
     try {
-      stream = session.request(headers, { endStream: req.body === null });
+      stream = session.request(headers as unknown as OutgoingHttpHeaders, { endStream: req.body === null });
     } catch (err) {
       // The session went away between acquire and request (GOAWAY raced us): never processed.
       this.retire(pooled);
@@ -299,9 +303,10 @@ class H2Exchange {
       this.fail(err ?? new Error('cancelled'));
     });
     stream.on('headers', (h: IncomingHttpHeaders) => handler.onInformational?.(Number(h[':status'])));
-    stream.once('response', (h: IncomingHttpHeaders) => this.onResponse(h));
-    stream.once('trailers', (t: IncomingHttpHeaders) => {
-      this.trailers = flatten(t);
+    // Node passes the header block as received too (flat, pseudo-headers first) after its object.
+    stream.once('response', (h: IncomingHttpHeaders, _flags: number, raw: string[]) => this.onResponse(h, raw));
+    stream.once('trailers', (t: IncomingHttpHeaders, _flags: number, raw: string[] | undefined) => {
+      this.trailers = raw ? withoutPseudo(raw) : flatten(t);
     });
     stream.once('end', () => {
       if (endStreamReceived(stream)) this.finish();
@@ -312,14 +317,14 @@ class H2Exchange {
     });
   }
 
-  private onResponse(h: IncomingHttpHeaders): void {
+  private onResponse(h: IncomingHttpHeaders, raw: string[] | undefined): void {
     this.responseStarted = true;
     const cl = h['content-length'];
     if (cl !== undefined) this.declared = Number(cl);
     const status = Number(h[':status']);
     const stream = this.stream;
     const resume = () => stream.resume();
-    const flowing = this.handler.onHeaders(status, flatten(h), resume, '');
+    const flowing = this.handler.onHeaders(status, raw ? withoutPseudo(raw) : flatten(h), resume, '');
     // Data is read only after the headers went downstream (Node may have DATA buffered already).
     stream.on('data', (c: Buffer) => {
       this.received += c.length;
@@ -356,6 +361,16 @@ class H2Exchange {
     this.release();
     this.handler.onError(err);
   }
+}
+
+/** A received header block (flat, as Node passes it) without its pseudo-headers. */
+function withoutPseudo(raw: readonly string[]): string[] {
+  let i = 0;
+  while (i < raw.length && raw[i].charCodeAt(0) === 0x3a) i += 2;
+  const out: string[] = new Array(raw.length - i);
+  for (let j = 0; i < raw.length; i++, j++) out[j] = raw[i];
+  // Pseudo-headers come first (RFC 9113 §8.3); a later one would be malformed and refused by nghttp2.
+  return out;
 }
 
 /** An http2 header object as a flat `[name, value, ...]` list without pseudo-headers. */

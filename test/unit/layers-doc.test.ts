@@ -46,12 +46,12 @@ test('README "Layers" lists the layers and imports the dependency-cruiser config
   expect(Object.fromEntries(readmeTable())).toEqual(Object.fromEntries(config));
 });
 
-test('every folder of src/ is a layer with one entry, index.ts (demo and cli sit above the table, with app.ts)', () => {
+test('every folder of src/ is a layer with one entry, index.ts (workers, demo and cli sit above the table, with app.ts)', () => {
   const folders = fs
     .readdirSync(path.join(ROOT, 'src'), { withFileTypes: true })
     .filter((e) => e.isDirectory())
     .map((e) => e.name);
-  const layers = new Set([...configTable().keys(), 'demo', 'cli']);
+  const layers = new Set([...configTable().keys(), 'workers', 'demo', 'cli']);
   expect(folders.filter((f) => !layers.has(f))).toEqual([]);
   expect(folders.filter((f) => !fs.existsSync(path.join(ROOT, 'src', f, 'index.ts')))).toEqual([]);
 });

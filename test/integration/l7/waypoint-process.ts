@@ -14,15 +14,18 @@ export interface WaypointProcess {
   readonly exited: Promise<{ at: number; code: number | null }>;
 }
 
-/** Start `waypoint run` on `127.0.<net>.1:15008` with `bootstrap` merged in; resolves once it logged "waypoint ready". */
-export async function runWaypointProcess(topo: TestTopology, net: number, bootstrap: Record<string, unknown> = {}): Promise<WaypointProcess> {
+/**
+ * Start `waypoint run` on `127.0.<net>.1:15008` with `bootstrap` merged in and `args` added to its
+ * command line; resolves once it logged "waypoint ready".
+ */
+export async function runWaypointProcess(topo: TestTopology, net: number, bootstrap: Record<string, unknown> = {}, args: readonly string[] = []): Promise<WaypointProcess> {
   const config = path.join(topo.dir, 'waypoint.json');
   const listeners = { hbone: `127.0.${net}.1:15008`, admin: `127.0.${net}.1:0`, readiness: '' };
   // No drain delay unless asked for: nothing here follows the waypoint's readiness.
   const drain = { delayMs: 0, ...(bootstrap.drain as object | undefined) };
   fs.writeFileSync(config, JSON.stringify({ listeners, upstream: { hbonePort: 15008 }, ...bootstrap, drain }));
   const bin = path.resolve(import.meta.dirname, '../../../bin/waypoint.js');
-  const child = spawn(process.execPath, [bin, 'run', '--mesh', topo.meshFile, '--ca-dir', topo.caDir, '--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [bin, 'run', '--mesh', topo.meshFile, '--ca-dir', topo.caDir, '--config', config, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   const lines: { at: number; text: string }[] = [];
   const collect = (chunk: Buffer) => {
     for (const text of chunk.toString().split('\n')) if (text) lines.push({ at: performance.now(), text });

@@ -1,0 +1,320 @@
+/**
+ * The primary of `waypoint run --concurrency N`: the process that holds the configuration, the mesh
+ * files (watched), the identity (the CA and the renewing certificate) and the admin and readiness
+ * servers, and runs N worker processes (node:cluster) that each serve a share of the HBONE
+ * connections on the one listener they share. Like Envoy's workers, each worker owns the
+ * connections it accepted; a long-lived HBONE connection stays on one worker (istio/istio#51305).
+ *
+ * What goes to the workers is source, not compiled state: the bootstrap, the mesh files' paths
+ * (each worker compiles them, again whenever the primary's snapshot changes) and the certificate as
+ * PEM (again at every renewal). One scrape of the primary's `/stats/prometheus` shows the sum over
+ * the workers (metrics.ts); `/config_dump` is a worker's. A worker that dies is replaced, the others
+ * and their tunnels untouched; one that keeps dying is restarted less and less often. `shutdown`
+ * drains every worker (each as a single waypoint drains), then stops.
+ */
+import cluster, { type Worker } from 'node:cluster';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { AdminServer } from '../admin/index.ts';
+import type { BootstrapConfig } from '../config/index.ts';
+import { addr, checkCaTrustDomain, meshCa, type SourceOrigin } from '../app.ts';
+import { parseTtl, WorkloadCertificate } from '../identity/index.ts';
+import { MeshStore } from '../state/index.ts';
+import { createMetricsRegistry } from '../telemetry/index.ts';
+import { log } from '../util/index.ts';
+import { WorkersRegistry, type WorkerMetrics } from './metrics.ts';
+import { deserializeError, type FromWorker, type PushedCertificate, type ToWorker, type WorkerStart } from './protocol.ts';
+
+/** The file node:cluster runs in each worker. */
+const WORKER_ENTRY = path.join(path.dirname(fileURLToPath(import.meta.url)), 'worker.ts');
+/** How long a worker may take to answer a metrics or config_dump request (ms). */
+const ASK_TIMEOUT_MS = 3_000;
+/** A worker that lived less than this (ms) crashed at start: its replacement waits, doubling up to RESTART_MAX_MS. */
+const RESTART_QUICK_MS = 5_000;
+const RESTART_MAX_MS = 30_000;
+
+/** Inputs of {@link startWorkers}: `waypoint run`'s, plus how many workers. */
+export interface WorkersOptions {
+  readonly concurrency: number;
+  readonly bootstrap: BootstrapConfig;
+  readonly meshFile: string;
+  readonly meshConfigFile?: string;
+  readonly gateway?: string;
+  readonly caDir?: string;
+  readonly configFile?: string;
+}
+
+interface Slot {
+  readonly index: number;
+  worker: Worker | undefined;
+  ready: boolean;
+  startedAt: number;
+  /** Restart delay after a quick crash (ms), 0 when it lived long. */
+  backoffMs: number;
+  timer: NodeJS.Timeout | undefined;
+}
+
+interface Pending {
+  resolve(value: unknown): void;
+  reject(err: Error): void;
+  timer: NodeJS.Timeout;
+}
+
+/**
+ * The running primary; the fields `waypoint run` prints and uses are those of a single-process
+ * Waypoint (app.ts).
+ */
+export class WaypointWorkers {
+  addresses!: { readonly hbone: AddressInfo; readonly admin: AddressInfo; readonly readiness: AddressInfo | undefined };
+  readonly mesh: MeshStore;
+  readonly caDir: string;
+  readonly caCreated: boolean;
+  readonly #opts: WorkersOptions;
+  readonly #certificate: WorkloadCertificate;
+  readonly #trustDomain: string;
+  readonly #slots: Slot[] = [];
+  readonly #pending = new Map<number, Pending>();
+  #nextId = 1;
+  #admin: AdminServer | undefined;
+  #readiness: AdminServer | undefined;
+  #draining = false;
+  #stopped: Promise<void> | undefined;
+  /** The HBONE address the workers share, as the first one to serve reported it. */
+  #hbone: AddressInfo | undefined;
+
+  private constructor(opts: WorkersOptions, mesh: MeshStore, certificate: WorkloadCertificate, ca: { dir: string; created: boolean; trustDomain: string }) {
+    this.#opts = opts;
+    this.mesh = mesh;
+    this.#certificate = certificate;
+    this.caDir = ca.dir;
+    this.caCreated = ca.created;
+    this.#trustDomain = ca.trustDomain;
+  }
+
+  /** Workers serving now. */
+  get readyWorkers(): number {
+    return this.#slots.filter((s) => s.ready).length;
+  }
+
+  /**
+   * Load the mesh files and the CA, issue the certificate, start the workers and, once all serve,
+   * the admin and readiness servers. Throws what a single waypoint would (ConfigError, bind
+   * errors, as a worker reported them); nothing is left running then.
+   */
+  /** Where the mesh and the certificate come from, as {@link Waypoint.origin} (the standalone mode only). */
+  get origin(): SourceOrigin {
+    return { mode: 'file', meshFile: this.#opts.meshFile, caDir: this.caDir, caCreated: this.caCreated };
+  }
+
+  /** SIGHUP: re-read the mesh files here; every worker reads them again too (a published change is broadcast anyway). */
+  async reload(): Promise<void> {
+    await this.mesh.reload();
+    this.#broadcast({ t: 'mesh' });
+  }
+
+  static async start(opts: WorkersOptions): Promise<WaypointWorkers> {
+    if (!cluster.isPrimary) throw new Error('the waypoint workers are started from the primary process');
+    const mesh = await MeshStore.open({ meshFile: opts.meshFile, meshConfigFile: opts.meshConfigFile, gateway: opts.gateway, watch: true });
+    let certificate: WorkloadCertificate | undefined;
+    let self: WaypointWorkers | undefined;
+    try {
+      const snap = mesh.current;
+      const trustDomain = snap.meshConfig.trustDomain;
+      const { ca, caDir, created } = await meshCa(opts, trustDomain);
+      checkCaTrustDomain(ca.trustDomain, caDir, trustDomain, opts);
+      certificate = await WorkloadCertificate.start(ca, snap.waypoint.identity, parseTtl(opts.bootstrap.identity.certTtl));
+      self = new WaypointWorkers(opts, mesh, certificate, { dir: caDir, created, trustDomain });
+      await self.#run();
+      return self;
+    } catch (err) {
+      if (self) await self.#teardown();
+      certificate?.close();
+      mesh.close();
+      throw err;
+    }
+  }
+
+  async #run(): Promise<void> {
+    const opts = this.#opts;
+    this.#certificate.on('rotated', (m) => {
+      log.info({ notAfter: m.notAfter.toISOString() }, 'waypoint certificate rotated');
+      this.#broadcast({ t: 'certificate', certificate: pushed(m) });
+    });
+    this.mesh.subscribe(() => this.#broadcast({ t: 'mesh' }));
+    cluster.setupPrimary({ exec: WORKER_ENTRY, args: [], silent: false });
+
+    // The first worker alone first: a configuration error is then reported once, by one worker.
+    await new Promise<void>((resolve, reject) => this.#fork(0, { resolve, reject }));
+    const rest = Array.from({ length: opts.concurrency - 1 }, (_, i) => i + 1);
+    await Promise.all(rest.map((i) => new Promise<void>((resolve, reject) => this.#fork(i, { resolve, reject }))));
+
+    const metrics = new WorkersRegistry(createMetricsRegistry(), () => this.#collectMetrics());
+    const ready = () => !this.#draining && this.readyWorkers > 0;
+    this.#admin = new AdminServer({ ready, metrics, configDump: () => this.#configDump() });
+    const admin = await this.#admin.listen(opts.bootstrap.listeners.admin);
+    this.#readiness = opts.bootstrap.listeners.readiness ? new AdminServer({ ready }) : undefined;
+    const readiness = this.#readiness ? await this.#readiness.listen(opts.bootstrap.listeners.readiness) : undefined;
+    this.addresses = { hbone: this.#hbone!, admin, readiness };
+    log.info({ hbone: addr(this.#hbone!), admin: addr(admin), identity: this.mesh.current.waypoint.identity, workers: opts.concurrency }, 'waypoint ready');
+  }
+
+  /** Start (or restart) worker `index`; `started` is settled by its first `ready`, `failed` or exit. */
+  #fork(index: number, started?: { resolve(): void; reject(err: Error): void }): void {
+    const slot = this.#slots[index] ?? (this.#slots[index] = { index, worker: undefined, ready: false, startedAt: 0, backoffMs: 0, timer: undefined });
+    slot.timer = undefined;
+    slot.ready = false;
+    slot.startedAt = Date.now();
+    const worker = cluster.fork({ WAYPOINT_WORKER: String(index + 1) });
+    slot.worker = worker;
+    let starting = started;
+    const start: WorkerStart = {
+      bootstrap: this.#opts.bootstrap,
+      meshFile: this.#opts.meshFile,
+      meshConfigFile: this.#opts.meshConfigFile,
+      gateway: this.#opts.gateway,
+      configFile: this.#opts.configFile,
+      caDir: this.caDir,
+      trustDomain: this.#trustDomain,
+      certificate: pushed(this.#certificate.current),
+      logLevel: log.level,
+    };
+    worker.on('message', (m: FromWorker) => {
+      if (m.t === 'reply') return this.#reply(m);
+      if (m.t === 'loaded') return this.#send(worker, { t: 'start', start });
+      if (m.t === 'ready') {
+        slot.ready = true;
+        this.#hbone ??= { address: m.hbone.address, family: m.hbone.family, port: m.hbone.port };
+        // Started while draining (a restart racing a SIGTERM): drain it too.
+        if (this.#draining) this.#send(worker, { t: 'shutdown' });
+        if (starting) starting.resolve();
+        else log.info({ worker: index + 1, pid: worker.process.pid }, 'worker restarted and ready');
+      } else {
+        const err = deserializeError(m.error);
+        if (starting) starting.reject(err);
+        else log.error({ worker: index + 1, err: err.message }, 'worker failed to start');
+      }
+      starting = undefined;
+    });
+    worker.once('exit', (code, signal) => {
+      slot.ready = false;
+      if (slot.worker === worker) slot.worker = undefined;
+      if (starting) {
+        starting.reject(new Error(`worker ${index + 1} exited (${signal ?? `code ${code}`}) before it was ready`));
+        return;
+      }
+      if (this.#draining) return;
+      const lived = Date.now() - slot.startedAt;
+      slot.backoffMs = lived < RESTART_QUICK_MS ? Math.min(Math.max(slot.backoffMs * 2, 1_000), RESTART_MAX_MS) : 0;
+      log.warn({ worker: index + 1, pid: worker.process.pid, code, signal, restartInMs: slot.backoffMs }, 'worker exited; starting another (the other workers and their tunnels are untouched)');
+      slot.timer = setTimeout(() => this.#fork(index), slot.backoffMs);
+    });
+  }
+
+  #reply(m: Extract<FromWorker, { t: 'reply' }>): void {
+    const p = this.#pending.get(m.id);
+    if (!p) return;
+    this.#pending.delete(m.id);
+    clearTimeout(p.timer);
+    if (m.error !== undefined) p.reject(new Error(m.error));
+    else p.resolve(m.value);
+  }
+
+  #send(worker: Worker, m: ToWorker): void {
+    if (worker.isConnected()) worker.send(m);
+  }
+
+  #broadcast(m: ToWorker): void {
+    for (const s of this.#slots) if (s.worker) this.#send(s.worker, m);
+  }
+
+  /** Ask one worker; rejects after ASK_TIMEOUT_MS. */
+  #ask(worker: Worker, m: (id: number) => ToWorker): Promise<unknown> {
+    const id = this.#nextId++;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#pending.delete(id);
+        reject(new Error(`worker ${worker.id} did not answer within ${ASK_TIMEOUT_MS} ms`));
+      }, ASK_TIMEOUT_MS);
+      this.#pending.set(id, { resolve, reject, timer });
+      this.#send(worker, m(id));
+    });
+  }
+
+  async #collectMetrics(): Promise<WorkerMetrics[]> {
+    const live = this.#slots.filter((s) => s.ready && s.worker);
+    const answers = await Promise.allSettled(live.map((s) => this.#ask(s.worker!, (id) => ({ t: 'metrics', id }))));
+    const out: WorkerMetrics[] = [];
+    for (const a of answers) {
+      if (a.status === 'fulfilled') out.push(a.value as WorkerMetrics);
+      else log.debug({ err: (a.reason as Error).message }, 'worker metrics left out of this scrape');
+    }
+    return out;
+  }
+
+  /** A serving worker's config_dump, with the workers listed. */
+  async #configDump(): Promise<unknown> {
+    const s = this.#slots.find((x) => x.ready && x.worker);
+    const dump = s ? ((await this.#ask(s.worker!, (id) => ({ t: 'config-dump', id }))) as Record<string, unknown>) : {};
+    const listeners = { hbone: addr(this.addresses.hbone), admin: addr(this.addresses.admin), readiness: this.addresses.readiness && addr(this.addresses.readiness) };
+    return { ...dump, bootstrap: this.#opts.bootstrap, listeners, workers: this.#slots.map((x) => ({ worker: x.index + 1, pid: x.worker?.process.pid ?? null, ready: x.ready })) };
+  }
+
+  /**
+   * Graceful stop (SIGTERM): readiness turns 503 at once, every worker drains as a single waypoint
+   * does (new tunnels for `drain.delayMs`, then GOAWAY and `drain.timeoutMs` for what is in
+   * flight), then the primary stops. Idempotent.
+   */
+  shutdown(): Promise<void> {
+    this.#stopped ??= (async () => {
+      this.#draining = true;
+      const { delayMs, timeoutMs } = this.#opts.bootstrap.drain;
+      log.info({ delayMs, timeoutMs, workers: this.#slots.length }, 'draining');
+      await this.#stopWorkers(delayMs + timeoutMs + 5_000);
+      await this.#teardown();
+      this.#certificate.close();
+      this.mesh.close();
+      log.info('waypoint stopped');
+    })();
+    return this.#stopped;
+  }
+
+  /** Ask every worker to drain; kill those still running after `graceMs`. */
+  async #stopWorkers(graceMs: number): Promise<void> {
+    const exits: Promise<void>[] = [];
+    for (const s of this.#slots) {
+      if (s.timer) clearTimeout(s.timer);
+      s.timer = undefined;
+      const w = s.worker;
+      if (!w || w.isDead()) continue;
+      exits.push(new Promise<void>((r) => w.once('exit', () => r())));
+      this.#send(w, { t: 'shutdown' });
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const killed = new Promise<void>((r) => {
+      timer = setTimeout(() => {
+        for (const s of this.#slots) if (s.worker && !s.worker.isDead()) s.worker.process.kill('SIGKILL');
+        r();
+      }, graceMs);
+    });
+    await Promise.race([Promise.all(exits), killed]);
+    clearTimeout(timer);
+  }
+
+  /** Stop the workers at once (a failed start) and close the primary's servers. */
+  async #teardown(): Promise<void> {
+    this.#draining = true;
+    for (const s of this.#slots) {
+      if (s.timer) clearTimeout(s.timer);
+      if (s.worker && !s.worker.isDead()) s.worker.process.kill('SIGKILL');
+    }
+    for (const p of this.#pending.values()) clearTimeout(p.timer);
+    this.#pending.clear();
+    await Promise.all([this.#admin?.close(), this.#readiness?.close()]);
+  }
+}
+
+/** The PEM material as it crosses to a worker. */
+function pushed(m: WorkloadCertificate['current']): PushedCertificate {
+  return { certPem: m.certPem, keyPem: m.keyPem, caPem: m.caPem, notAfter: m.notAfter.getTime() };
+}
