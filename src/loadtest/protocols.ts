@@ -117,7 +117,11 @@ class H1Request implements Dispatcher.DispatchHandler {
     this.done(httpOutcome(this.status, this.bytes, this.expect, this.headers));
   }
   onError(err: Error): void {
-    this.done(failure(err));
+    // Not from inside undici's error path: the engine may dispatch the next request on this client
+    // at once, and undici's connect-failure handling asserts its queue is empty after failing the
+    // queued ones (undici lib/dispatcher/client.js onError, `assert(client[kSize] === 0)`).
+    const o = failure(err);
+    queueMicrotask(() => this.done(o));
   }
 }
 
