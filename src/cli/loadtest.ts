@@ -3,7 +3,8 @@
  * a plain TCP target; `waypoint loadtest compare A.json B.json`: two results side by side.
  * Exit codes: 0 done (even with request errors: they are in the result), 1 the run failed (the
  * path does not work at all, a file could not be written), 2 a usage error (a bad flag, a cap, a
- * non-loopback destination without --allow-remote).
+ * non-loopback destination without --allow-remote; compare: a result that measured nothing),
+ * 130 interrupted (Ctrl-C; what ran is still reported and written, unless nothing was measured).
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -50,6 +51,9 @@ const VERSION = (() => {
 })();
 
 const collect = (v: string, prev: string[] = []) => [...prev, v];
+
+/** Exit status of a run stopped by Ctrl-C (or SIGTERM): 128 + SIGINT, as a shell reports it. */
+const INTERRUPTED_EXIT = 130;
 
 /** Print `waypoint: <message>` and exit with `code`. */
 function exit(code: number, message: string): never {
@@ -105,7 +109,7 @@ function writeFile(flag: string, file: string, text: string): void {
 }
 
 async function run(f: Flags): Promise<void> {
-  const { LoadtestUsageError, checkLoopback, formatSummary, progressDisplay, renderReport, resolveSettings, runLoadtest } = await loadtest();
+  const { LoadtestUsageError, checkLoopback, formatSummary, incompleteOf, progressDisplay, renderReport, resolveSettings, runLoadtest } = await loadtest();
   const settings = resolveSettings(f);
   await checkLoopback(settings, f.allowRemote === true);
   let pid: number | undefined;
@@ -139,6 +143,14 @@ async function run(f: Flags): Promise<void> {
   });
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
+  // Interrupted: the shell's status for SIGINT (128 + 2), so a script does not take it for a full run.
+  if (report.loadtest.window.interrupted) process.exitCode = INTERRUPTED_EXIT;
+  if (report.loadtest.window.completed === 0 && report.loadtest.window.interrupted) {
+    // Zeros would overwrite a good result and compare as "better": nothing is written.
+    const files = [f.json, f.report].filter(Boolean);
+    process.stderr.write(`waypoint: ${incompleteOf(report)}${files.length > 0 ? `; not written: ${files.join(', ')}` : ''}\n`);
+    return;
+  }
   process.stdout.write(formatSummary(report));
   if (f.json) writeFile('--json', f.json, `${JSON.stringify(report, null, 2)}\n`);
   if (f.report) writeFile('--report', f.report, renderReport(report));
@@ -154,7 +166,7 @@ function compareCommand(): Command {
       .argument('<b.json>', 'the run compared with it (B)')
       .option('--report <file.html>', 'write the comparison as one HTML page (ratio bars, both runs overlaid)')
       .action(async (a: string, b: string, _o: unknown, self: Command) => {
-        const { compareReports, formatComparison, readReport, renderCompare } = await loadtest();
+        const { checkComparable, compareReports, formatComparison, readReport, renderCompare } = await loadtest();
         // The root command reads options anywhere on the line, so `loadtest` may have taken
         // `--report` for itself before handing `compare` its arguments.
         const o = self.optsWithGlobals<{ report?: string }>();
@@ -163,10 +175,13 @@ function compareCommand(): Command {
         try {
           ra = readReport(a);
           rb = readReport(b);
+          checkComparable(ra, a);
+          checkComparable(rb, b);
         } catch (err) {
           exit(2, (err as Error).message);
         }
         const c = compareReports(ra, rb);
+        for (const w of c.warnings) process.stderr.write(`waypoint: warning: ${w}\n`);
         process.stdout.write(formatComparison(c));
         if (o.report) {
           try {

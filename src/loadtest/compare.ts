@@ -5,7 +5,7 @@
  */
 import { esc, micros, ratioChart } from './charts.ts';
 import { overTime, page, percentileChart, runName, table, timeChart } from './html.ts';
-import type { LoadtestReport } from './result.ts';
+import { incompleteOf, type LoadtestReport } from './result.ts';
 
 export interface ComparisonRow {
   readonly metric: string;
@@ -24,6 +24,17 @@ export interface Comparison {
   readonly rows: readonly ComparisonRow[];
   /** Settings that differ: the two runs did not carry the same load. */
   readonly differences: readonly string[];
+  /** Runs that did not go to their planned end (interrupted): their figures cover less. */
+  readonly warnings: readonly string[];
+}
+
+/**
+ * A result that measured nothing (Ctrl-C during the warm-up, no request answered) has no figures
+ * to compare: its zeros would read as "better".
+ * @throws Error naming the file and why.
+ */
+export function checkComparable(r: LoadtestReport, file: string): void {
+  if (r.loadtest.window.completed === 0) throw new Error(`${file}: ${incompleteOf(r) ?? 'no request was measured'}; there is nothing to compare`);
 }
 
 function row(metric: string, a: number | null | undefined, b: number | null | undefined, better: 'lower' | 'higher', format: ComparisonRow['format'] = 'number'): ComparisonRow {
@@ -59,7 +70,16 @@ export function compareReports(a: LoadtestReport, b: LoadtestReport): Comparison
   same('connections × streams', `${A.settings.connections}×${A.settings.streams}`, `${B.settings.connections}×${B.settings.streams}`);
   same('body bytes', A.settings.bodyBytes, B.settings.bodyBytes);
   same('request', `${A.settings.method} ${A.settings.path}`, `${B.settings.method} ${B.settings.path}`);
-  return { a: runName(a), b: runName(b), rows, differences };
+  const warnings = (
+    [
+      ['A', a],
+      ['B', b],
+    ] as const
+  ).flatMap(([name, r]) => {
+    const why = incompleteOf(r);
+    return why ? [`${name} (${runName(r)}) is not a full run: ${why}; its figures cover ${r.loadtest.window.seconds} s and ${r.loadtest.window.completed} requests`] : [];
+  });
+  return { a: runName(a), b: runName(b), rows, differences, warnings };
 }
 
 function cell(v: number | null, f: ComparisonRow['format']): string {
@@ -81,7 +101,7 @@ export function formatComparison(c: Comparison): string {
   const rows = c.rows.map((r) => [r.metric, cell(r.a, r.format), cell(r.b, r.format), r.ratio === null ? 'n/a' : `${r.ratio.toFixed(3)}×`, verdict(r)]);
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
   const line = (cells: string[]) => cells.map((x, i) => (i === 0 ? x.padEnd(widths[i]) : x.padStart(widths[i]))).join('  ').trimEnd();
-  const out = [`A: ${c.a}`, `B: ${c.b}`, '', line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)];
+  const out = [`A: ${c.a}`, `B: ${c.b}`, ...c.warnings.map((w) => `WARNING: ${w}`), '', line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)];
   if (c.differences.length > 0) out.push('', 'Not the same load (compare with care):', ...c.differences.map((d) => `  ${d}`));
   return `${out.join('\n')}\n`;
 }
@@ -92,6 +112,7 @@ export function renderCompare(a: LoadtestReport, b: LoadtestReport, c: Compariso
   const B = b.loadtest;
   const parts: string[] = [];
   parts.push(`<h1>Load-test comparison</h1><p class="sub">A: ${esc(c.a)} (${esc(a.StartTime)})<br>B: ${esc(c.b)} (${esc(b.StartTime)})</p>`);
+  for (const w of c.warnings) parts.push(`<div class="warn">${esc(w)}</div>`);
   if (c.differences.length > 0) parts.push(`<div class="warn">Not the same load: ${esc(c.differences.join('; '))}</div>`);
   parts.push(ratioChart('chart-ratios', 'B ÷ A (green: B better, red: B worse)', c.rows.map((r) => ({ label: r.metric, value: r.ratio, text: r.ratio === null ? 'n/a' : `${r.ratio.toFixed(2)}×`, better: r.ratio === null || r.ratio === 1 ? undefined : r.better === 'lower' ? r.ratio < 1 : r.ratio > 1 }))));
   parts.push(table(['', 'A', 'B', 'B ÷ A', ''], c.rows.map((r) => [r.metric, cell(r.a, r.format), cell(r.b, r.format), r.ratio === null ? 'n/a' : `${r.ratio.toFixed(3)}×`, verdict(r)])));
