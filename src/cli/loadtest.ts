@@ -9,8 +9,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Command, type CommanderError } from 'commander';
-import { WorkloadCertificate } from '../identity/index.ts';
+import { ISTIO_ROOT_HINT, WorkloadCertificate } from '../identity/index.ts';
 import type { ClientIdentity, LoadtestFlags, LoadtestSettings } from '../loadtest/index.ts';
+import { checkTrustRoot } from './flags.ts';
 
 // The load generator (HDR histograms, D3, the progress bar) is loaded when a load test runs, not
 // by every command: `waypoint run` would carry it in its memory for nothing.
@@ -75,8 +76,18 @@ function usageExits(cmd: Command): Command {
 async function loadIdentity(f: Flags, s: LoadtestSettings): Promise<ClientIdentity | undefined> {
   if (s.via.kind !== 'hbone') return undefined;
   const { LoadtestUsageError, inClusterIdentity } = await loadtest();
+  // --ca must be the mesh root (a key or a workload certificate would fail at the first handshake
+  // as "self-signed certificate in certificate chain"), as `waypoint tunnel` checks it.
+  const checkCa = async (file: string, hint?: string) => {
+    try {
+      await checkTrustRoot(file, hint);
+    } catch (err) {
+      throw new LoadtestUsageError((err as Error).message);
+    }
+  };
   if (f.inCluster) {
     if (f.identity) throw new LoadtestUsageError('give --identity or --in-cluster, not both');
+    await checkCa(f.ca ?? IN_CLUSTER_DEFAULTS.rootFile, ISTIO_ROOT_HINT);
     // Long enough for the whole run; nothing renews it meanwhile.
     const validitySeconds = Math.max(3600, Math.ceil(((s.durationMs ?? 0) + s.warmupMs) / 1000) + 600);
     const id = await inClusterIdentity({
@@ -91,6 +102,7 @@ async function loadIdentity(f: Flags, s: LoadtestSettings): Promise<ClientIdenti
     return { material: () => id.material, trustDomain: id.trustDomain };
   }
   if (!f.identity || !f.ca) throw new LoadtestUsageError('an HBONE run needs the client identity: --identity PREFIX (PREFIX-cert.pem, PREFIX-key.pem) and --ca ROOT (the mesh root certificate), or --in-cluster');
+  await checkCa(f.ca);
   let cert: WorkloadCertificate;
   try {
     cert = await WorkloadCertificate.fromPrefix(f.identity, f.ca);
@@ -98,6 +110,15 @@ async function loadIdentity(f: Flags, s: LoadtestSettings): Promise<ClientIdenti
     throw new LoadtestUsageError(`--identity ${f.identity}: ${(err as Error).message}`);
   }
   return { material: () => cert.current, trustDomain: cert.spiffeId.trustDomain };
+}
+
+/** A TLS failure of the first HBONE connection most often means the identity files: say which flags to check. */
+function tlsHint(err: unknown, f: Flags): unknown {
+  if (!(err instanceof Error) || err.name !== 'LoadProbeError' || (err.cause as { reason?: string } | undefined)?.reason !== 'TLS_FAILURE') return err;
+  const hint = f.inCluster
+    ? "the waypoint must trust istiod's CA, and --ca must be the mesh root"
+    : `the waypoint must trust the issuer of --identity ${f.identity}, and --ca ${f.ca} must be the root of the waypoint's certificate`;
+  return new Error(`${err.message}\n  check the identity: ${hint}`, { cause: err });
 }
 
 function writeFile(flag: string, file: string, text: string): void {
@@ -140,6 +161,8 @@ async function run(f: Flags): Promise<void> {
     progress: f.progress ? progressDisplay(process.stderr) : undefined,
     signal: abort.signal,
     version: VERSION,
+  }).catch((err: unknown) => {
+    throw tlsHint(err, f);
   });
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);

@@ -81,8 +81,8 @@ export interface LoadResult {
 /** The path is unusable: a connection could not be opened, or the probe request failed. Nothing was measured. */
 export class LoadProbeError extends Error {
   readonly outcome: Outcome | undefined;
-  constructor(message: string, outcome?: Outcome) {
-    super(message);
+  constructor(message: string, outcome?: Outcome, options?: { cause?: unknown }) {
+    super(message, options);
     this.name = 'LoadProbeError';
     this.outcome = outcome;
   }
@@ -113,7 +113,7 @@ async function openAll(plan: LoadPlan, conns: Conn[]): Promise<Record<string, st
   try {
     conns.push(await open());
   } catch (err) {
-    throw new LoadProbeError(`cannot open a connection through ${plan.transport.description}: ${(err as Error).message}`);
+    throw new LoadProbeError(`cannot open a connection through ${plan.transport.description}: ${(err as Error).message}`, undefined, { cause: err });
   }
   const probe = await new Promise<Outcome>((resolve) => conns[0].fire(resolve, plan.probeHeaders, true));
   if (!probe.ok) throw new LoadProbeError(`the first request through ${plan.transport.description} failed (${probe.kind}): ${probe.detail}`, probe);

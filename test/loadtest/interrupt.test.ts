@@ -3,7 +3,7 @@
  * were due but never sent (every connection stuck on a stalled server) are counted as `not_sent`,
  * as at the normal end of a run. The CLI exits 130 after an interrupt, marks the result, and writes
  * nothing when nothing was measured (Ctrl-C in the warm-up); `compare` refuses a result that
- * measured nothing and warns about an interrupted one. Addresses: 127.0.184.x.
+ * measured nothing and warns about an interrupted one. Addresses: 127.0.184.211.
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -15,7 +15,7 @@ import { resolveSettings, runLoad, runLoadtest, tcpTransport, type LoadPlan, typ
 import { closeServer, listen, track } from '../helpers/servers.ts';
 import { BIN, cli } from './helpers.ts';
 
-const TARGET = { host: '127.0.184.11', port: 8080 };
+const TARGET = { host: '127.0.184.211', port: 8080 };
 let server: http.Server;
 let sockets: Set<import('node:net').Socket>;
 /** While true, requests get no answer (a stalled waypoint). */
