@@ -121,6 +121,32 @@ function tlsHint(err: unknown, f: Flags): unknown {
   return new Error(`${err.message}\n  check the identity: ${hint}`, { cause: err });
 }
 
+/**
+ * `--json`/`--report` must be writable before the run, not found unwritable after it: the file a
+ * writable regular file or absent from a writable directory. Nothing is created or truncated here.
+ * @throws Error naming the flag and the file.
+ */
+function checkWritable(flag: string, file: string): void {
+  const fail = (why: string): never => {
+    throw new Error(`${flag} ${file}: ${why}`);
+  };
+  let st: fs.Stats | undefined;
+  try {
+    st = fs.statSync(file);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') fail((err as Error).message);
+  }
+  if (st?.isDirectory()) fail('is a directory; give a file name');
+  const dir = path.dirname(path.resolve(file));
+  try {
+    fs.accessSync(st ? file : dir, fs.constants.W_OK);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') fail(`the directory ${dir} does not exist`);
+    fail(st ? 'the file is not writable' : `the directory ${dir} is not writable`);
+  }
+}
+
 function writeFile(flag: string, file: string, text: string): void {
   try {
     fs.writeFileSync(file, text);
@@ -141,6 +167,12 @@ async function run(f: Flags): Promise<void> {
   if (f.admin !== undefined && pid !== undefined) throw new LoadtestUsageError('give --pid or --admin, not both: they measure the same waypoint two ways');
   for (const [flag, u] of [['--admin', f.admin], ...(f.statsUrl ?? []).map((x) => ['--stats-url', x])] as [string, string | undefined][]) {
     if (u !== undefined && !/^https?:\/\/[^/]+/.test(u)) throw new LoadtestUsageError(`${flag} ${JSON.stringify(u)}: expected an http:// URL`);
+  }
+  try {
+    if (f.json) checkWritable('--json', f.json);
+    if (f.report) checkWritable('--report', f.report);
+  } catch (err) {
+    throw new LoadtestUsageError((err as Error).message);
   }
   const identity = await loadIdentity(f, settings);
   // Ctrl-C ends the run early (its figures are still reported); a second one exits at once.

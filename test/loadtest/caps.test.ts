@@ -5,6 +5,7 @@
  * naming the flag and the way out; nothing is sent. Addresses: 127.0.176.x.
  */
 import http from 'node:http';
+import os from 'node:os';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { DEFAULT_CAPS, LoadtestUsageError, checkLoopback, resolveSettings } from '../../src/loadtest/index.ts';
 import { closeServer, listen, track } from '../helpers/servers.ts';
@@ -32,6 +33,9 @@ const refusals: [string, string[], RegExp][] = [
   ['connections over the cap', ['--target', TARGET, '--connections', '2000', '--duration', '1s'], /--connections 2000 is above the cap of 1000; pass --max-connections 2000 to raise the cap/],
   ['remote target', ['--target', '10.1.2.3:80', '--requests', '10'], /--target 10\.1\.2\.3 is not a loopback address; pass --allow-remote to load a destination off this machine/],
   ['unknown flag', ['--target', TARGET, '--requests', '10', '--frobnicate'], /unknown option '--frobnicate'/],
+  // Found before the run, not after it.
+  ['--json in a missing directory', ['--target', TARGET, '--requests', '10', '--json', '/nonexistent-wp-dir/r.json'], /^waypoint: --json \/nonexistent-wp-dir\/r\.json: the directory \/nonexistent-wp-dir does not exist\n$/],
+  ['--report a directory', ['--target', TARGET, '--requests', '10', '--report', os.tmpdir()], new RegExp(`^waypoint: --report ${os.tmpdir()}: is a directory; give a file name\n$`)],
 ];
 
 test('every refusal exits 2 with a message naming the flag, and sends nothing', async () => {
