@@ -78,7 +78,8 @@ interface PooledSession {
   /** A CONNECT on it got no answer in time: no new streams until a PING shows the peer alive. */
   suspect: boolean;
   idleTimer: NodeJS.Timeout | undefined;
-  /** The server's first SETTINGS frame arrived (it spoke HTTP/2 after the TLS handshake). */
+  /** The TLS handshake completed (our side of it), and the server's first SETTINGS frame arrived. */
+  secured: boolean;
   heard: boolean;
 }
 
@@ -283,7 +284,7 @@ export class HboneSessionPool {
       ...http2SessionOptions(this.opts.http2, false),
     });
     destroySocketWithSession(session, socket);
-    const pooled: PooledSession = { key, dst, session, ready: undefined as unknown as Promise<void>, established: false, active: 0, usable: true, suspect: false, idleTimer: undefined, heard: false };
+    const pooled: PooledSession = { key, dst, session, ready: undefined as unknown as Promise<void>, established: false, active: 0, usable: true, suspect: false, idleTimer: undefined, secured: false, heard: false };
     session.once('remoteSettings', () => (pooled.heard = true));
     (pooled as { ready: Promise<void> }).ready = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {
@@ -291,6 +292,7 @@ export class HboneSessionPool {
         reject(new HboneConnectError('TIMEOUT', `HBONE connect to ${where} timed out after ${this.opts.connectTimeoutMs} ms`));
       }, this.opts.connectTimeoutMs);
       socket.once('secureConnect', () => {
+        pooled.secured = true;
         // Exactly one URI SAN (SPIFFE X509-SVID §2), equal to the expected identity (ztunnel's IdentityVerifier).
         const svid = svidIdentity((socket as TLSSocket).getPeerX509Certificate());
         const ok = 'id' in svid && (dst.identity ? svid.id.uri === dst.identity : svid.id.trustDomain === trustDomain);
@@ -348,7 +350,7 @@ const REFUSED_BACKOFF_MS = 5;
  * the TLS handshake before the server's first HTTP/2 SETTINGS is reported as that.
  */
 function refusedAfterHandshake(p: PooledSession, err: HboneConnectError): HboneConnectError {
-  if (err.reason !== 'CONNECT' || p.heard || !(p.session.destroyed || p.session.closed)) return err;
+  if (err.reason !== 'CONNECT' || !p.secured || p.heard || !(p.session.destroyed || p.session.closed)) return err;
   const where = formatHostPort(p.dst.ip, p.dst.port);
   return new HboneConnectError('TLS_FAILURE', `${err.message}: HBONE server ${where} closed the connection after the TLS handshake without an HTTP/2 SETTINGS frame, as a server does when it does not accept the client certificate (is it issued by a CA the server trusts?)`, 0, { cause: err });
 }

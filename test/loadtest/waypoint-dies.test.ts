@@ -61,6 +61,9 @@ async function runWhileKilled(net: number, signal: NodeJS.Signals, protocol: str
   expect(w.errors).toBeGreaterThan(0);
   expect(w.ok + w.errors).toBe(w.scheduled);
   for (const kind of Object.keys(report.loadtest.errors)) expect(kind).toMatch(/^(connect_\w+|reset|timeout|not_sent)$/);
+  // Nothing listens any more: the CONNECTs were refused (not the tautological "connect_connect").
+  expect(report.loadtest.errors.connect_refused).toBeGreaterThan(0);
+  expect(report.loadtest.errors).not.toHaveProperty('connect_connect');
 }
 
 test('HTTP/1.1 over HBONE: the waypoint SIGKILLed mid-run; errors counted, the result written', async () => {
