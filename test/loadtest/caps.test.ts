@@ -60,6 +60,9 @@ const usage: [string, Parameters<typeof resolveSettings>[0], RegExp][] = [
   ['authority without waypoint', { authority: '10.0.0.1:80', requests: 1 }, /give --waypoint HOST:15008 with --authority VIP:PORT \(HBONE\), or --target HOST:PORT/],
   ['hostname authority', { waypoint: '127.0.0.1:15008', authority: 'svc.ns:80', requests: 1 }, /--authority "svc\.ns:80": expected IP:PORT/],
   ['bad duration', { target: TARGET, duration: '10' }, /--duration "10": expected a duration such as 10s/],
+  ['zero timeout', { target: TARGET, duration: '1s', timeout: '0s' }, /^--timeout 0s: expected at least 1ms$/],
+  ['zero interval', { target: TARGET, duration: '1s', interval: '0s' }, /^--interval 0s: expected at least 50ms$/],
+  ['zero duration', { target: TARGET, duration: '0s' }, /^--duration 0s: expected at least 1ms$/],
   ['unknown protocol', { target: TARGET, protocol: 'spdy', requests: 1 }, /--protocol spdy: expected one of http1, h2c, grpc/],
 ];
 
