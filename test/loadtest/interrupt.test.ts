@@ -5,7 +5,6 @@
  * nothing when nothing was measured (Ctrl-C in the warm-up); `compare` refuses a result that
  * measured nothing and warns about an interrupted one. Addresses: 127.0.184.211.
  */
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
@@ -13,7 +12,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { resolveSettings, runLoad, runLoadtest, tcpTransport, type LoadPlan, type LoadtestReport } from '../../src/loadtest/index.ts';
 import { closeServer, listen, track } from '../helpers/servers.ts';
-import { BIN, cli } from './helpers.ts';
+import { cli } from './helpers.ts';
 
 const TARGET = { host: '127.0.184.211', port: 8080 };
 let server: http.Server;
@@ -40,26 +39,12 @@ afterAll(async () => {
 
 /** `waypoint loadtest ARGS` against the target, sent SIGINT once the server has seen `after` requests. */
 function interruptedCli(args: readonly string[], after: number): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, [BIN, 'loadtest', '--no-progress', '--target', `${TARGET.host}:${TARGET.port}`, ...args], { env: { ...process.env, WAYPOINT_LOG_LEVEL: 'error' } });
-    let seen = 0;
+  let seen = 0;
+  return cli(['loadtest', '--no-progress', '--target', `${TARGET.host}:${TARGET.port}`, ...args], 30_000, (p) => {
     onRequest = () => {
       if (++seen === after) p.kill('SIGINT');
     };
-    let stdout = '';
-    let stderr = '';
-    p.stdout.on('data', (c: Buffer) => (stdout += c));
-    p.stderr.on('data', (c: Buffer) => (stderr += c));
-    const timer = setTimeout(() => {
-      p.kill('SIGKILL');
-      reject(new Error(`no exit within 30 s\n${stderr}`));
-    }, 30_000);
-    p.once('close', (code) => {
-      clearTimeout(timer);
-      onRequest = () => {};
-      resolve({ code, stdout, stderr });
-    });
-  });
+  }).finally(() => (onRequest = () => {}));
 }
 
 const plan = (p: Partial<LoadPlan>): LoadPlan => ({
