@@ -1,10 +1,12 @@
 /**
- * Flag handling shared by the long-running commands: listen-address flags checked up front and
- * named in bind errors (`--hbone 10.1.2.3:15008: address not available`), and `--pid-file`.
+ * Flag handling shared by the commands: listen-address flags checked up front and named in bind
+ * errors (`--hbone 10.1.2.3:15008: address not available`), `--ca` checked to be a CA
+ * certificate, and `--pid-file`.
  */
 import fs from 'node:fs';
 import { InvalidArgumentError } from 'commander';
 import ms from 'ms';
+import { readTrustRoot } from '../identity/index.ts';
 import { parseListenAddress } from '../util/index.ts';
 
 /** Help text suffix of a mandatory option (commander's help does not mark them). */
@@ -103,4 +105,18 @@ export function writePidFile(file: string): void {
       // Already gone or replaced: nothing of ours to remove.
     }
   });
+}
+
+/**
+ * `--ca FILE` must be the mesh root: a CA certificate, not a key or a workload's leaf (which
+ * would fail later, at the first handshake, as "self-signed certificate in certificate chain").
+ * `hint` says what to give instead (default: the local CA's root-cert.pem).
+ * @throws Error naming the flag, the file and what it holds instead.
+ */
+export async function checkTrustRoot(file: string, hint?: string): Promise<void> {
+  try {
+    await readTrustRoot(file, hint);
+  } catch (err) {
+    throw new Error(`--ca ${file}: ${(err as Error).message}`, { cause: err });
+  }
 }

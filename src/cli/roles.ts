@@ -2,11 +2,11 @@
  * `waypoint tunnel` and `waypoint inbound`: the source and destination ztunnel roles.
  */
 import { Command } from 'commander';
-import { readTrustRoot, WorkloadCertificate } from '../identity/index.ts';
+import { WorkloadCertificate } from '../identity/index.ts';
 import { INBOUND_PARTS, InboundRole, TunnelRole } from '../ztunnel/index.ts';
 import { MeshStore } from '../state/index.ts';
 import { addr } from '../app.ts';
-import { REQUIRED, checkListenFlag, namingListenFlags, writePidFile } from './flags.ts';
+import { REQUIRED, checkListenFlag, checkTrustRoot, namingListenFlags, writePidFile } from './flags.ts';
 import { onTerminate } from './signals.ts';
 
 /** The `tunnel` command (source ztunnel role); exits 1 with a message on bad flags or files. */
@@ -76,14 +76,5 @@ export function inboundCommand(): Command {
       });
       if (o.pidFile) writePidFile(o.pidFile);
     });
-}
-
-/** `--ca FILE` must be the mesh root: a CA certificate, not a key or a workload's leaf. */
-async function checkTrustRoot(file: string): Promise<void> {
-  try {
-    await readTrustRoot(file);
-  } catch (err) {
-    throw new Error(`--ca ${file}: ${(err as Error).message}`, { cause: err });
-  }
 }
 

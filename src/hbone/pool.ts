@@ -78,6 +78,9 @@ interface PooledSession {
   /** A CONNECT on it got no answer in time: no new streams until a PING shows the peer alive. */
   suspect: boolean;
   idleTimer: NodeJS.Timeout | undefined;
+  /** The TLS handshake completed (our side of it), and the server's first SETTINGS frame arrived. */
+  secured: boolean;
+  heard: boolean;
 }
 
 /** How long a suspect connection's peer has to answer a PING before the connection is closed (ms). */
@@ -182,7 +185,7 @@ export class HboneSessionPool {
       stream = releaseTimerOnClose(pooled.session.request({ ...headers, ':method': 'CONNECT', ':authority': authority }, { endStream: false }));
     } catch (err) {
       this.release(pooled);
-      if (err instanceof HboneConnectError) throw err;
+      if (err instanceof HboneConnectError) throw refusedAfterHandshake(pooled, err);
       throw new HboneConnectError('CONNECT', `HBONE request to ${formatHostPort(dst.ip, dst.port)} failed: ${(err as Error).message}`, 0, { cause: err });
     }
     stream.once('close', () => this.release(pooled));
@@ -196,7 +199,7 @@ export class HboneSessionPool {
         this.retire(pooled);
         throw new HboneConnectError(STALE, err.message, 0, { cause: err });
       }
-      throw err;
+      throw err instanceof HboneConnectError ? refusedAfterHandshake(pooled, err) : err;
     }
   }
 
@@ -281,13 +284,15 @@ export class HboneSessionPool {
       ...http2SessionOptions(this.opts.http2, false),
     });
     destroySocketWithSession(session, socket);
-    const pooled: PooledSession = { key, dst, session, ready: undefined as unknown as Promise<void>, established: false, active: 0, usable: true, suspect: false, idleTimer: undefined };
+    const pooled: PooledSession = { key, dst, session, ready: undefined as unknown as Promise<void>, established: false, active: 0, usable: true, suspect: false, idleTimer: undefined, secured: false, heard: false };
+    session.once('remoteSettings', () => (pooled.heard = true));
     (pooled as { ready: Promise<void> }).ready = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {
         session.destroy();
         reject(new HboneConnectError('TIMEOUT', `HBONE connect to ${where} timed out after ${this.opts.connectTimeoutMs} ms`));
       }, this.opts.connectTimeoutMs);
       socket.once('secureConnect', () => {
+        pooled.secured = true;
         // Exactly one URI SAN (SPIFFE X509-SVID §2), equal to the expected identity (ztunnel's IdentityVerifier).
         const svid = svidIdentity((socket as TLSSocket).getPeerX509Certificate());
         const ok = 'id' in svid && (dst.identity ? svid.id.uri === dst.identity : svid.id.trustDomain === trustDomain);
@@ -336,6 +341,19 @@ const STALE = 'STALE_CONNECTION';
 /** Retries of a refused CONNECT, and the back-off base (ms) doubling between them (see HboneSessionPool.connect). */
 const REFUSED_RETRIES = 5;
 const REFUSED_BACKOFF_MS = 5;
+
+/**
+ * A server that refuses our client certificate under TLS 1.3 does so after our side of the
+ * handshake is done (RFC 8446 §4.4.2: the client's certificate is verified last), and Node's TLS
+ * server then closes the connection without an alert (lib/_tls_wrap.js `onServerSocketSecure`): the
+ * client sees only a closed connection and its CONNECT a closed stream. A connection closed after
+ * the TLS handshake before the server's first HTTP/2 SETTINGS is reported as that.
+ */
+function refusedAfterHandshake(p: PooledSession, err: HboneConnectError): HboneConnectError {
+  if (err.reason !== 'CONNECT' || !p.secured || p.heard || !(p.session.destroyed || p.session.closed)) return err;
+  const where = formatHostPort(p.dst.ip, p.dst.port);
+  return new HboneConnectError('TLS_FAILURE', `${err.message}: HBONE server ${where} closed the connection after the TLS handshake without an HTTP/2 SETTINGS frame, as a server does when it does not accept the client certificate (is it issued by a CA the server trusts?)`, 0, { cause: err });
+}
 
 function isTlsError(err: Error & { code?: string }): boolean {
   return typeof err.code === 'string' && (err.code.startsWith('ERR_SSL') || err.code.includes('CERT') || err.code === 'ERR_TLS_CERT_ALTNAME_INVALID');

@@ -6,5 +6,5 @@
 export { LocalCa, defaultCaDir, parseTtl, ROOT_CERT_FILE, ROOT_KEY_FILE, defaultStateDir, readTrustRoot, type CertificateIssuer, type IssuedCertificate } from './ca.ts';
 export { WorkloadCertificate, type CertificateMaterial, type RenewalOptions } from './workload-certificate.ts';
 export { checkIssuedChain, createWorkloadCsr, splitPemCertificates, type WorkloadCsr } from './csr.ts';
-export { TrustRootFiles } from './trust-roots.ts';
+export { ISTIO_ROOT_HINT, TrustRootFiles } from './trust-roots.ts';
 export { parseSpiffeId, type SpiffeId, spiffeUrisOf, svidIdentity, trustDomainAllowed } from './spiffe.ts';

@@ -14,7 +14,8 @@ import { readTrustRoot } from './ca.ts';
 /** `changed` carries the new PEM (every file's certificates, in file order). */
 export type TrustRootEvents = { changed: [string] };
 
-const ISTIO_ROOT_HINT = "give istiod's root certificate (root-cert.pem of the istio-ca-root-cert ConfigMap)";
+/** What to give instead of a wrong istiod root file (readTrustRoot's hint). */
+export const ISTIO_ROOT_HINT = "give istiod's root certificate (root-cert.pem of the istio-ca-root-cert ConfigMap)";
 
 /** Poll interval by default: kubelet refreshes projected ConfigMaps about once a minute. */
 const DEFAULT_POLL_MS = 5_000;

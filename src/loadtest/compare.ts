@@ -5,7 +5,7 @@
  */
 import { esc, micros, ratioChart } from './charts.ts';
 import { overTime, page, percentileChart, runName, table, timeChart } from './html.ts';
-import type { LoadtestReport } from './result.ts';
+import { incompleteOf, type LoadtestReport } from './result.ts';
 
 export interface ComparisonRow {
   readonly metric: string;
@@ -13,8 +13,8 @@ export interface ComparisonRow {
   readonly b: number | null;
   /** B ÷ A, or null when either is missing or A is 0. */
   readonly ratio: number | null;
-  /** Which way is better, for the verdict column. */
-  readonly better: 'lower' | 'higher';
+  /** Which way is better, for the verdict column; 'none': not ranked (throughput at the same fixed rate is the rate). */
+  readonly better: 'lower' | 'higher' | 'none';
   readonly format: 'us' | 'number' | 'percent';
 }
 
@@ -24,9 +24,20 @@ export interface Comparison {
   readonly rows: readonly ComparisonRow[];
   /** Settings that differ: the two runs did not carry the same load. */
   readonly differences: readonly string[];
+  /** Runs that did not go to their planned end (interrupted): their figures cover less. */
+  readonly warnings: readonly string[];
 }
 
-function row(metric: string, a: number | null | undefined, b: number | null | undefined, better: 'lower' | 'higher', format: ComparisonRow['format'] = 'number'): ComparisonRow {
+/**
+ * A result that measured nothing (Ctrl-C during the warm-up, no request answered) has no figures
+ * to compare: its zeros would read as "better".
+ * @throws Error naming the file and why.
+ */
+export function checkComparable(r: LoadtestReport, file: string): void {
+  if (r.loadtest.window.completed === 0) throw new Error(`${file}: ${incompleteOf(r) ?? 'no request was measured'}; there is nothing to compare`);
+}
+
+function row(metric: string, a: number | null | undefined, b: number | null | undefined, better: ComparisonRow['better'], format: ComparisonRow['format'] = 'number'): ComparisonRow {
   const x = a ?? null;
   const y = b ?? null;
   return { metric, a: x, b: y, ratio: x !== null && y !== null && x !== 0 ? Math.round((y / x) * 1000) / 1000 : null, better, format };
@@ -37,7 +48,8 @@ export function compareReports(a: LoadtestReport, b: LoadtestReport): Comparison
   const B = b.loadtest;
   const errPct = (r: LoadtestReport) => (r.loadtest.window.completed > 0 ? (100 * r.loadtest.window.errors) / r.loadtest.window.completed : null);
   const rows: ComparisonRow[] = [
-    row('throughput req/s', A.throughput.achievedRps, B.throughput.achievedRps, 'higher'),
+    // At the same fixed rate both achieve the rate: a 0.1 % difference is the schedule's, not a ranking.
+    row('throughput req/s', A.throughput.achievedRps, B.throughput.achievedRps, A.settings.rate !== null && A.settings.rate === B.settings.rate ? 'none' : 'higher'),
     row('p50 latency (corrected)', A.latencyUs.corrected.p50, B.latencyUs.corrected.p50, 'lower', 'us'),
     row('p90 latency (corrected)', A.latencyUs.corrected.p90, B.latencyUs.corrected.p90, 'lower', 'us'),
     row('p99 latency (corrected)', A.latencyUs.corrected.p99, B.latencyUs.corrected.p99, 'lower', 'us'),
@@ -55,11 +67,21 @@ export function compareReports(a: LoadtestReport, b: LoadtestReport): Comparison
     if (JSON.stringify(x) !== JSON.stringify(y)) differences.push(`${what}: ${JSON.stringify(x)} vs ${JSON.stringify(y)}`);
   };
   same('protocol', A.settings.protocol, B.settings.protocol);
-  same('rate', A.settings.rate, B.settings.rate);
+  const rate = (r: number | null) => (r === null ? 'closed loop' : `${r} req/s`);
+  if (A.settings.rate !== B.settings.rate) differences.push(`rate: ${rate(A.settings.rate)} vs ${rate(B.settings.rate)}`);
   same('connections × streams', `${A.settings.connections}×${A.settings.streams}`, `${B.settings.connections}×${B.settings.streams}`);
   same('body bytes', A.settings.bodyBytes, B.settings.bodyBytes);
   same('request', `${A.settings.method} ${A.settings.path}`, `${B.settings.method} ${B.settings.path}`);
-  return { a: runName(a), b: runName(b), rows, differences };
+  const warnings = (
+    [
+      ['A', a],
+      ['B', b],
+    ] as const
+  ).flatMap(([name, r]) => {
+    const why = incompleteOf(r);
+    return why ? [`${name} (${runName(r)}) is not a full run: ${why}; its figures cover ${r.loadtest.window.seconds} s and ${r.loadtest.window.completed} requests`] : [];
+  });
+  return { a: runName(a), b: runName(b), rows, differences, warnings };
 }
 
 function cell(v: number | null, f: ComparisonRow['format']): string {
@@ -69,10 +91,19 @@ function cell(v: number | null, f: ComparisonRow['format']): string {
   return v >= 100 ? Math.round(v).toLocaleString('en-US') : `${+v.toPrecision(4)}`;
 }
 
+/** Differences within this fraction are run-to-run noise: "same", not better or worse. */
+const SAME_WITHIN = 0.01;
+
+/** B better / B worse / same; undefined when not ranked. */
+function better(r: ComparisonRow): boolean | 'same' | undefined {
+  if (r.ratio === null || r.better === 'none') return undefined;
+  if (Math.abs(r.ratio - 1) <= SAME_WITHIN) return 'same';
+  return r.better === 'lower' ? r.ratio < 1 : r.ratio > 1;
+}
+
 function verdict(r: ComparisonRow): string {
-  if (r.ratio === null || r.ratio === 1) return '';
-  const better = r.better === 'lower' ? r.ratio < 1 : r.ratio > 1;
-  return better ? 'B better' : 'B worse';
+  const b = better(r);
+  return b === undefined ? '' : b === 'same' ? 'same' : b ? 'B better' : 'B worse';
 }
 
 /** The comparison as a text table (what `compare` prints). */
@@ -81,7 +112,7 @@ export function formatComparison(c: Comparison): string {
   const rows = c.rows.map((r) => [r.metric, cell(r.a, r.format), cell(r.b, r.format), r.ratio === null ? 'n/a' : `${r.ratio.toFixed(3)}×`, verdict(r)]);
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
   const line = (cells: string[]) => cells.map((x, i) => (i === 0 ? x.padEnd(widths[i]) : x.padStart(widths[i]))).join('  ').trimEnd();
-  const out = [`A: ${c.a}`, `B: ${c.b}`, '', line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)];
+  const out = [`A: ${c.a}`, `B: ${c.b}`, ...c.warnings.map((w) => `WARNING: ${w}`), '', line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)];
   if (c.differences.length > 0) out.push('', 'Not the same load (compare with care):', ...c.differences.map((d) => `  ${d}`));
   return `${out.join('\n')}\n`;
 }
@@ -92,8 +123,9 @@ export function renderCompare(a: LoadtestReport, b: LoadtestReport, c: Compariso
   const B = b.loadtest;
   const parts: string[] = [];
   parts.push(`<h1>Load-test comparison</h1><p class="sub">A: ${esc(c.a)} (${esc(a.StartTime)})<br>B: ${esc(c.b)} (${esc(b.StartTime)})</p>`);
+  for (const w of c.warnings) parts.push(`<div class="warn">${esc(w)}</div>`);
   if (c.differences.length > 0) parts.push(`<div class="warn">Not the same load: ${esc(c.differences.join('; '))}</div>`);
-  parts.push(ratioChart('chart-ratios', 'B ÷ A (green: B better, red: B worse)', c.rows.map((r) => ({ label: r.metric, value: r.ratio, text: r.ratio === null ? 'n/a' : `${r.ratio.toFixed(2)}×`, better: r.ratio === null || r.ratio === 1 ? undefined : r.better === 'lower' ? r.ratio < 1 : r.ratio > 1 }))));
+  parts.push(ratioChart('chart-ratios', 'B ÷ A (green: B better, red: B worse)', c.rows.map((r) => ({ label: r.metric, value: r.ratio, text: r.ratio === null ? 'n/a' : `${r.ratio.toFixed(2)}×`, better: ((b) => (b === 'same' ? undefined : b))(better(r)) }))));
   parts.push(table(['', 'A', 'B', 'B ÷ A', ''], c.rows.map((r) => [r.metric, cell(r.a, r.format), cell(r.b, r.format), r.ratio === null ? 'n/a' : `${r.ratio.toFixed(3)}×`, verdict(r)])));
   parts.push(
     percentileChart('Latency by percentile (corrected)', [

@@ -81,8 +81,8 @@ export interface LoadResult {
 /** The path is unusable: a connection could not be opened, or the probe request failed. Nothing was measured. */
 export class LoadProbeError extends Error {
   readonly outcome: Outcome | undefined;
-  constructor(message: string, outcome?: Outcome) {
-    super(message);
+  constructor(message: string, outcome?: Outcome, options?: { cause?: unknown }) {
+    super(message, options);
     this.name = 'LoadProbeError';
     this.outcome = outcome;
   }
@@ -113,7 +113,7 @@ async function openAll(plan: LoadPlan, conns: Conn[]): Promise<Record<string, st
   try {
     conns.push(await open());
   } catch (err) {
-    throw new LoadProbeError(`cannot open a connection through ${plan.transport.description}: ${(err as Error).message}`);
+    throw new LoadProbeError(`cannot open a connection through ${plan.transport.description}: ${(err as Error).message}`, undefined, { cause: err });
   }
   const probe = await new Promise<Outcome>((resolve) => conns[0].fire(resolve, plan.probeHeaders, true));
   if (!probe.ok) throw new LoadProbeError(`the first request through ${plan.transport.description} failed (${probe.kind}): ${probe.detail}`, probe);
@@ -338,21 +338,25 @@ class Run {
     clearTimeout(this.tickTimer);
     this.beginMeasure();
     this.phase = 'drain';
-    if (this.interrupted) {
-      // Nothing more goes out; what was due but not sent is not part of the run.
-      while (this.queue.length > 0) if (this.queue.shift() >= this.warmCount) this.mStarted--;
-    }
+    // Interrupted, nothing more goes out: what was due and waiting is lost now (a stall the user
+    // stopped shows in full), not dropped from the run.
+    if (this.interrupted) this.writeOffQueue('due but never sent: every connection was busy when the run was interrupted');
     this.later(() => this.writeOff(), this.plan.timeoutMs + 1_000);
     this.checkDone();
   }
 
-  /** The drain deadline: what is still queued or in flight is counted as lost. */
-  private writeOff(): void {
+  /** Measured requests still waiting for a connection are counted as `not_sent`. */
+  private writeOffQueue(detail: string): void {
     while (this.queue.length > 0) {
       if (this.queue.shift() < this.warmCount) continue;
-      this.rec.recordLost('not_sent', 'due but never sent: every connection stayed busy until the run ended');
+      this.rec.recordLost('not_sent', detail);
       this.mSettled++;
     }
+  }
+
+  /** The drain deadline: what is still queued or in flight is counted as lost. */
+  private writeOff(): void {
+    this.writeOffQueue('due but never sent: every connection stayed busy until the run ended');
     for (const r of [...this.inFlight]) {
       this.inFlight.delete(r);
       if (!r.measured) continue;

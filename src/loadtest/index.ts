@@ -13,9 +13,9 @@ export { countAbove, summarize, type IntervalSample, type LatencySummary } from 
 export { clockTicks, cpuSeconds, rssKiB } from './proc.ts';
 export { ResourceMonitor, PrometheusWatch, type ResourceReport, type PrometheusReport } from './monitor.ts';
 export { parsePrometheus, diffPrometheus } from './prometheus.ts';
-export { SCHEMA, buildReport, readReport, type LoadtestReport } from './result.ts';
+export { SCHEMA, buildReport, incompleteOf, readReport, type LoadtestReport } from './result.ts';
 export { renderReport } from './html.ts';
-export { compareReports, formatComparison, renderCompare, type Comparison } from './compare.ts';
+export { checkComparable, compareReports, formatComparison, renderCompare, type Comparison } from './compare.ts';
 export { progressDisplay, type ProgressDisplay } from './progress.ts';
 export { runLoadtest, type ClientIdentity, type RunOptions } from './run.ts';
 export { formatSummary } from './summary.ts';

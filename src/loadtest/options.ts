@@ -121,6 +121,13 @@ export function parseDuration(flag: string, text: string): number {
   return Math.round(Number(m[1]) * unit);
 }
 
+/** A duration of at least `minMs` (a zero timeout or interval would fail every request or spin). */
+function durationAtLeast(flag: string, text: string, minMs: number): number {
+  const ms = parseDuration(flag, text);
+  if (ms < minMs) throw new LoadtestUsageError(`${flag} ${text}: expected at least ${minMs < 1000 ? `${minMs}ms` : `${minMs / 1000}s`}`);
+  return ms;
+}
+
 function count(flag: string, v: string | number, min: number): number {
   const n = typeof v === 'number' ? v : /^\d+(\.\d+)?$/.test(v.trim()) ? Number(v) : NaN;
   if (!Number.isFinite(n) || n < min) throw new LoadtestUsageError(`${flag} ${v}: expected a number ≥ ${min}`);
@@ -170,7 +177,7 @@ export function resolveSettings(f: LoadtestFlags): LoadtestSettings {
     );
   }
   const requests = f.requests === undefined ? null : integer('--requests', f.requests, 1);
-  const durationMs = f.duration === undefined ? null : parseDuration('--duration', f.duration);
+  const durationMs = f.duration === undefined ? null : durationAtLeast('--duration', f.duration, 1);
   if (durationMs !== null && durationMs <= 0) throw new LoadtestUsageError('--duration must be longer than 0');
 
   const maxRate = f.maxRate === undefined ? DEFAULT_CAPS.rate : count('--max-rate', f.maxRate, 1);
@@ -213,8 +220,8 @@ export function resolveSettings(f: LoadtestFlags): LoadtestSettings {
     headers: headerList('--header', f.header),
     bodyBytes: f.bodySize === undefined ? 0 : integer('--body-size', f.bodySize, 0),
     grpcMethod,
-    timeoutMs: f.timeout === undefined ? 10_000 : parseDuration('--timeout', f.timeout),
-    intervalMs: f.interval === undefined ? 1_000 : Math.max(50, parseDuration('--interval', f.interval)),
+    timeoutMs: f.timeout === undefined ? 10_000 : durationAtLeast('--timeout', f.timeout, 1),
+    intervalMs: f.interval === undefined ? 1_000 : durationAtLeast('--interval', f.interval, 50),
     label: f.label ?? '',
   };
 }

@@ -10,7 +10,8 @@ import type { IntervalSample } from './recorder.ts';
 
 export interface ProgressDisplay {
   update(p: Progress, sample: IntervalSample | undefined): void;
-  stop(): void;
+  /** The last line: `done` at the planned end, or `interrupted` where the run stopped. */
+  stop(interrupted?: boolean): void;
 }
 
 const secs = (ms: number) => `${Math.max(0, Math.round(ms / 100) / 10).toFixed(1)}s`;
@@ -43,8 +44,9 @@ export function progressDisplay(stream: NodeJS.WriteStream = process.stderr, pla
         phase: p.phase === 'warmup' ? 'warm-up' : p.phase === 'drain' ? 'finishing' : 'measuring',
         elapsed: secs(p.elapsedMs),
         planned: planned ? secs(planned) : '?',
-        // Not `eta`: cli-progress fills that one itself, from the bar's value.
-        remaining: planned ? secs(planned - Math.max(0, p.elapsedMs)) : '?',
+        // Not `eta`: cli-progress fills that one itself, from the bar's value. In the warm-up
+        // (elapsed < 0) what remains of it counts too.
+        remaining: planned ? secs(planned - p.elapsedMs) : '?',
         rate: rate.toFixed(0),
         errors: String(p.errors),
         p99: p.p99Us > 0 ? micros(p.p99Us) : '-',
@@ -55,9 +57,10 @@ export function progressDisplay(stream: NodeJS.WriteStream = process.stderr, pla
       }
       bar.update(Math.round(fraction * 1000), last);
     },
-    stop() {
+    stop(interrupted = false) {
       if (!started) return;
-      bar.update(1000, { ...last, phase: 'done', elapsed: last.planned === '?' ? last.elapsed : last.planned, remaining: '0.0s' });
+      if (interrupted) bar.update({ ...last, phase: 'interrupted', remaining: '-' });
+      else bar.update(1000, { ...last, phase: 'done', elapsed: last.planned === '?' ? last.elapsed : last.planned, remaining: '0.0s' });
       bar.stop();
     },
   };

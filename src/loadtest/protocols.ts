@@ -61,12 +61,20 @@ const GRPC_STATUS = ['OK', 'CANCELLED', 'UNKNOWN', 'INVALID_ARGUMENT', 'DEADLINE
 export function failure(err: unknown): Outcome {
   const e = err as Error & { code?: string };
   let kind = 'error';
-  if (err instanceof HboneConnectError) kind = err.status > 0 ? `connect_${err.status}` : `connect_${err.reason.toLowerCase()}`;
+  if (err instanceof HboneConnectError) kind = err.status > 0 ? `connect_${err.status}` : hboneConnectKind(err);
   else if (e.code === 'ECONNREFUSED') kind = 'connect_refused';
   else if (e.code === 'ETIMEDOUT' || e.code === 'UND_ERR_CONNECT_TIMEOUT') kind = 'connect_timeout';
   else if (e.code === 'UND_ERR_HEADERS_TIMEOUT' || e.code === 'UND_ERR_BODY_TIMEOUT' || e.code === 'LOADTEST_TIMEOUT') kind = 'timeout';
   else if (['UND_ERR_SOCKET', 'UND_ERR_CLOSED', 'ECONNRESET', 'EPIPE', 'ERR_STREAM_PREMATURE_CLOSE', 'ERR_HTTP2_STREAM_ERROR', 'ERR_HTTP2_SESSION_ERROR', 'ERR_HTTP2_GOAWAY_SESSION', 'ERR_HTTP2_INVALID_SESSION', 'ERR_HTTP2_STREAM_CANCEL', 'LOADTEST_RESET'].includes(e.code ?? '')) kind = 'reset';
   return { ok: false, code: '-1', kind, detail: `${e.code ? `${e.code}: ` : ''}${e.message ?? String(err)}` };
+}
+
+/** `connect_refused` (nothing listening), `connect_reset`, `connect_tls_failure`, ...; a plain `CONNECT` failure is `connect_failed`. */
+function hboneConnectKind(err: HboneConnectError): string {
+  const code = (err.cause as { code?: string } | undefined)?.code;
+  if (err.reason === 'CONNECT' && code === 'ECONNREFUSED') return 'connect_refused';
+  if (err.reason === 'CONNECT' && code === 'ECONNRESET') return 'connect_reset';
+  return err.reason === 'CONNECT' ? 'connect_failed' : `connect_${err.reason.toLowerCase()}`;
 }
 
 function httpOutcome(status: number, bytes: number, expect: number | undefined, headers?: IncomingHttpHeaders): Outcome {
@@ -117,7 +125,11 @@ class H1Request implements Dispatcher.DispatchHandler {
     this.done(httpOutcome(this.status, this.bytes, this.expect, this.headers));
   }
   onError(err: Error): void {
-    this.done(failure(err));
+    // Not from inside undici's error path: the engine may dispatch the next request on this client
+    // at once, and undici's connect-failure handling asserts its queue is empty after failing the
+    // queued ones (undici lib/dispatcher/client.js onError, `assert(client[kSize] === 0)`).
+    const o = failure(err);
+    queueMicrotask(() => this.done(o));
   }
 }
 

@@ -46,6 +46,8 @@ export interface LoadtestExtension {
     readonly ok: number;
     readonly errors: number;
     readonly interrupted: boolean;
+    /** Why these figures are not a full run (Ctrl-C, nothing measured), or null. Compare refuses or warns on it. */
+    readonly incomplete: string | null;
   };
   readonly throughput: { readonly requestedRps: number | null; readonly achievedRps: number; readonly okRps: number };
   /** Corrected: from when each request was due; uncorrected: from when it was sent. Successes only, µs. */
@@ -206,6 +208,7 @@ export function buildReport(i: ReportInput): LoadtestReport {
         ok: rec.ok,
         errors: rec.errorCount,
         interrupted: load.interrupted,
+        incomplete: incompleteReason(load.interrupted, load.scheduled, rec.completed),
       },
       throughput: { requestedRps: s.rate, achievedRps: Math.round(achieved * 10) / 10, okRps: Math.round((rec.ok / seconds) * 10) / 10 },
       latencyUs: { corrected: summarize(rec.corrected), uncorrected: summarize(rec.uncorrected) },
@@ -221,6 +224,19 @@ export function buildReport(i: ReportInput): LoadtestReport {
       prometheus: i.prometheus,
     },
   };
+}
+
+function incompleteReason(interrupted: boolean, scheduled: number, completed: number): string | null {
+  if (interrupted && scheduled === 0) return 'interrupted during the warm-up: nothing was measured';
+  if (completed === 0) return 'no request was measured';
+  if (interrupted) return 'interrupted: the measured window was cut short';
+  return null;
+}
+
+/** Why a result is not a full run, or null; results written before `incomplete` existed included. */
+export function incompleteOf(r: LoadtestReport): string | null {
+  const w = r.loadtest.window;
+  return w.incomplete !== undefined ? w.incomplete : incompleteReason(w.interrupted, w.scheduled, w.completed);
 }
 
 /** The corrected histogram of a report, decoded. */

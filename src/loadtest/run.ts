@@ -80,6 +80,7 @@ export async function runLoadtest(o: RunOptions): Promise<LoadtestReport> {
     },
   };
   let load;
+  let interrupted = false;
   try {
     load = await runLoad(
       {
@@ -98,8 +99,9 @@ export async function runLoadtest(o: RunOptions): Promise<LoadtestReport> {
       hooks,
       o.signal,
     );
+    interrupted = load.interrupted;
   } finally {
-    o.progress?.stop();
+    o.progress?.stop(interrupted);
   }
   const rec = load.recorder;
   const rps = rec.completed / (load.windowMs / 1000);

@@ -27,4 +27,5 @@ export { portProtocol } from './protocol.ts';
 export { servesServices, servesWorkloads } from './attachment.ts';
 // MeshConfig's telemetry fields (extension providers, default providers, tracing defaults) and the access-log format strings.
 export type { CustomTag, ExtensionProvider, FileAccessLogProvider, MeshTelemetryConfig, OpenTelemetryProvider } from './telemetry-config.ts';
+export { UNSUPPORTED_PROVIDER_KINDS } from './telemetry-config.ts';
 export { parseFormat, type FormatOperator, type FormatParts, type LogFormat, type LogOperator } from './log-format.ts';

@@ -78,8 +78,11 @@ export function parseMeshConfig(text: string, where: ConfigLocation = {}): MeshC
   }
   const result = MeshConfigSchema.safeParse(value);
   if (!result.success) {
-    const issue = result.error.issues[0];
-    const path = issue.path.filter((p): p is string | number => typeof p !== 'symbol');
+    // A misspelled field is the cause of the "missing" one next to it: it is reported first.
+    const issues = result.error.issues;
+    const issue = issues.find((i) => i.code === 'unrecognized_keys' || i.message.startsWith('unknown field')) ?? issues[0];
+    // An unknown field is located at its own line (the issue's path is the mapping holding it).
+    const path = [...issue.path, ...(issue.code === 'unrecognized_keys' ? issue.keys.slice(0, 1) : [])].filter((p): p is string | number => typeof p !== 'symbol');
     throw new ConfigError(`MeshConfig ${formatFieldPath(path)} ${issue.message}`, at(path, lineOf(doc, counter, path)));
   }
   const m = result.data;

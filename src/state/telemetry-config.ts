@@ -76,21 +76,29 @@ const duration = z
   .string({ error: (iss) => `must be a duration like "5s", ${got(iss.input)}` })
   .regex(/^\d+(\.\d+)?s$/, { error: (iss) => `must be a duration like "5s", ${got(iss.input)}` })
   .nullish();
-const header = z.looseObject({ name: str.min(1, { error: 'must not be empty' }), value: str.nullish(), envName: str.nullish() });
+/**
+ * A mapping whose every field is known: a misspelled one (`prot: 4318`) is refused by name, as a
+ * Telemetry's fields are (telemetry-schema.ts), not read as a missing `port`.
+ */
+const strict = <T extends z.core.$ZodLooseShape>(shape: T) =>
+  z.strictObject(shape, { error: (iss) => (iss.code === 'unrecognized_keys' ? `unknown field ${JSON.stringify(iss.keys[0])}` : `must be a mapping, ${got(iss.input)}`) });
 
-const OtelSchema = z.looseObject({
+const header = strict({ name: str.min(1, { error: 'must not be empty' }), value: str.nullish(), envName: str.nullish() });
+
+const OtelSchema = strict({
   service: str.min(1, { error: 'must name the collector service' }),
   port: z.number({ error: (iss) => `must be a port number, ${got(iss.input)}` }).int().min(1, { error: 'must be 1-65535' }).max(65535, { error: 'must be 1-65535' }),
   maxTagLength: z.number().int().min(0).nullish(),
-  http: z.looseObject({ path: str.nullish(), timeout: duration, headers: z.array(header).nullish() }).nullish(),
-  grpc: z.looseObject({ timeout: duration, initialMetadata: z.array(header).nullish() }).nullish(),
-  resourceDetectors: z.looseObject({ environment: z.looseObject({}).nullish(), dynatrace: z.looseObject({}).nullish() }).nullish(),
+  http: strict({ path: str.nullish(), timeout: duration, headers: z.array(header).nullish() }).nullish(),
+  grpc: strict({ timeout: duration, initialMetadata: z.array(header).nullish() }).nullish(),
+  resourceDetectors: strict({ environment: z.looseObject({}).nullish(), dynatrace: z.looseObject({}).nullish() }).nullish(),
+  // Istio's, not read here (Dynatrace's sampler).
+  dynatraceSampler: z.unknown().optional(),
 });
 
-const FileLogSchema = z.looseObject({
+const FileLogSchema = strict({
   path: str.nullish(),
-  logFormat: z
-    .looseObject({ text: str.nullish(), labels: z.record(z.string(), z.unknown()).nullish() })
+  logFormat: strict({ text: str.nullish(), labels: z.record(z.string(), z.unknown()).nullish() })
     .nullish()
     .superRefine((f, ctx) => {
       if (!f) return;
@@ -105,15 +113,29 @@ const FileLogSchema = z.looseObject({
 const tagValue = z.looseObject({ value: str.nullish(), name: str.nullish(), defaultValue: str.nullish() });
 const CustomTagSchema = z.looseObject({ literal: tagValue.nullish(), environment: tagValue.nullish(), header: tagValue.nullish() });
 
+/** The provider kinds of Istio's MeshConfig (istio/api mesh/v1alpha1/config.proto `ExtensionProvider.provider`). */
+const ISTIO_PROVIDER_KINDS = ['envoyExtAuthzHttp', 'envoyExtAuthzGrpc', 'zipkin', 'lightstep', 'datadog', 'stackdriver', 'opencensus', 'skywalking', 'opentelemetry', 'prometheus', 'envoyFileAccessLog', 'envoyHttpAls', 'envoyTcpAls', 'envoyOtelAls'];
+
+/** Istio's kinds node-waypoint does not implement: accepted (real MeshConfigs carry them), warned about, ignored. */
+export const UNSUPPORTED_PROVIDER_KINDS: readonly string[] = ISTIO_PROVIDER_KINDS.filter((k) => !['opentelemetry', 'prometheus', 'envoyFileAccessLog', 'envoyExtAuthzHttp', 'envoyExtAuthzGrpc'].includes(k));
+
 /** The telemetry fields, for the MeshConfig schema (mesh-config.ts). */
 export const TELEMETRY_FIELDS = {
   extensionProviders: z
     .array(
-      z.looseObject({
-        name: str.min(1, { error: 'must not be empty' }),
-        opentelemetry: OtelSchema.nullish(),
-        envoyFileAccessLog: FileLogSchema.nullish(),
-      }),
+      z
+        .looseObject({
+          name: str.min(1, { error: 'must not be empty' }),
+          opentelemetry: OtelSchema.nullish(),
+          envoyFileAccessLog: FileLogSchema.nullish(),
+          prometheus: strict({}).nullish(),
+        })
+        .superRefine((p, ctx) => {
+          // A misspelled kind (`opentelemtry:`) would leave the provider without one: refused, not ignored.
+          for (const k of Object.keys(p)) {
+            if (k !== 'name' && !ISTIO_PROVIDER_KINDS.includes(k)) ctx.addIssue({ code: 'custom', path: [k], message: `unknown field ${JSON.stringify(k)}: not an extension provider kind (Istio's are ${ISTIO_PROVIDER_KINDS.join(', ')})` });
+          }
+        }),
       { error: (iss) => `must be a list of providers, ${got(iss.input)}` },
     )
     .superRefine((list, ctx) => {

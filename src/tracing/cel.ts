@@ -165,6 +165,8 @@ class Parser {
       if (arg.type !== 'int' && arg.type !== 'string') throw new CelCompileError(`string() takes an int or a string in ${JSON.stringify(this.text)}`);
       return { type: 'string', eval: (c, s) => toStr(arg.eval(c, s)) };
     }
+    // size(x), duration('2s'), ...: a call, not a misspelled attribute.
+    if (this.peek()?.kind === 'op' && this.peek()!.text === '(') this.fail(`unsupported function ${t.text}() (supported: has(), string(), and the methods startsWith(), endsWith(), contains())`, t);
     return this.attribute(t);
   }
   private attribute(first: Token): Node {

@@ -9,7 +9,7 @@
  */
 import { defineSlot, type ConnectionContext } from '../pipeline/index.ts';
 import { ConfigError, log } from '../util/index.ts';
-import { definePart, type MeshSnapshot, type MeshTelemetryConfig, type Service, type Target } from '../state/index.ts';
+import { definePart, UNSUPPORTED_PROVIDER_KINDS, type MeshSnapshot, type MeshTelemetryConfig, type Service, type Target } from '../state/index.ts';
 import { TelemetryIndex } from './attachment.ts';
 import { findProvider, mergeAccessLogs, mergeMetrics, mergeTracing, NO_METRIC_OVERRIDES, type AccessLogSink, type MetricsPolicy, type TraceExporterRef, type TracingSpec } from './merge.ts';
 import { parseTelemetry, type Telemetry } from './telemetry-schema.ts';
@@ -100,6 +100,10 @@ export function compileTelemetry(snapshot: MeshSnapshot, env: NodeJS.ProcessEnv 
     if (!warned.has(msg)) log.warn({ version: snapshot.version }, `telemetry: ${msg}`);
     warned.add(msg);
   };
+  // Real MeshConfigs carry Istio's other providers (zipkin, skywalking, ...): kept, said once per snapshot.
+  for (const p of mesh.extensionProviders) {
+    if (p.kind === 'other' && UNSUPPORTED_PROVIDER_KINDS.includes(p.otherKind)) warn(`MeshConfig extensionProviders ${p.name}: ${p.otherKind} is not supported by node-waypoint (it implements opentelemetry, envoyFileAccessLog, prometheus and ext_authz providers); ignored`);
+  }
   // Targets with the same attached Telemetries (by identity) share one result.
   const shared = new Map<string, TargetTelemetry>();
   const ids = new Map<Telemetry, number>(telemetries.map((t, i) => [t, i]));

@@ -119,7 +119,7 @@ export class TracingRuntime {
         spanProcessors: [new BoundedBatchProcessor(this.exporter(e), batchSettingsFromEnv(this.env), this.outcomes(key === '' ? 'env' : key))],
       });
       this.collectors.set(key, { fingerprint: fp, provider, tracer: provider.getTracer('node-waypoint') });
-      log.info({ provider: key || 'OTEL_* environment', endpoint: e.kind === 'provider' ? `${e.otel.protocol}://${formatHostPort(e.otel.host, e.otel.port)}` : undefined }, 'tracing: exporting spans');
+      log.info({ provider: key || 'OTEL_* environment', endpoint: e.kind === 'provider' ? otlpEndpoint(e.otel) : undefined }, 'tracing: exporting spans');
     }
   }
 
@@ -175,16 +175,18 @@ function fingerprint(e: TraceExporterRef, serviceName: string): string {
   return JSON.stringify([serviceName, e.kind === 'provider' ? e.otel : 'env']);
 }
 
-function providerExporter(o: OpenTelemetryProvider): SpanExporter {
+/** Where a provider's spans go: the OTLP/HTTP URL with its path, or the OTLP/gRPC address (logged as `grpc://`). */
+export function otlpEndpoint(o: OpenTelemetryProvider): string {
   const hostPort = formatHostPort(o.host, o.port);
+  return o.protocol === 'http' ? `http://${hostPort}${o.path.startsWith('/') ? o.path : `/${o.path}`}` : `grpc://${hostPort}`;
+}
+
+function providerExporter(o: OpenTelemetryProvider): SpanExporter {
   const timeoutMillis = o.timeoutMs;
-  if (o.protocol === 'http') {
-    const path = o.path.startsWith('/') ? o.path : `/${o.path}`;
-    return new HttpExporter({ url: `http://${hostPort}${path}`, headers: { ...o.headers }, ...(timeoutMillis ? { timeoutMillis } : {}) });
-  }
+  if (o.protocol === 'http') return new HttpExporter({ url: otlpEndpoint(o), headers: { ...o.headers }, ...(timeoutMillis ? { timeoutMillis } : {}) });
   const metadata = new grpc.Metadata();
   for (const [k, v] of Object.entries(o.headers)) metadata.set(k, v);
-  return new GrpcExporter({ url: `http://${hostPort}`, credentials: grpc.credentials.createInsecure(), metadata, ...(timeoutMillis ? { timeoutMillis } : {}) });
+  return new GrpcExporter({ url: `http://${formatHostPort(o.host, o.port)}`, credentials: grpc.credentials.createInsecure(), metadata, ...(timeoutMillis ? { timeoutMillis } : {}) });
 }
 
 async function shutdownWithin(p: TracerProvider, ms: number): Promise<void> {

@@ -5,6 +5,7 @@
  * naming the flag and the way out; nothing is sent. Addresses: 127.0.176.x.
  */
 import http from 'node:http';
+import os from 'node:os';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { DEFAULT_CAPS, LoadtestUsageError, checkLoopback, resolveSettings } from '../../src/loadtest/index.ts';
 import { closeServer, listen, track } from '../helpers/servers.ts';
@@ -32,6 +33,9 @@ const refusals: [string, string[], RegExp][] = [
   ['connections over the cap', ['--target', TARGET, '--connections', '2000', '--duration', '1s'], /--connections 2000 is above the cap of 1000; pass --max-connections 2000 to raise the cap/],
   ['remote target', ['--target', '10.1.2.3:80', '--requests', '10'], /--target 10\.1\.2\.3 is not a loopback address; pass --allow-remote to load a destination off this machine/],
   ['unknown flag', ['--target', TARGET, '--requests', '10', '--frobnicate'], /unknown option '--frobnicate'/],
+  // Found before the run, not after it.
+  ['--json in a missing directory', ['--target', TARGET, '--requests', '10', '--json', '/nonexistent-wp-dir/r.json'], /^waypoint: --json \/nonexistent-wp-dir\/r\.json: the directory \/nonexistent-wp-dir does not exist\n$/],
+  ['--report a directory', ['--target', TARGET, '--requests', '10', '--report', os.tmpdir()], new RegExp(`^waypoint: --report ${os.tmpdir()}: is a directory; give a file name\n$`)],
 ];
 
 test('every refusal exits 2 with a message naming the flag, and sends nothing', async () => {
@@ -56,6 +60,9 @@ const usage: [string, Parameters<typeof resolveSettings>[0], RegExp][] = [
   ['authority without waypoint', { authority: '10.0.0.1:80', requests: 1 }, /give --waypoint HOST:15008 with --authority VIP:PORT \(HBONE\), or --target HOST:PORT/],
   ['hostname authority', { waypoint: '127.0.0.1:15008', authority: 'svc.ns:80', requests: 1 }, /--authority "svc\.ns:80": expected IP:PORT/],
   ['bad duration', { target: TARGET, duration: '10' }, /--duration "10": expected a duration such as 10s/],
+  ['zero timeout', { target: TARGET, duration: '1s', timeout: '0s' }, /^--timeout 0s: expected at least 1ms$/],
+  ['zero interval', { target: TARGET, duration: '1s', interval: '0s' }, /^--interval 0s: expected at least 50ms$/],
+  ['zero duration', { target: TARGET, duration: '0s' }, /^--duration 0s: expected at least 1ms$/],
   ['unknown protocol', { target: TARGET, protocol: 'spdy', requests: 1 }, /--protocol spdy: expected one of http1, h2c, grpc/],
 ];
 

@@ -8,7 +8,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { resolveSettings, runLoadtest, type LoadtestReport } from '../../src/loadtest/index.ts';
+import { compareReports, formatComparison, resolveSettings, runLoadtest, type LoadtestReport } from '../../src/loadtest/index.ts';
 import { closeServer, listen, track } from '../helpers/servers.ts';
 import { chartsOf, openInBrowser, skipBrowser } from './browser.ts';
 import { cli } from './helpers.ts';
@@ -44,11 +44,11 @@ test('prints every figure as B ÷ A, says which is better, and warns that the lo
   const ratio = Math.round((b.loadtest.throughput.achievedRps / a.loadtest.throughput.achievedRps) * 1000) / 1000;
   const row = r.stdout.split('\n').find((l) => l.startsWith('throughput req/s'));
   expect(row).toContain(`${ratio.toFixed(3)}×`);
-  expect(row).toMatch(ratio > 1 ? /B better$/ : /B worse$/);
+  expect(row).toMatch(Math.abs(ratio - 1) <= 0.01 ? /same$/ : ratio > 1 ? /B better$/ : /B worse$/);
   const p99 = r.stdout.split('\n').find((l) => l.startsWith('p99 latency (corrected)'));
   const p99Ratio = Math.round((b.loadtest.latencyUs.corrected.p99 / a.loadtest.latencyUs.corrected.p99) * 1000) / 1000;
   expect(p99).toContain(`${p99Ratio.toFixed(3)}×`);
-  expect(r.stdout).toMatch(/Not the same load \(compare with care\):\n {2}rate: 200 vs null/);
+  expect(r.stdout).toMatch(/Not the same load \(compare with care\):\n {2}rate: 200 req\/s vs closed loop\n/);
   expect(r.stdout).toMatch(new RegExp(`wrote ${path.join(dir, 'cmp.html').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`));
 });
 
@@ -73,4 +73,18 @@ test.skipIf(skipBrowser)('the comparison page opens in headless chromium with it
   expect([...charts.keys()].sort()).toEqual(['chart-percentiles', 'chart-ratios', 'chart-throughput']);
   expect(charts.get('chart-ratios')).toMatch(/<path class="bar (better|worse)" d="M[\d.]+,[\d.]+H/);
   for (const id of ['chart-percentiles', 'chart-throughput']) expect(charts.get(id), id).toMatch(/<path class="series" d="M[\d.]+,[\d.]+L/);
+});
+
+test('at the same fixed rate throughput is not ranked; differences within 1 % are "same"', () => {
+  // The same run, its figures moved a little (the report's types are read-only).
+  const b2 = structuredClone(a) as unknown as { loadtest: { throughput: { achievedRps: number }; latencyUs: { corrected: { p50: number; p99: number } } } };
+  b2.loadtest.throughput.achievedRps = a.loadtest.throughput.achievedRps * 0.999;
+  b2.loadtest.latencyUs.corrected.p99 = a.loadtest.latencyUs.corrected.p99 * 1.005;
+  b2.loadtest.latencyUs.corrected.p50 = a.loadtest.latencyUs.corrected.p50 * 2;
+  const lines = formatComparison(compareReports(a, b2 as unknown as LoadtestReport)).split('\n');
+  const line = (metric: string) => lines.find((l) => l.startsWith(metric)) ?? '';
+  expect(line('throughput req/s')).toMatch(/×$/);
+  expect(line('p99 latency (corrected)')).toMatch(/ same$/);
+  expect(line('p50 latency (corrected)')).toMatch(/ B worse$/);
+  expect(lines.join('\n')).not.toContain('Not the same load');
 });

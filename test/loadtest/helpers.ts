@@ -108,10 +108,11 @@ export async function childWaypoint(net: number): Promise<ChildWaypoint> {
   return { topo, dir, proc, pid: proc.pid!, admin, close };
 }
 
-/** `waypoint <args>` as a child process: exit code, stdout, stderr (bounded by `timeoutMs`). */
-export function cli(args: readonly string[], timeoutMs = 30_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+/** `waypoint <args>` as a child process: exit code, stdout, stderr (bounded by `timeoutMs`); `started` gets the process (to signal it). */
+export function cli(args: readonly string[], timeoutMs = 30_000, started?: (p: ChildProcess) => void): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const p = spawn(process.execPath, [BIN, ...args], { env: { ...process.env, WAYPOINT_LOG_LEVEL: 'error' } });
+    started?.(p);
     let stdout = '';
     let stderr = '';
     p.stdout.on('data', (c: Buffer) => (stdout += c));

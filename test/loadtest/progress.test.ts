@@ -44,3 +44,20 @@ test('on a terminal: one line redrawn in place, with a bar', () => {
   expect(text).toMatch(/loadtest █+ done 2\.0s\/2\.0s ETA 0\.0s \| 200 req\/s \| errors 0 \| p99 2 ms/);
   expect(text.split('\n').filter(Boolean).length).toBeLessThanOrEqual(2);
 });
+
+test('interrupted: the last line says so where the run stopped, not "done" at the planned end', async () => {
+  const s = sink(false);
+  const p = progressDisplay(s.stream, 50);
+  p.update(at(1_000, 0, 2_000), sample);
+  await sleep(120);
+  p.stop(true);
+  expect(s.text().split('\n').filter(Boolean).at(-1)).toBe('loadtest: interrupted 1.0s/2.0s ETA - | 200 req/s | errors 0 | p99 2 ms');
+});
+
+test('in the warm-up, what remains includes the rest of the warm-up', () => {
+  const s = sink(false);
+  const p = progressDisplay(s.stream, 50);
+  p.update({ phase: 'warmup', elapsedMs: -3_000, plannedMs: 10_000, completed: 0, planned: null, errors: 0, p99Us: 0 }, undefined);
+  p.stop(true);
+  expect(s.text().split('\n')[0]).toBe('loadtest: warm-up 0.0s/10.0s ETA 13.0s | 0 req/s | errors 0 | p99 -');
+});

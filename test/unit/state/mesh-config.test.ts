@@ -102,4 +102,21 @@ describe('telemetry fields (extensionProviders, defaultProviders, tracing defaul
       'unsupported command operator %DYNAMIC_METADATA(x)%',
     );
   });
+
+  test('providers of the kinds the waypoint reads are strict: a misspelled field or kind is refused at its line, Istio\'s other kinds are kept', () => {
+    const err = (text: string) => String(caught(() => parseMeshConfig(text, { file: 'm.yaml' })));
+    // Not "port must be a port number, got undefined": the misspelling is named.
+    expect(err('extensionProviders:\n- name: otel\n  opentelemetry:\n    service: c\n    prot: 4318\n')).toBe(
+      'm.yaml:5: field extensionProviders[0].opentelemetry.prot: MeshConfig extensionProviders[0].opentelemetry.prot unknown field "prot"',
+    );
+    expect(err('extensionProviders:\n- name: otel\n  opentelemetry: { service: c, port: 4318, http: { path: /v1/traces, timout: 2s } }\n')).toContain('field extensionProviders[0].opentelemetry.http.timout: MeshConfig extensionProviders[0].opentelemetry.http.timout unknown field "timout"');
+    expect(err('extensionProviders:\n- name: log\n  envoyFileAccessLog: { path: /dev/stdout, logFormat: { txt: x } }\n')).toContain('unknown field "txt"');
+    expect(err('extensionProviders:\n- name: p\n  prometheus: { port: 1 }\n')).toContain('unknown field "port"');
+    // A misspelled kind left the provider kindless and tracing silently off.
+    expect(err('extensionProviders:\n- name: p\n  prometheus: {}\n- name: otel\n  opentelemtry:\n    service: c\n    port: 4318\n')).toMatch(
+      /^m\.yaml:5: field extensionProviders\[1\]\.opentelemtry: MeshConfig extensionProviders\[1\]\.opentelemtry unknown field "opentelemtry": not an extension provider kind \(Istio's are envoyExtAuthzHttp, .*opentelemetry, /,
+    );
+    const kept = parseMeshConfig('extensionProviders:\n- name: z\n  zipkin: { service: z, port: 9411, enable64bitTraceId: true }\n- name: sw\n  skywalking: { service: s, port: 11800 }\n- name: authz\n  envoyExtAuthzHttp: { service: a, port: 80 }\n');
+    expect(kept.telemetry.extensionProviders.slice(2).map((p) => (p.kind === 'other' ? p.otherKind : p.kind))).toEqual(['zipkin', 'skywalking', 'envoyExtAuthzHttp']);
+  });
 });

@@ -3,10 +3,11 @@
  * istiod's for a waypoint (root, waypoint namespace, service namespace, targetRefs; never
  * selector), and the merge of tracing, metrics overrides and access logging per served service.
  */
-import { describe, expect, test } from 'vitest';
+import { describe, expect, test, vi } from 'vitest';
 import type { Target } from '../../../src/state/index.ts';
 import { compileTelemetry, ISTIO_METRICS, NO_METRIC_OVERRIDES, NO_TELEMETRY } from '../../../src/tracing/index.ts';
 import { ConfigError } from '../../../src/util/errors.ts';
+import { log } from '../../../src/util/index.ts';
 import { caught } from '../../helpers/config-error.ts';
 import { meshConfig, namespace, service, servicePort, snapshotOf, telemetry, toGateway, toService, usesWaypoint, waypointGateway, type Doc } from '../../helpers/mesh.ts';
 
@@ -141,6 +142,18 @@ describe('tracing merge', () => {
 
   test('a Zipkin provider cannot be exported to: no tracing for that traffic', () => {
     expect(forService([telemetry('mesh', 'istio-system', { tracing: [{ providers: [{ name: 'zipkin' }] }] })], 'web').tracing).toBeUndefined();
+  });
+
+  test('a provider kind of Istio node-waypoint does not implement is warned about by name, ext_authz ones are not', () => {
+    const warn = vi.spyOn(log, 'warn').mockImplementation(() => undefined);
+    try {
+      compileTelemetry(snapshotOf(meshConfig({ extensionProviders: [...PROVIDERS.extensionProviders, { name: 'authz', envoyExtAuthzGrpc: { service: 'a', port: 9000 } }] }), waypointGateway('demo')));
+      const lines = warn.mock.calls.map((c) => String(c[1]));
+      expect(lines).toContain('telemetry: MeshConfig extensionProviders zipkin: zipkin is not supported by node-waypoint (it implements opentelemetry, envoyFileAccessLog, prometheus and ext_authz providers); ignored');
+      expect(lines.filter((l) => l.includes('not supported by node-waypoint'))).toHaveLength(1);
+    } finally {
+      warn.mockRestore();
+    }
   });
 
   test('without Telemetry: MeshConfig enableTracing: true exports to the OTEL_* collector at defaultConfig.tracing.sampling', () => {
