@@ -16,7 +16,7 @@ import { RequestAuthn } from './authn/index.ts';
 import { AUTHZ, requestPathNormalizer } from './authz/index.ts';
 import { PEER_AUTHENTICATION } from './ztunnel/index.ts';
 import { EXT_AUTHZ_PROVIDERS, ExtAuthzClient, createExtAuthzHook } from './ext-authz/index.ts';
-import { ConfigError, log } from './util/index.ts';
+import { ConfigError, log, settleWithin } from './util/index.ts';
 import { HboneSessionPool, HboneServer } from './hbone/index.ts';
 import { type CertificateIssuer, parseTtl, type WorkloadCertificate } from './identity/index.ts';
 import { InnerHttpServer } from './inner-http/index.ts';
@@ -441,11 +441,4 @@ function buildChain(registry: FilterRegistry, cfg: BootstrapConfig, env: FilterE
 /** `ip:port` / `[v6]:port` of a bound address. */
 export function addr(a: AddressInfo): string {
   return a.family === 'IPv6' ? `[${a.address}]:${a.port}` : `${a.address}:${a.port}`;
-}
-
-/** Wait for `p` at most `ms` milliseconds; never rejects. */
-async function settleWithin(p: Promise<unknown>, ms: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([p.catch(() => undefined), new Promise((r) => (timer = setTimeout(r, ms)))]);
-  clearTimeout(timer);
 }

@@ -12,3 +12,4 @@ export { LogLimiter } from './log-limiter.ts';
 export { VERSION } from './version.ts';
 export { Backoff, type BackoffSettings } from './backoff.ts';
 export { enumField, enumType, field, mapField, messageRegistry, msgField, protoFile, ProtoType, RPC_STATUS_FILE, type EnumInit, type FieldInit, type MessageInit } from './proto.ts';
+export { settleWithin } from './settle.ts';
