@@ -6,45 +6,11 @@
  * process of such a tree on its own (see {@link snapshot}).
  */
 import fs from 'node:fs';
-import { clockTicks, cpuSeconds, rssKiB as processRssKiB } from '../../src/loadtest/index.ts';
+import { clockTicks, cpuSeconds, processTree, rssKiB as processRssKiB } from '../../src/loadtest/index.ts';
 
 // The per-process readings are the load tester's own (src/loadtest/proc.ts); RSS and descriptors
 // here are summed over a process and its descendants.
-export { clockTicks, cpuSeconds };
-
-/** `pid` and its descendants (children of children...), `pid` first, the others by pid. */
-export function processTree(pid: number): number[] {
-  const children = new Map<number, number[]>();
-  let entries: string[];
-  try {
-    entries = fs.readdirSync('/proc');
-  } catch {
-    return [pid];
-  }
-  for (const e of entries) {
-    if (!/^\d+$/.test(e)) continue;
-    let stat: string;
-    try {
-      stat = fs.readFileSync(`/proc/${e}/stat`, 'utf8');
-    } catch {
-      continue;
-    }
-    // Field 4 (ppid), after the parenthesised comm.
-    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-    const list = children.get(ppid) ?? [];
-    list.push(Number(e));
-    children.set(ppid, list);
-  }
-  const out: number[] = [];
-  const walk = (p: number) => {
-    for (const c of (children.get(p) ?? []).sort((a, b) => a - b)) {
-      out.push(c);
-      walk(c);
-    }
-  };
-  walk(pid);
-  return [pid, ...out.sort((a, b) => a - b)];
-}
+export { clockTicks, cpuSeconds, processTree };
 
 /** Resident set size in KiB of the process and its descendants (pages they share are counted in each). */
 export function rssKiB(pid: number): number {

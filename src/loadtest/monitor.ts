@@ -4,7 +4,7 @@
  * `process_cpu_seconds_total` and `process_resident_memory_bytes` of its `/stats/prometheus`);
  * and for any waypoint (Envoy's or ours), its `/stats/prometheus` scraped before and after the run.
  */
-import { cpuSeconds, rssKiB } from './proc.ts';
+import { treeUsage } from './proc.ts';
 import { diffPrometheus, firstValue, scrape, type PromDiff, type PromScrape } from './prometheus.ts';
 
 /** One reading: ms since the measured window began, CPU used over the last interval (cores), RSS. */
@@ -55,7 +55,8 @@ export class ResourceMonitor {
 
   /** /proc of `pid` on this machine. @throws when no such process is readable. */
   static forPid(pid: number): ResourceMonitor {
-    const read = (): Reading => ({ at: performance.now(), cpuS: cpuSeconds(pid), rssKiB: rssKiB(pid) });
+    // The process and its descendants (a primary and its workers).
+    const read = (): Reading => ({ at: performance.now(), ...treeUsage(pid) });
     try {
       read();
     } catch (err) {

@@ -34,3 +34,56 @@ export function rssKiB(pid: number): number {
   const m = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
   return m ? Number(m[1]) : NaN;
 }
+
+/** `pid` and its descendants (children of children...), `pid` first, the others by pid. */
+export function processTree(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  let entries: string[];
+  try {
+    entries = fs.readdirSync('/proc');
+  } catch {
+    return [pid];
+  }
+  for (const e of entries) {
+    if (!/^\d+$/.test(e)) continue;
+    let stat: string;
+    try {
+      stat = fs.readFileSync(`/proc/${e}/stat`, 'utf8');
+    } catch {
+      continue;
+    }
+    // Field 4 (ppid), after the parenthesised comm.
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    const list = children.get(ppid) ?? [];
+    list.push(Number(e));
+    children.set(ppid, list);
+  }
+  const out: number[] = [];
+  const walk = (p: number) => {
+    for (const c of (children.get(p) ?? []).sort((a, b) => a - b)) {
+      out.push(c);
+      walk(c);
+    }
+  };
+  walk(pid);
+  return [pid, ...out.sort((a, b) => a - b)];
+}
+
+/**
+ * CPU seconds and RSS (KiB) of `pid` with its descendants: a waypoint run with `--concurrency N`
+ * is a primary and N worker processes, and `--pid` names the primary. A descendant that exits
+ * between the listing and the read is skipped. @throws when `pid` itself does not exist.
+ */
+export function treeUsage(pid: number): { cpuS: number; rssKiB: number } {
+  let cpuS = 0;
+  let rss = 0;
+  for (const p of processTree(pid)) {
+    try {
+      cpuS += cpuSeconds(p);
+      rss += rssKiB(p);
+    } catch (err) {
+      if (p === pid) throw err;
+    }
+  }
+  return { cpuS, rssKiB: rss };
+}

@@ -7,7 +7,7 @@
  */
 import http from 'node:http';
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { runLoad, summarize, tcpTransport, type LoadPlan, type Transport } from '../../src/loadtest/index.ts';
+import { processTree, runLoad, summarize, tcpTransport, type LoadPlan, type Transport } from '../../src/loadtest/index.ts';
 import { closeServer, listen, track } from '../helpers/servers.ts';
 import { childWaypoint, hboneInto, type ChildWaypoint } from './helpers.ts';
 
@@ -82,17 +82,17 @@ test('SIGSTOP of the waypoint for ~1 s: corrected p99 shows the pause, uncorrect
   let resumed = false;
   const r = await runLoad(plan(transport, { rate: 200, durationMs: 3_000, warmupMs: 300 }), {
     onMeasureStart: () => {
-      timers.push(setTimeout(() => process.kill(wp.pid, 'SIGSTOP'), 800));
+      timers.push(setTimeout(() => signalTree(wp.pid, 'SIGSTOP'), 800));
       timers.push(
         setTimeout(() => {
-          process.kill(wp.pid, 'SIGCONT');
+          signalTree(wp.pid, 'SIGCONT');
           resumed = true;
         }, 800 + PAUSE_MS),
       );
     },
   }).finally(() => {
     for (const t of timers) clearTimeout(t);
-    process.kill(wp.pid, 'SIGCONT');
+    signalTree(wp.pid, 'SIGCONT');
   });
   expect(resumed).toBe(true);
   expect(r.recorder.errorCount).toBe(0);
@@ -105,3 +105,14 @@ test('SIGSTOP of the waypoint for ~1 s: corrected p99 shows the pause, uncorrect
   // The schedule kept going: the requests due during the pause queued up.
   expect(r.maxQueued).toBeGreaterThan(50);
 });
+
+/** Signal the waypoint and its worker processes (`waypoint run` starts one per core by default). */
+function signalTree(pid: number, signal: NodeJS.Signals): void {
+  for (const p of processTree(pid)) {
+    try {
+      process.kill(p, signal);
+    } catch {
+      // Exited meanwhile.
+    }
+  }
+}
