@@ -57,7 +57,7 @@ export async function openClusterSources(s: ClusterSettings, ctx: SourceContext)
     const waitingFor = (): string => {
       const what: string[] = [];
       if (roots.pem === undefined) what.push(`istiod's root certificate (${roots.problem ?? s.rootCertFile})`);
-      if (!wds.synced) what.push(`the first workload discovery (WDS) sync from istiod at ${xdsChannel.target}`);
+      if (!wds.synced) what.push(`the first workload discovery (WDS) sync from istiod at ${xdsChannel.target}${wds.lastError ? ` (last error: ${wds.lastError})` : ''}`);
       const unlisted = watcher.status().filter((k) => !k.synced);
       if (unlisted.length > 0) what.push(`the first list from the Kubernetes API of ${unlisted.map((k) => (k.error ? `${k.kind} (${k.error})` : k.kind)).join(', ')}`);
       else if (wds.synced && !mesh) what.push(`a mesh that compiles (is the Gateway ${s.gateway} there?)`);

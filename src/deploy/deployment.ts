@@ -68,9 +68,16 @@ function container(o: DeploymentOptions): IContainer {
     args: [
       'run',
       '--cluster',
-      // Prometheus scrapes the pod IP (the admin server binds loopback by default).
+      // Every listener on both families, as Istio's waypoint listens in a dual-stack pod (its
+      // Service is PreferDualStack): a dual-stack socket on `::` takes IPv4 as well (an IPv6-less
+      // pod falls back to 0.0.0.0, util/listen.ts). Prometheus scrapes the pod IP (the admin
+      // server binds loopback by default).
+      '--hbone',
+      `[::]:${PORTS.mesh}`,
+      '--readiness',
+      `[::]:${PORTS['status-port']}`,
       '--admin',
-      `0.0.0.0:${PORTS.metrics}`,
+      `[::]:${PORTS.metrics}`,
       '--drain-delay',
       `${DRAIN.delaySeconds}s`,
       '--drain-timeout',

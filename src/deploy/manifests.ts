@@ -99,6 +99,8 @@ export function waypointManifests(o: ManifestOptions): Manifest[] {
     },
     spec: {
       type: 'ClusterIP',
+      // As Istio's waypoint Service (istio/istio manifests/charts/istio-control/istio-discovery/files/waypoint.yaml);
+      // the pod listens on `[::]`, both families (deployment.ts).
       ipFamilyPolicy: 'PreferDualStack',
       selector,
       // Names and appProtocols as istiod gives its own waypoint's Service (a Gateway listener's

@@ -39,11 +39,17 @@ function stream(header: string, manifests: readonly Manifest[]): string {
 
 /** `waypoint generate`'s output: every object of the waypoint, in apply order. */
 export function generateYaml(o: ManifestOptions, version: string): string {
-  return stream(
-    `node-waypoint ${version}: namespace waypoint "${o.name}" in namespace "${o.namespace}".\n` +
-      `Apply with: waypoint generate --namespace ${o.namespace}${o.name === 'waypoint' ? '' : ` --name ${o.name}`} | kubectl apply -f -`,
-    waypointManifests(o),
-  );
+  return stream(`node-waypoint ${version}: namespace waypoint "${o.name}" in namespace "${o.namespace}".\nApply with: ${generateCommand(o, version)} | kubectl apply -f -`, waypointManifests(o));
+}
+
+/** The `waypoint generate` command line that prints `o` (the flags that differ from the defaults). */
+function generateCommand(o: ManifestOptions, version: string): string {
+  const defaults = baseOptions(version);
+  const flags = [`--namespace ${o.namespace}`];
+  if (o.name !== defaults.name) flags.push(`--name ${o.name}`);
+  if (o.image !== defaults.image) flags.push(`--image ${o.image}`);
+  if (o.clusterDomain !== defaults.clusterDomain) flags.push(`--cluster-domain ${o.clusterDomain}`);
+  return `waypoint generate ${flags.join(' ')}`;
 }
 
 /** deploy/base: file name → content, kustomization.yaml listing every other file in apply order. */

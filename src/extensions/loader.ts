@@ -188,15 +188,32 @@ function conditional(entry: unknown): string | undefined {
 let shared = false;
 
 /**
+ * The packages a filter gets from the running waypoint when its own folder does not have them:
+ * zod, the schema library of the filter API's `configSchema` (a copied example runs without an
+ * `npm install`; a filter that installs its own zod keeps it).
+ */
+const FALLBACK_PACKAGES = /^zod(?:\/|$)/;
+
+/**
  * Make `node-waypoint/filter-api` resolve, from any module, to this waypoint's own filter API
  * entry: a filter package needs node-waypoint for its types only, and shares the one instance of
- * the API the waypoint runs (slots, constants), wherever it is installed.
+ * the API the waypoint runs (slots, constants), wherever it is installed. {@link FALLBACK_PACKAGES}
+ * not found from the importing module resolve from the waypoint's own install.
  */
 function shareFilterApi(): void {
   if (shared) return;
   shared = true;
   const api = new URL('../pipeline/index.ts', import.meta.url).href;
   registerHooks({
-    resolve: (specifier, context, nextResolve) => (specifier === FILTER_API_SPECIFIER ? { url: api, shortCircuit: true } : nextResolve(specifier, context)),
+    resolve: (specifier, context, nextResolve) => {
+      if (specifier === FILTER_API_SPECIFIER) return { url: api, shortCircuit: true };
+      if (!FALLBACK_PACKAGES.test(specifier)) return nextResolve(specifier, context);
+      try {
+        return nextResolve(specifier, context);
+      } catch (err) {
+        if ((err as { code?: string }).code !== 'ERR_MODULE_NOT_FOUND') throw err;
+        return nextResolve(specifier, { ...context, parentURL: import.meta.url });
+      }
+    },
   });
 }

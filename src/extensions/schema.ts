@@ -44,7 +44,12 @@ const SpecSchema = z.object(
     targetRefs: z.array(TargetRefSchema).max(16, { error: 'must have at most 16 entries' }).nullish(),
     module: text().min(1, { error: 'must not be empty' }).nullish(),
     filter: text().min(1, { error: 'must not be empty' }).nullish(),
-    sha256: text()
+    // An all-digit hash is a number to YAML (`sha256: 000…0` reads as 0): say to quote it.
+    sha256: z
+      .string({
+        error: (iss) =>
+          typeof iss.input === 'number' ? `must be a string of 64 hex digits, got the number ${show(iss.input)}: quote it (sha256: "…"), as YAML reads an all-digit value as a number` : `must be a string, got ${show(iss.input)}`,
+      })
       .regex(/^[a-f0-9]{64}$/, { error: (iss) => `must be 64 lower-case hex digits (the module file's SHA-256), got ${show(iss.input)}` })
       .nullish(),
     phase: z.enum(PHASES, { error: (iss) => `must be one of ${PHASES.join(', ')}, got ${show(iss.input)}` }).nullish(),

@@ -147,13 +147,15 @@ export class HboneServer {
 
   /**
    * Graceful shutdown: stop accepting, send GOAWAY on every session (in-flight streams finish),
-   * and destroy what is left after `timeoutMs`. Resolves when every session is gone.
+   * and destroy what is left after `timeoutMs` (`onTimeout` is told first). Resolves when every
+   * session is gone.
    */
-  async drain(timeoutMs: number): Promise<void> {
+  async drain(timeoutMs: number, onTimeout?: () => void): Promise<void> {
     const closed = new Promise<void>((r) => this.server.close(() => r()));
     for (const s of this.sessions) s.close();
     if (this.sessions.size === 0 && this.sockets.size === 0) return closed;
     const timer = setTimeout(() => {
+      onTimeout?.();
       for (const s of this.sessions) s.destroy();
       for (const s of this.sockets) s.destroy();
     }, timeoutMs);

@@ -33,7 +33,7 @@ import {
   type RequestHead,
 } from '../pipeline/index.ts';
 import { log } from '../util/index.ts';
-import { closeTunnel } from './streams.ts';
+import { closeTunnel, onTunnelEnd } from './streams.ts';
 import { admitRequest, codecError, prepareStream, requestHead, unreadableHead, type ConnManagerOptions, type PathNormalizer, type Refusal } from './conn-manager.ts';
 
 /** Limits of the HTTP/1.x server inside tunnels (bytes, ms). */
@@ -89,6 +89,8 @@ export class InnerHttpServer {
   readonly tunnels = new Set<TunnelRef>();
   /** Set by {@link drain}: responses carry `Connection: close` and idle tunnels are ended. */
   draining = false;
+  /** Set by {@link cutting}. */
+  cut = false;
 
   constructor(opts: InnerHttpOptions) {
     this.server = http.createServer(
@@ -208,17 +210,24 @@ export class InnerHttpServer {
   }
 
   /**
-   * Graceful drain of HTTP tunnels: idle ones are ended now (END_STREAM, the client sees a clean
-   * close), busy ones after their current response, which goes out with `Connection: close`.
+   * Graceful drain of HTTP tunnels as Envoy's connection manager drains (conn_manager_impl.cc):
+   * h2c gets GOAWAY; idle HTTP/1 tunnels are ended now, busy ones after the response to their
+   * last request, which goes out with `Connection: close` so no further request is sent on them.
    */
   drain(): void {
     this.draining = true;
     for (const t of this.tunnels) {
-      // h2c: GOAWAY, open streams finish (trailers included: nodejs/node#42713), then the session closes.
+      // h2c: open streams finish (trailers included: nodejs/node#42713), then the session closes.
       if (t.session) t.session.close();
-      // Idle HTTP/1 tunnels are closed (Envoy closes idle HTTP/1 connections when draining).
       else if (t.active === 0) closeTunnel(t.stream);
+      // (A response already started with keep-alive closes the tunnel in onResponseClose.)
+      else if (t.last && !t.last.res.headersSent) (t.last.res as ServerResponse).shouldKeepAlive = false;
     }
+  }
+
+  /** Drain timeout: requests cut from now on were cut by the waypoint (Envoy's `downstream_local_disconnect`). */
+  cutting(): void {
+    this.cut = true;
   }
 }
 
@@ -404,41 +413,16 @@ function onStreamTimeout(s: StreamContext): void {
   s.abortUpstream?.cancel();
 }
 
-/**
- * The client ended its side of an HTTP/1 tunnel (FIN through the source ztunnel, END_STREAM on the
- * CONNECT stream) while a request is unanswered. After a request that asked to keep the
- * connection (HTTP/1.1 without `Connection: close`), that is a client that went away (`curl -m`,
- * a killed process): as Envoy's HTTP connection manager, which treats a downstream FIN as a
- * disconnect (flag `DC`, details `downstream_remote_disconnect`), the tunnel is closed (END_STREAM
- * then RST_STREAM(NO_ERROR), as for any closed connection: a lone RST_STREAM(CANCEL) after the
- * client's END_STREAM left the source side open until shutdown), which cancels the upstream
- * request and any retry. After `Connection: close` (or an HTTP/1.0 request without keep-alive)
- * the client half-closed on purpose and still gets its answer (envoyproxy/envoy#2066).
- */
-/** Queued bytes of a finished answer still delivered to a client that half-closed (one h2 window). */
-const DELIVER_AFTER_FIN_BYTES = 65_535;
-
-function onTunnelEnd(ref: TunnelRef): void {
-  const s = ref.last;
-  if (ref.active === 0 || !s || !ref.lastKeepAlive || s.res.writableFinished) return;
-  // A whole answer with little left to flush (a local reply such as a 400) is still delivered:
-  // the client may have half-closed right after its request (RFC 9112 §9.6 lets it).
-  if (s.res.writableEnded && ref.stream.writableLength <= DELIVER_AFTER_FIN_BYTES) return;
-  // Response bytes still queued toward a client that left will never be read, so END_STREAM
-  // would wait behind them (with the upstream's unread response) until the stream idle timeout:
-  // reset the tunnel now (Node sends RST_STREAM(NO_ERROR), which ends the source's side as well).
-  if (ref.stream.writableLength > 0) ref.stream.destroy();
-  else closeTunnel(ref.stream);
-}
-
 function onResponseClose(stream: StreamContext, ref: TunnelRef): void {
   if (ref.current === stream) ref.current = undefined;
   // An idle keep-alive tunnel must not hold its last request (body copies, upstream objects).
   if (ref.last === stream) ref.last = undefined;
-  if (--ref.active === 0 && ref.owner.draining && !ref.session) ref.stream.end();
+  // Draining after a keep-alive response: closed both ways, so a later request meets a closed
+  // tunnel (retryable, RFC 9112 §9.3.1), not a half-closed one that takes it and cannot answer.
+  if (--ref.active === 0 && ref.owner.draining && !ref.session) closeTunnel(ref.stream);
   if (!responseComplete(stream)) {
     if (stream.responseFlags === ResponseFlag.None) stream.addFlag(ResponseFlag.DownstreamConnectionTermination);
-    if (stream.responseCodeDetails === '') stream.responseCodeDetails = 'downstream_remote_disconnect';
+    if (stream.responseCodeDetails === '') stream.responseCodeDetails = ref.owner.cut ? 'downstream_local_disconnect' : 'downstream_remote_disconnect';
     stream.abortUpstream?.cancel();
   }
   stream.chain.completeStream(stream);

@@ -33,6 +33,23 @@ export function describeCallError(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
+const TLS_FAILURE = /certificate|ssl|tls|handshake|altname/i;
+
+/**
+ * An istiod call's failure worded by its cause: istiod refused the pod's credentials
+ * (UNAUTHENTICATED, PERMISSION_DENIED: the token), the TLS handshake failed (istiod's certificate
+ * does not chain to the root file, or names another host), else `otherwise` + the error.
+ */
+export function describeIstiodFailure(err: unknown, otherwise = 'istiod unreachable: '): string {
+  const code = (err as Partial<ServiceError>).code;
+  const text = describeCallError(err);
+  if (code === GrpcStatus.UNAUTHENTICATED || code === GrpcStatus.PERMISSION_DENIED) {
+    return `istiod refused the pod's credentials: ${text} (is the token file the pod's projected service-account token, audience istio-ca?)`;
+  }
+  if (TLS_FAILURE.test(text)) return `TLS with istiod failed: ${text} (does the root certificate file hold istiod's root?)`;
+  return `${otherwise}${text}`;
+}
+
 export class IstiodCertificateIssuer implements CertificateIssuer {
   readonly #opts: IstiodIssuerOptions;
 
@@ -67,7 +84,7 @@ export class IstiodCertificateIssuer implements CertificateIssuer {
       });
       chain = response.certChain;
     } catch (err) {
-      throw new Error(`istiod CA at ${channel.target}: ${describeCallError(err)}`, { cause: err });
+      throw new Error(`istiod CA at ${channel.target}: ${describeIstiodFailure(err, '')}`, { cause: err });
     }
     let checked: ReturnType<typeof checkIssuedChain>;
     try {

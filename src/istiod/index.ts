@@ -13,7 +13,7 @@
  *   // shutdown: wds.close(); certificate.close(); channel.close(); roots.close();
  */
 export { DEFAULT_ISTIOD_ADDRESS, IstiodChannel, ISTIOD_SERVER_NAME, parseIstiodAddress, type IstiodAddress, type IstiodChannelOptions } from './channel.ts';
-export { describeCallError, IstiodCertificateIssuer, type IstiodIssuerOptions } from './ca-client.ts';
+export { describeCallError, describeIstiodFailure, IstiodCertificateIssuer, type IstiodIssuerOptions } from './ca-client.ts';
 export { DEFAULT_NODE_TYPE, nodeMetadataFromEnv, xdsNode, xdsNodeFromEnv, type XdsNode, type XdsNodeOptions } from './node.ts';
 export { WdsClient, type WdsClientEvents, type WdsClientOptions, type WdsState } from './wds-client.ts';
 export { wdsDiscoveredMesh, type WdsMeshOptions, type WdsStateSource } from './mesh.ts';

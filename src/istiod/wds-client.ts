@@ -18,7 +18,7 @@ import { EventEmitter } from 'node:events';
 import { create } from '@bufbuild/protobuf';
 import type { ClientDuplexStream, StatusObject } from '@grpc/grpc-js';
 import { Backoff, log, type BackoffSettings } from '../util/index.ts';
-import { describeCallError } from './ca-client.ts';
+import { describeCallError, describeIstiodFailure } from './ca-client.ts';
 import type { IstiodChannel } from './channel.ts';
 import type { XdsNode } from './node.ts';
 import { ADDRESS_TYPE_URL, type WdsService, type WdsWorkload } from './proto-workload.ts';
@@ -72,6 +72,7 @@ export class WdsClient extends EventEmitter<WdsClientEvents> {
   #acks = 0;
   #nacks = 0;
   #connects = 0;
+  #lastError: string | undefined;
   #syncedWaiters: { resolve: (s: WdsState) => void; reject: (e: Error) => void }[] = [];
 
   constructor(opts: WdsClientOptions) {
@@ -103,6 +104,11 @@ export class WdsClient extends EventEmitter<WdsClientEvents> {
     return this.#connected;
   }
 
+  /** Why the last stream failed (worded by describeIstiodFailure), until a stream answers again. */
+  get lastError(): string | undefined {
+    return this.#lastError;
+  }
+
   /** Responses ACKed, NACKed, and streams opened so far. */
   get stats(): { readonly acks: number; readonly nacks: number; readonly connects: number } {
     return { acks: this.#acks, nacks: this.#nacks, connects: this.#connects };
@@ -131,7 +137,7 @@ export class WdsClient extends EventEmitter<WdsClientEvents> {
     try {
       call = this.#opts.channel.stream(DELTA_ADS_METHOD, DeltaDiscoveryRequestSchema, DeltaDiscoveryResponseSchema);
     } catch (err) {
-      return this.#retry(`cannot open the stream: ${(err as Error).message}`, false);
+      return this.#retry(`cannot open the stream to istiod: ${(err as Error).message}`, false);
     }
     this.#call = call;
     this.#connects += 1;
@@ -140,6 +146,7 @@ export class WdsClient extends EventEmitter<WdsClientEvents> {
       if (this.#call !== call) return;
       if (!healthy) {
         healthy = true;
+        this.#lastError = undefined;
         this.#setConnected(true);
       }
       this.#handle(call, response);
@@ -149,7 +156,8 @@ export class WdsClient extends EventEmitter<WdsClientEvents> {
       if (this.#call !== call) return;
       this.#call = undefined;
       this.#setConnected(false);
-      this.#retry(`stream ended: ${describeCallError({ code: status.code, details: status.details })}`, healthy);
+      const why = healthy ? `stream ended: ${describeCallError(status)}` : describeIstiodFailure(status);
+      this.#retry(why, healthy);
     });
     const initial = create(DeltaDiscoveryRequestSchema, {
       node: { id: this.#opts.node.id, metadata: this.#opts.node.metadata },
@@ -167,7 +175,10 @@ export class WdsClient extends EventEmitter<WdsClientEvents> {
     const delayMs = this.#backoff.next();
     const fields = { target: this.#opts.channel.target, retryMs: delayMs, failures: this.#backoff.attempts, synced: this.#synced };
     if (wasHealthy) log.info(fields, `WDS: ${why}; reconnecting (keeping the last state)`);
-    else log.warn(fields, `WDS: istiod unreachable: ${why}; retrying (keeping the last state)`);
+    else {
+      this.#lastError = why;
+      log.warn(fields, `WDS: ${why}; retrying (keeping the last state)`);
+    }
     this.#timer = setTimeout(() => this.#connect(), delayMs);
     this.#timer.unref();
   }

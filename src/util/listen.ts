@@ -14,18 +14,25 @@ export function parseListenAddress(hostPort: string): { host: string; port: numb
 
 /**
  * Listen on `hostPort`; resolves with the bound address (port 0 becomes the chosen port).
- * Rejects with the bind error (EADDRINUSE, EADDRNOTAVAIL) or a parse error.
+ * Rejects with the bind error (EADDRINUSE, EADDRNOTAVAIL) or a parse error. `[::]` is a
+ * dual-stack socket (IPv4 too); where the host has no IPv6 it becomes `0.0.0.0`, as Node's own
+ * `listen(port)` without a host does (nodejs.org/api/net.html `server.listen`).
  */
-export function listenOn(server: Server, hostPort: string): Promise<AddressInfo> {
+export async function listenOn(server: Server, hostPort: string): Promise<AddressInfo> {
+  const { host, port } = parseListenAddress(hostPort);
+  try {
+    return await bind(server, port, host);
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    if (host !== '::' || (code !== 'EAFNOSUPPORT' && code !== 'EADDRNOTAVAIL')) throw err;
+    return bind(server, port, '0.0.0.0');
+  }
+}
+
+function bind(server: Server, port: number, host: string): Promise<AddressInfo> {
   return new Promise((resolve, reject) => {
-    let parsed: { host: string; port: number };
-    try {
-      parsed = parseListenAddress(hostPort);
-    } catch (err) {
-      return reject(err);
-    }
     server.once('error', reject);
-    server.listen(parsed.port, parsed.host, () => {
+    server.listen(port, host, () => {
       server.off('error', reject);
       resolve(server.address() as AddressInfo);
     });

@@ -131,7 +131,15 @@ describe.each(sets)('$name', ({ ns, wp, objects }) => {
     expect(a['prometheus.io/scrape']).toBe('true');
     expect(a['prometheus.io/path']).toBe('/stats/prometheus');
     expect(Number(a['prometheus.io/port'])).toBe(containerPorts.get('metrics'));
-    expect(arg('--admin'), 'the admin server (metrics) listens on the pod IP').toBe(`0.0.0.0:${containerPorts.get('metrics')}`);
+    expect(arg('--admin'), 'the admin server (metrics) listens on the pod IP').toBe(`[::]:${containerPorts.get('metrics')}`);
+  });
+
+  test('the Service is PreferDualStack as Istio\'s waypoint Service, and every listener of the pod takes both families ([::], dual-stack)', () => {
+    expect(one('Service').spec.ipFamilyPolicy).toBe('PreferDualStack');
+    const servicePorts = new Map<string, number>(one('Service').spec.ports.map((p: { name: string; targetPort: number }) => [p.name, p.targetPort]));
+    expect(arg('--hbone')).toBe(`[::]:${servicePorts.get('mesh')}`);
+    expect(arg('--readiness')).toBe(`[::]:${servicePorts.get('status-port')}`);
+    expect(arg('--admin')).toBe(`[::]:${servicePorts.get('metrics')}`);
   });
 
   test('the Gateway: istio-waypoint, listener mesh/15008/HBONE, the Service FQDN as its one Hostname address, unmanaged', () => {

@@ -34,6 +34,16 @@ describe('deploy/base', () => {
   });
 });
 
+describe('waypoint generate', () => {
+  test('its `Apply with:` comment repeats every flag that differs from the defaults (else it prints other objects)', () => {
+    const applyWith = (o: Partial<Parameters<typeof waypointManifests>[0]>) => /^# Apply with: (.*)$/m.exec(generateYaml({ ...baseOptions(VERSION), ...o }, VERSION))?.[1];
+    expect(applyWith({ namespace: 'demo' })).toBe('waypoint generate --namespace demo | kubectl apply -f -');
+    expect(applyWith({ namespace: 'shop', name: 'edge', image: 'reg/x:1', clusterDomain: 'corp.local' })).toBe(
+      'waypoint generate --namespace shop --name edge --image reg/x:1 --cluster-domain corp.local | kubectl apply -f -',
+    );
+  });
+});
+
 describe('schemas (kubernetes-models, @kubernetes-models/gateway-api)', () => {
   const cases: { name: string; objects: () => K8s[] }[] = [
     { name: 'deploy/base', objects: baseObjects },

@@ -58,6 +58,8 @@ describe('validation: the update is refused naming the WaypointFilter and the fi
     [{ targetRefs: [{ kind: 'Service', name: 'a', sectionName: 'x' }], filter: 'test.tag', config: { tag: 'x' } }, 'spec.targetRefs[0].sectionName', /route/],
     [{ filter: 'test.tag', config: { tag: 'x' }, phase: 'LATE' }, 'spec.phase', /must be one of AUTHN, AUTHZ, STATS/],
     [{ filter: 'test.tag', config: { tag: 'x' }, sha256: 'ab' }, 'spec.sha256', /64 lower-case hex/],
+    // `sha256: 000…0` unquoted in YAML.
+    [{ module: './x.ts', sha256: 0 }, 'spec.sha256', /must be a string of 64 hex digits, got the number 0: quote it \(sha256: "…"\), as YAML reads an all-digit value as a number/],
     [{ filter: 'istio.authz' }, 'spec.filter', /unknown filter "istio.authz" \(a WaypointFilter may attach: test.tag\)/],
     [{ filter: 'test.tag', config: { tag: 7 } }, 'spec.config', /tag must be a string/],
   ])('%j', (spec, field, message) => {

@@ -2,8 +2,10 @@
  * Loading WaypointFilter modules (src/extensions/loader.ts): package entries found as Node's ES
  * module resolver finds them (exports conditions, subpaths, main), paths relative to the mesh file,
  * `sha256` checked against the file, a module that does not default-export a factory or whose
- * config its `configSchema` refuses, each refusing the start with the resource and field named.
+ * config its `configSchema` refuses, each refusing the start with the resource and field named;
+ * a copied module whose folder has no `node_modules` gets zod and the filter API from the waypoint's.
  */
+import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -86,6 +88,25 @@ export default { name: 'good', create: (config) => ({ name: 'good:' + config.n, 
     const [attached] = extensionsFor(store.current).forTarget(store.current.resolveTarget('10.96.0.1', 80)!)[3].all;
     expect([attached.filter.name, attached.deadlineMs]).toEqual(['good:42', 100]);
     store.close();
+  });
+
+  test('zod and the filter API resolve from the waypoint\'s install when the module\'s folder has neither (a copied example)', () => {
+    const file = write(
+      'copied/index.ts',
+      `import { z } from 'zod';
+import { FilterStatus } from 'node-waypoint/filter-api';
+export const configSchema = z.object({ n: z.number() });
+export default { name: 'zodded', create: () => ({ name: 'zodded', onRequestHeaders: () => FilterStatus.Continue }) };
+`,
+    );
+    // A process of its own: vitest's module runner would resolve zod from the repository itself.
+    const loader = new URL('../../../src/extensions/loader.ts', import.meta.url).href;
+    const script = `const { ModuleLoader } = await import(${JSON.stringify(loader)});
+const m = await new ModuleLoader().load(${JSON.stringify(file)}, '/');
+console.log(JSON.stringify([m.factory.name, m.configSchema.safeParse({ n: 1 }).success, m.configSchema.safeParse({ n: 'x' }).success]));`;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: 20_000, cwd: dir });
+    expect(r.stderr).toBe('');
+    expect(r.stdout.trim()).toBe('["zodded",true,false]');
   });
 
   test.each([
