@@ -376,9 +376,8 @@ export class Waypoint {
       log.info({ delayMs, timeoutMs }, 'draining');
       if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs));
       this.inner.drain();
-      await this.hbone.drain(this.bootstrap.drain.timeoutMs, () => this.inner.cutting());
-      // Downstreams are gone: upstream requests still open have no one to answer; give graceful
-      // closing a moment, then destroy whatever remains so shutdown always finishes.
+      await this.hbone.drain(timeoutMs, () => this.inner.cutting());
+      // Downstreams are gone: upstream requests still open have no one to answer; a moment to close, then destroyed.
       await settleWithin(Promise.all([this.extAuthz.close(), this.clusters.close()]), 1000);
       await this.clusters.destroy();
       this.sessions.destroy();
