@@ -26,6 +26,7 @@ export class TrustRootFiles extends EventEmitter<TrustRootEvents> {
   #problem: string | undefined;
   #reading: Promise<boolean> = Promise.resolve(false);
   #closed = false;
+  #settle: NodeJS.Timeout | undefined;
   readonly #onStat = () => void this.refresh();
   readonly #pollMs: number;
 
@@ -45,6 +46,10 @@ export class TrustRootFiles extends EventEmitter<TrustRootEvents> {
     const roots = new TrustRootFiles([...files], opts.pollMs ?? DEFAULT_POLL_MS);
     await roots.refresh();
     for (const f of roots.files) fs.watchFile(f, { interval: roots.#pollMs, persistent: false }, roots.#onStat);
+    // The watcher compares against its own first stat, taken asynchronously after the read above:
+    // a change landing between the two would never be reported. Read once more after that stat.
+    roots.#settle = setTimeout(() => void roots.refresh(), Math.max(2 * roots.#pollMs, 1000));
+    roots.#settle.unref();
     return roots;
   }
 
@@ -106,6 +111,7 @@ export class TrustRootFiles extends EventEmitter<TrustRootEvents> {
   /** Stop watching. Idempotent. */
   close(): void {
     this.#closed = true;
+    clearTimeout(this.#settle);
     for (const f of this.files) fs.unwatchFile(f, this.#onStat);
   }
 }
