@@ -107,10 +107,15 @@ export class WaypointWorkers {
     return { mode: 'file', meshFile: this.#opts.meshFile, caDir: this.caDir, caCreated: this.caCreated };
   }
 
-  /** SIGHUP: re-read the mesh files here; every worker reads them again too (a published change is broadcast anyway). */
+  /**
+   * SIGHUP: re-read the mesh files here. A published change reaches the workers through the
+   * subscription; an unchanged mesh is still sent on, since a WaypointFilter's module code may have
+   * changed (each worker checks that in Waypoint.reload).
+   */
   async reload(): Promise<void> {
+    const before = this.mesh.current.version;
     await this.mesh.reload();
-    this.#broadcast({ t: 'mesh' });
+    if (this.mesh.current.version === before) this.#broadcast({ t: 'mesh' });
   }
 
   static async start(opts: WorkersOptions): Promise<WaypointWorkers> {

@@ -93,7 +93,8 @@ process.on('message', (m: ToWorker) => {
       issuer?.push(m.certificate);
       break;
     case 'mesh':
-      void wp?.mesh.reload();
+      // As SIGHUP does in one process: the files, and WaypointFilter modules whose code changed.
+      void wp?.reload();
       break;
     case 'shutdown':
       void stop();
