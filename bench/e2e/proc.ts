@@ -6,36 +6,28 @@
  * process of such a tree on its own (see {@link snapshot}).
  */
 import fs from 'node:fs';
-import { clockTicks, cpuSeconds, processTree, rssKiB as processRssKiB } from '../../src/loadtest/index.ts';
+import { clockTicks, cpuSeconds, processTree, rssKiB as processRssKiB, sumOverTree } from '../../src/loadtest/index.ts';
 
 // The per-process readings are the load tester's own (src/loadtest/proc.ts); RSS and descriptors
 // here are summed over a process and its descendants.
 export { clockTicks, cpuSeconds, processTree };
 
-/** Resident set size in KiB of the process and its descendants (pages they share are counted in each). */
+/** Resident set size in KiB of the process and its descendants (pages they share are counted in each); NaN when it is gone. */
 export function rssKiB(pid: number): number {
-  let sum = 0;
-  for (const p of processTree(pid)) {
-    try {
-      sum += processRssKiB(p);
-    } catch {
-      if (p === pid) return NaN;
-    }
-  }
-  return sum;
+  return orNaN(() => sumOverTree(pid, processRssKiB));
 }
 
-/** Open file descriptors of the process and its descendants. */
+/** Open file descriptors of the process and its descendants; NaN when it is gone. */
 export function fdCount(pid: number): number {
-  let sum = 0;
-  for (const p of processTree(pid)) {
-    try {
-      sum += fs.readdirSync(`/proc/${p}/fd`).length;
-    } catch {
-      if (p === pid) return NaN;
-    }
+  return orNaN(() => sumOverTree(pid, (p) => fs.readdirSync(`/proc/${p}/fd`).length));
+}
+
+function orNaN(read: () => number): number {
+  try {
+    return read();
+  } catch {
+    return NaN;
   }
-  return sum;
 }
 
 /** Busy CPU seconds of the whole machine (every state of /proc/stat's `cpu` line but idle and iowait). */

@@ -10,7 +10,7 @@ export { hboneTransport, tcpTransport, type Transport } from './transport.ts';
 export type { Outcome, RequestSpec } from './protocols.ts';
 export { LoadProbeError, runLoad, type LoadHooks, type LoadPlan, type LoadResult, type Progress } from './engine.ts';
 export { countAbove, summarize, type IntervalSample, type LatencySummary } from './recorder.ts';
-export { clockTicks, cpuSeconds, processTree, rssKiB, treeUsage } from './proc.ts';
+export { clockTicks, cpuSeconds, processTree, rssKiB, sumOverTree, treeUsage } from './proc.ts';
 export { ResourceMonitor, PrometheusWatch, type ResourceReport, type PrometheusReport } from './monitor.ts';
 export { parsePrometheus, diffPrometheus } from './prometheus.ts';
 export { SCHEMA, buildReport, incompleteOf, readReport, type LoadtestReport } from './result.ts';

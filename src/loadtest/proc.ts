@@ -75,15 +75,21 @@ export function processTree(pid: number): number[] {
  * between the listing and the read is skipped. @throws when `pid` itself does not exist.
  */
 export function treeUsage(pid: number): { cpuS: number; rssKiB: number } {
-  let cpuS = 0;
-  let rss = 0;
+  return { cpuS: sumOverTree(pid, cpuSeconds), rssKiB: sumOverTree(pid, rssKiB) };
+}
+
+/**
+ * `read` summed over `pid` and its descendants; a descendant that exits between the listing and
+ * the read is skipped. @throws what `read` throws for `pid` itself.
+ */
+export function sumOverTree(pid: number, read: (pid: number) => number): number {
+  let sum = 0;
   for (const p of processTree(pid)) {
     try {
-      cpuS += cpuSeconds(p);
-      rss += rssKiB(p);
+      sum += read(p);
     } catch (err) {
       if (p === pid) throw err;
     }
   }
-  return { cpuS, rssKiB: rss };
+  return sum;
 }
