@@ -176,3 +176,22 @@ export function meshText(...docs: readonly (object | string)[]): string {
 export function snapshotOf(...docs: readonly (object | string)[]): MeshSnapshot {
   return compileMesh({ text: meshText(...docs), file: 'test-mesh.yaml' });
 }
+
+/** A waypoint Gateway `shop/waypoint` and the namespace `shop` using it, as mesh YAML text (store tests edit files by text). */
+export const SHOP_WAYPOINT_YAML = `apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: waypoint, namespace: shop}
+spec: {gatewayClassName: istio-waypoint}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop, labels: {istio.io/use-waypoint: waypoint}}
+`;
+
+/** The Service `shop/reviews` (port 9080) at `ip`, as a YAML document to append to {@link SHOP_WAYPOINT_YAML}. */
+export const reviewsServiceYaml = (ip: string) => `---
+apiVersion: v1
+kind: Service
+metadata: {name: reviews, namespace: shop}
+spec: {clusterIP: ${ip}, ports: [{name: http, port: 9080}]}
+`;

@@ -15,6 +15,7 @@ import { afterEach, beforeEach, expect, test, vi } from 'vitest';
 import { MeshStore } from '../../../src/state/store.ts';
 import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { log } from '../../../src/util/log.ts';
+import { SHOP_WAYPOINT_YAML as GATEWAY } from '../../helpers/mesh.ts';
 
 const reads = vi.hoisted(() => ({ onRead: undefined as ((path: string, text: string) => void) | undefined }));
 vi.mock(import('node:fs/promises'), async (load) => {
@@ -27,15 +28,6 @@ vi.mock(import('node:fs/promises'), async (load) => {
   return { ...m, readFile, default: { ...m, readFile } };
 });
 
-const GATEWAY = `apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: waypoint, namespace: shop}
-spec: {gatewayClassName: istio-waypoint}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: shop, labels: {istio.io/use-waypoint: waypoint}}
-`;
 const service = (name: string, ip: string) => `---
 apiVersion: v1
 kind: Service

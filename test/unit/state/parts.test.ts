@@ -15,22 +15,8 @@ import { definePart } from '../../../src/state/parts.ts';
 import { MeshStore } from '../../../src/state/store.ts';
 import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { log } from '../../../src/util/log.ts';
+import { SHOP_WAYPOINT_YAML as GATEWAY, reviewsServiceYaml as service } from '../../helpers/mesh.ts';
 
-const GATEWAY = `apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: waypoint, namespace: shop}
-spec: {gatewayClassName: istio-waypoint}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: shop, labels: {istio.io/use-waypoint: waypoint}}
-`;
-const service = (ip: string) => `---
-apiVersion: v1
-kind: Service
-metadata: {name: reviews, namespace: shop}
-spec: {clusterIP: ${ip}, ports: [{name: http, port: 9080}]}
-`;
 /** An AuthorizationPolicy on the waypoint; `principal` `*(x` is a regex Envoy would refuse. */
 const policy = (principal: string) => `---
 apiVersion: security.istio.io/v1

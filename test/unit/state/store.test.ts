@@ -7,24 +7,10 @@ import { ConfigError } from '../../../src/util/errors.ts';
 import { MeshStore } from '../../../src/state/store.ts';
 import type { MeshSnapshot } from '../../../src/state/types.ts';
 import { log } from '../../../src/util/log.ts';
+import { SHOP_WAYPOINT_YAML as GATEWAY, reviewsServiceYaml as service } from '../../helpers/mesh.ts';
 
 const FIXTURE = new URL('../../fixtures/mesh/shop.yaml', import.meta.url).pathname;
 
-const GATEWAY = `apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: waypoint, namespace: shop}
-spec: {gatewayClassName: istio-waypoint}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: shop, labels: {istio.io/use-waypoint: waypoint}}
-`;
-const service = (ip: string) => `---
-apiVersion: v1
-kind: Service
-metadata: {name: reviews, namespace: shop}
-spec: {clusterIP: ${ip}, ports: [{name: http, port: 9080}]}
-`;
 
 /** Resolve with the first value `next()` produces, or fail after `ms`. */
 function waitFor<T>(what: string, ms: number, arm: (done: (v: T) => void) => void): Promise<T> {
