@@ -60,71 +60,84 @@ export type TopologyKey = 'http' | 'tcp' | 'http-stats';
 
 const HBONE_PORT = 15008;
 
+/**
+ * BENCH_NET: the third octet of every bench address (default 200), so that two benches can run side
+ * by side (e.g. before/after worktrees) without sharing a listener.
+ */
+export const BENCH_NET = benchNet(process.env.BENCH_NET);
+function benchNet(raw: string | undefined): number {
+  if (raw === undefined || raw === '') return 200;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1 || n > 254) throw new Error(`BENCH_NET: "${raw}" is not an octet 1-254`);
+  return n;
+}
+const ip = (host: number): string => `127.0.${BENCH_NET}.${host}`;
+
 export const TOPOLOGIES: readonly TopologySpec[] = [
   {
     key: 'http',
     options: {
-      waypointIp: '127.0.200.1',
+      waypointIp: ip(1),
       hbonePort: HBONE_PORT,
-      vip: '127.0.200.100',
+      vip: ip(100),
       servicePort: 80,
-      podIps: ['127.0.200.11'],
+      podIps: [ip(11)],
       targetPort: 8080,
-      clientIp: '127.0.200.50',
-      tunnelListen: '127.0.200.50:18080',
-      admin: '127.0.200.1:15920',
+      clientIp: ip(50),
+      tunnelListen: `${ip(50)}:18080`,
+      admin: `${ip(1)}:15920`,
       readiness: '',
       startWaypoint: false,
       portName: 'http',
     },
     bench: {
-      h1: { name: 'bench-h1', vip: '127.0.200.102', portName: 'http', tunnelListen: '127.0.200.50:18081' },
-      h2: { name: 'bench-h2', vip: '127.0.200.103', portName: 'http2', tunnelListen: '127.0.200.50:18082' },
-      grpc: { name: 'bench-grpc', vip: '127.0.200.104', portName: 'grpc', tunnelListen: '127.0.200.50:18083' },
+      h1: { name: 'bench-h1', vip: ip(102), portName: 'http', tunnelListen: `${ip(50)}:18081` },
+      h2: { name: 'bench-h2', vip: ip(103), portName: 'http2', tunnelListen: `${ip(50)}:18082` },
+      grpc: { name: 'bench-grpc', vip: ip(104), portName: 'grpc', tunnelListen: `${ip(50)}:18083` },
     },
   },
   {
     key: 'tcp',
     options: {
-      waypointIp: '127.0.200.2',
+      waypointIp: ip(2),
       hbonePort: HBONE_PORT,
-      vip: '127.0.200.101',
+      vip: ip(101),
       servicePort: 80,
-      podIps: ['127.0.200.21'],
+      podIps: [ip(21)],
       targetPort: 8080,
-      clientIp: '127.0.200.51',
-      tunnelListen: '127.0.200.51:18080',
-      admin: '127.0.200.2:15920',
+      clientIp: ip(51),
+      tunnelListen: `${ip(51)}:18080`,
+      admin: `${ip(2)}:15920`,
       readiness: '',
       startWaypoint: false,
       portName: 'tcp',
     },
     bench: {
-      h1: { name: 'bench-h1', vip: '127.0.200.112', portName: 'tcp', tunnelListen: '127.0.200.51:18081' },
-      h2: { name: 'bench-h2', vip: '127.0.200.113', portName: 'tcp-h2', tunnelListen: '127.0.200.51:18082' },
-      grpc: { name: 'bench-grpc', vip: '127.0.200.114', portName: 'tcp-grpc', tunnelListen: '127.0.200.51:18083' },
+      h1: { name: 'bench-h1', vip: ip(112), portName: 'tcp', tunnelListen: `${ip(51)}:18081` },
+      h2: { name: 'bench-h2', vip: ip(113), portName: 'tcp-h2', tunnelListen: `${ip(51)}:18082` },
+      grpc: { name: 'bench-grpc', vip: ip(114), portName: 'tcp-grpc', tunnelListen: `${ip(51)}:18083` },
     },
   },
   {
     key: 'http-stats',
     options: {
-      waypointIp: '127.0.200.3',
+      waypointIp: ip(3),
       hbonePort: HBONE_PORT,
-      vip: '127.0.200.120',
+      vip: ip(120),
       servicePort: 80,
-      podIps: ['127.0.200.31'],
+      podIps: [ip(31)],
       targetPort: 8080,
-      clientIp: '127.0.200.52',
-      tunnelListen: '127.0.200.52:18080',
-      admin: '127.0.200.3:15920',
+      clientIp: ip(52),
+      tunnelListen: `${ip(52)}:18080`,
+      admin: `${ip(3)}:15920`,
       readiness: '',
       startWaypoint: false,
       portName: 'http',
     },
     bench: {
-      h1: { name: 'bench-h1', vip: '127.0.200.122', portName: 'http', tunnelListen: '127.0.200.52:18081' },
-      h2: { name: 'bench-h2', vip: '127.0.200.123', portName: 'http2', tunnelListen: '127.0.200.52:18082' },
-      grpc: { name: 'bench-grpc', vip: '127.0.200.124', portName: 'grpc', tunnelListen: '127.0.200.52:18083' },
+      h1: { name: 'bench-h1', vip: ip(122), portName: 'http', tunnelListen: `${ip(52)}:18081` },
+      h2: { name: 'bench-h2', vip: ip(123), portName: 'http2', tunnelListen: `${ip(52)}:18082` },
+      grpc: { name: 'bench-grpc', vip: ip(124), portName: 'grpc', tunnelListen: `${ip(52)}:18083` },
     },
     filters: ['istio.stats'],
   },
