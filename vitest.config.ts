@@ -18,8 +18,10 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 30_000,
     pool: 'forks',
-    // Each test file binds its own 127.x range, so files may run in parallel.
+    // Each test file binds its own 127.x range, so files may run in parallel. Two forks even on two
+    // cores (vitest's default is cores - 1): most files spend their time waiting on sockets and timers.
     fileParallelism: true,
+    maxWorkers: 2,
     reporters: ['default', './test/summary-reporter.ts'],
   },
 });

@@ -33,7 +33,6 @@ import { ClusterManager, ClusterTable, SidecarTransport } from './upstream/index
 import { waypointSelf } from './peer/index.ts';
 import { attachableFilters, registerBuiltinFilters } from '../filters/index.ts';
 import { AUTHZ_FILTER_NAME } from '../filters/authz/index.ts';
-import { openClusterSources } from './cluster-sources.ts';
 import type { ClusterSettings } from './cluster-env.ts';
 import { openFileSources } from './file-sources.ts';
 import { refuseIdentityChange, type SourceContext, type SourceOrigin, type WaypointSources } from './sources.ts';
@@ -198,7 +197,10 @@ export class Waypoint {
         signal: opts.signal,
         waiting: (why) => (waitingFor = why),
       };
-      const sources = opts.cluster ? await openClusterSources(opts.cluster, ctx) : await openFileSources({ ...opts, meshFile: opts.meshFile! }, ctx);
+      // Loaded only in a cluster: the Kubernetes client and istiod's gRPC stack cost a standalone start ~1 s.
+      const sources = opts.cluster
+        ? await (await import('./cluster-sources.ts')).openClusterSources(opts.cluster, ctx)
+        : await openFileSources({ ...opts, meshFile: opts.meshFile! }, ctx);
       cleanup.push(() => sources.close());
       const { mesh, certificate } = sources;
       extensions.bind(mesh);

@@ -11,13 +11,10 @@
  * waypoint), plus `OTEL_RESOURCE_ATTRIBUTES` with `resourceDetectors.environment` (always for
  * the environment-configured collector, as every OpenTelemetry SDK).
  */
-import * as grpc from '@grpc/grpc-js';
 import { ROOT_CONTEXT, type Span, type SpanContext, type SpanOptions, type Tracer, trace } from '@opentelemetry/api';
-import { parseKeyPairsIntoRecord } from '@opentelemetry/core';
-import { OTLPTraceExporter as GrpcExporter } from '@opentelemetry/exporter-trace-otlp-grpc';
-import { OTLPTraceExporter as HttpExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { ExportResultCode, parseKeyPairsIntoRecord, type ExportResult } from '@opentelemetry/core';
 import { resourceFromAttributes } from '@opentelemetry/resources';
-import { SamplingDecision, TracerProvider, type Sampler, type SpanExporter } from '@opentelemetry/sdk-trace';
+import { SamplingDecision, TracerProvider, type ReadableSpan, type Sampler, type SpanExporter } from '@opentelemetry/sdk-trace';
 import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
 import { Counter, type Registry } from 'prom-client';
 import { formatHostPort, type MeshPart, type MeshSnapshot, type OpenTelemetryProvider } from '../state/index.ts';
@@ -150,7 +147,9 @@ export class TracingRuntime {
     // As an OpenTelemetry SDK: the protocol from OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL, the endpoint,
     // headers and timeout read by the exporters themselves. The HTTP exporter sends OTLP/JSON.
     const protocol = this.env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? this.env.OTEL_EXPORTER_OTLP_PROTOCOL ?? 'http/protobuf';
-    return protocol.trim() === 'grpc' ? new GrpcExporter({ credentials: grpc.credentials.createInsecure() }) : new HttpExporter();
+    return protocol.trim() === 'grpc'
+      ? new LazyExporter(async () => new (await grpcExporter()).Exporter({ credentials: (await grpcExporter()).grpc.credentials.createInsecure() }))
+      : new LazyExporter(async () => new (await import('@opentelemetry/exporter-trace-otlp-http')).OTLPTraceExporter());
   }
 
   private outcomes(provider: string): SpanOutcomes {
@@ -183,10 +182,43 @@ export function otlpEndpoint(o: OpenTelemetryProvider): string {
 
 function providerExporter(o: OpenTelemetryProvider): SpanExporter {
   const timeoutMillis = o.timeoutMs;
-  if (o.protocol === 'http') return new HttpExporter({ url: otlpEndpoint(o), headers: { ...o.headers }, ...(timeoutMillis ? { timeoutMillis } : {}) });
-  const metadata = new grpc.Metadata();
-  for (const [k, v] of Object.entries(o.headers)) metadata.set(k, v);
-  return new GrpcExporter({ url: `http://${formatHostPort(o.host, o.port)}`, credentials: grpc.credentials.createInsecure(), metadata, ...(timeoutMillis ? { timeoutMillis } : {}) });
+  if (o.protocol === 'http') {
+    return new LazyExporter(async () => new (await import('@opentelemetry/exporter-trace-otlp-http')).OTLPTraceExporter({ url: otlpEndpoint(o), headers: { ...o.headers }, ...(timeoutMillis ? { timeoutMillis } : {}) }));
+  }
+  return new LazyExporter(async () => {
+    const { Exporter, grpc } = await grpcExporter();
+    const metadata = new grpc.Metadata();
+    for (const [k, v] of Object.entries(o.headers)) metadata.set(k, v);
+    return new Exporter({ url: `http://${formatHostPort(o.host, o.port)}`, credentials: grpc.credentials.createInsecure(), metadata, ...(timeoutMillis ? { timeoutMillis } : {}) });
+  });
+}
+
+async function grpcExporter() {
+  const [{ OTLPTraceExporter: Exporter }, grpc] = await Promise.all([import('@opentelemetry/exporter-trace-otlp-grpc'), import('@grpc/grpc-js')]);
+  return { Exporter, grpc };
+}
+
+/**
+ * An OTLP exporter whose module is loaded on first use: the exporters (and the OTLP transformer and
+ * gRPC stack under them) cost every start — each worker, each CLI command — for a feature that is off
+ * unless a Telemetry resource or `OTEL_*` asks for it.
+ */
+class LazyExporter implements SpanExporter {
+  private readonly real: Promise<SpanExporter>;
+  constructor(load: () => Promise<SpanExporter>) {
+    this.real = load();
+    // A module that cannot load fails each export (counted as dropped), not the process.
+    this.real.catch(() => undefined);
+  }
+  export(spans: ReadableSpan[], done: (result: ExportResult) => void): void {
+    this.real.then((e) => e.export(spans, done), (error: unknown) => done({ code: ExportResultCode.FAILED, error: error instanceof Error ? error : new Error(String(error)) }));
+  }
+  async shutdown(): Promise<void> {
+    await (await this.real.catch(() => undefined))?.shutdown();
+  }
+  async forceFlush(): Promise<void> {
+    await (await this.real.catch(() => undefined))?.forceFlush?.();
+  }
 }
 
 async function shutdownWithin(p: TracerProvider, ms: number): Promise<void> {
