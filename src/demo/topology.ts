@@ -1,13 +1,15 @@
 /**
  * A whole ambient path on loopback, in one process: client → `tunnel` role (source ztunnel) →
  * waypoint → `inbound` roles (destination ztunnels) → echo backends. Used by `waypoint demo`, the
- * end-to-end tests and the bench. Every address is a 127.x address chosen by the caller, so
+ * end-to-end tests and the bench; with `concurrency` the waypoint is a primary here and its workers
+ * (src/workers) other processes. Every address is a 127.x address chosen by the caller, so
  * several topologies can run side by side (a wildcard bind on 15008 would block them all).
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import type http from 'node:http';
 import { Waypoint } from '../app.ts';
+import { WaypointWorkers } from '../workers/index.ts';
 import { defaultBootstrap, overrideBootstrap, type BootstrapConfig } from '../config/index.ts';
 import { LocalCa, WorkloadCertificate } from '../identity/index.ts';
 import type { Http2Params } from '../hbone/index.ts';
@@ -47,6 +49,14 @@ export interface TopologyOptions {
   readonly portName?: string;
   /** Extra filter factories for the in-process waypoint (tests). */
   readonly extraFilters?: readonly FilterFactory<unknown>[];
+  /**
+   * Run the waypoint as a primary (in this process) with this many worker processes (src/workers,
+   * `waypoint run --concurrency N`) instead of in this process; `extraFilters` then cannot be used:
+   * each worker imports `filterModules` instead. Default 1: in this process.
+   */
+  readonly concurrency?: number;
+  /** With `concurrency` > 1: modules each worker imports filter factories from (WorkersOptions.filterModules). */
+  readonly filterModules?: readonly string[];
   /** HTTP/2 settings of the tunnel and inbound roles (default ztunnel's); the waypoint's come from `bootstrap.http2`. */
   readonly roleHttp2?: Http2Params;
   /** MeshConfig `accessLogFile` of the generated mesh (default: none, the access log is off, as in Istio). */
@@ -61,8 +71,10 @@ export interface TopologyOptions {
 
 /** Handles of a started topology; `close()` stops everything it started, in reverse order. */
 export interface Topology {
-  /** Undefined when `startWaypoint` was false. */
+  /** Undefined when `startWaypoint` was false or the waypoint runs in workers. */
   readonly waypoint: Waypoint | undefined;
+  /** The primary, when `concurrency` > 1. */
+  readonly workers: WaypointWorkers | undefined;
   readonly inbounds: InboundRole[];
   readonly backends: http.Server[];
   /** Undefined when `tunnel` was false. */
@@ -190,16 +202,24 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
     // address leaves a running demo's (possibly edited) mesh.yaml alone.
     fs.writeFileSync(meshFile, o.meshText ?? topologyMesh(o));
     let waypoint: Waypoint | undefined;
-    if (o.startWaypoint ?? true) {
+    let workers: WaypointWorkers | undefined;
+    const concurrency = o.concurrency ?? 1;
+    if ((o.startWaypoint ?? true) && concurrency > 1) {
+      if (o.extraFilters?.length) throw new Error('extraFilters are filter objects of this process: with workers (concurrency > 1) give filterModules instead');
+      const wk = await WaypointWorkers.start({ concurrency, bootstrap: topologyBootstrap(o), meshFile, caDir, watch: o.watch, filterModules: o.filterModules });
+      closers.push(() => wk.shutdown());
+      workers = wk;
+    } else if (o.startWaypoint ?? true) {
       const wp = await Waypoint.start({ bootstrap: topologyBootstrap(o), meshFile, caDir, watch: o.watch, extraFilters: o.extraFilters });
       closers.push(() => wp.shutdown());
       waypoint = wp;
     }
+    const served = waypoint ?? workers;
     // The inbound roles read their own store (compiled with their parts: PeerAuthentication and
     // ztunnel's AuthorizationPolicies), watched like the waypoint's; the tunnel describes the client
     // workload in `baggage` from it.
     // Quiet beside the waypoint's own store: its loads and reloads are logged once, by that store.
-    const own = await MeshStore.open({ meshFile, watch: waypoint !== undefined && (o.watch ?? true), parts: INBOUND_PARTS, quiet: waypoint !== undefined });
+    const own = await MeshStore.open({ meshFile, watch: served !== undefined && (o.watch ?? true), parts: INBOUND_PARTS, quiet: served !== undefined });
     closers.push(() => own.close());
     mesh = own;
     let tunnel: TunnelRole | undefined;
@@ -208,7 +228,7 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
       closers.push(() => clientCert.close());
       const t = await TunnelRole.start({
         listen: o.tunnelListen,
-        to: formatHostPort(o.waypointIp, waypoint?.addresses.hbone.port ?? o.waypointPort ?? hbonePort),
+        to: formatHostPort(o.waypointIp, served?.addresses.hbone.port ?? o.waypointPort ?? hbonePort),
         authority: formatHostPort(o.vip, o.servicePort ?? 80),
         certificate: clientCert,
         expectSan: `spiffe://${td}/ns/demo/sa/waypoint`,
@@ -219,7 +239,7 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
       closers.push(() => t.close());
       tunnel = t;
     }
-    return { waypoint, inbounds, backends, tunnel, roleMesh: own, meshFile, caDir, close };
+    return { waypoint, workers, inbounds, backends, tunnel, roleMesh: own, meshFile, caDir, close };
   } catch (err) {
     await close();
     throw err;

@@ -17,11 +17,19 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AdminServer } from '../admin/index.ts';
+import { RequestAuthn } from '../authn/index.ts';
+import { AUTHZ } from '../authz/index.ts';
 import type { BootstrapConfig } from '../config/index.ts';
+import { EXT_AUTHZ_PROVIDERS } from '../ext-authz/index.ts';
 import { addr, checkCaTrustDomain, meshCa, type SourceOrigin } from '../app.ts';
+import { refuseIdentityChange } from '../sources.ts';
 import { parseTtl, WorkloadCertificate } from '../identity/index.ts';
-import { MeshStore } from '../state/index.ts';
+import { NETWORK_POLICIES } from '../netpol/index.ts';
+import { compileDestinationRules, DESTINATION_RULES, ROUTES, type LbAlgorithm } from '../routing/index.ts';
+import { MeshStore, type MeshPart } from '../state/index.ts';
 import { createMetricsRegistry } from '../telemetry/index.ts';
+import { TELEMETRY } from '../tracing/index.ts';
+import { PEER_AUTHENTICATION } from '../ztunnel/index.ts';
 import { log } from '../util/index.ts';
 import { WorkersRegistry, type WorkerMetrics } from './metrics.ts';
 import { deserializeError, type FromWorker, type PushedCertificate, type ToWorker, type WorkerStart } from './protocol.ts';
@@ -33,6 +41,8 @@ const ASK_TIMEOUT_MS = 3_000;
 /** A worker that lived less than this (ms) crashed at start: its replacement waits, doubling up to RESTART_MAX_MS. */
 const RESTART_QUICK_MS = 5_000;
 const RESTART_MAX_MS = 30_000;
+/** How long {@link WaypointWorkers.meshApplied} waits for a worker to apply a mesh update before it stops waiting for it (ms). */
+const MESH_APPLY_TIMEOUT_MS = 30_000;
 
 /** Inputs of {@link startWorkers}: `waypoint run`'s, plus how many workers. */
 export interface WorkersOptions {
@@ -43,6 +53,15 @@ export interface WorkersOptions {
   readonly gateway?: string;
   readonly caDir?: string;
   readonly configFile?: string;
+  /** Watch the mesh files (default true); without it, edits apply on {@link WaypointWorkers.reload} only (WaypointOptions.watch). */
+  readonly watch?: boolean;
+  /**
+   * Paths of ES modules each worker imports at start; each exports `filterFactories` (FilterFactory[]),
+   * added to the worker's filters as WaypointOptions.extraFilters adds them in one process (a factory
+   * object cannot cross to a worker, a module can: embedding and tests). Such a filter may talk to
+   * the primary with `process.send`; messages of its own types reach cluster's 'message' listeners.
+   */
+  readonly filterModules?: readonly string[];
 }
 
 interface Slot {
@@ -53,6 +72,8 @@ interface Slot {
   /** Restart delay after a quick crash (ms), 0 when it lived long. */
   backoffMs: number;
   timer: NodeJS.Timeout | undefined;
+  /** The last mesh update (`mesh` message seq) the worker applied; at fork, the updates sent so far (it reads the files after). */
+  meshSeq: number;
 }
 
 interface Pending {
@@ -82,6 +103,10 @@ export class WaypointWorkers {
   #stopped: Promise<void> | undefined;
   /** The HBONE address the workers share, as the first one to serve reported it. */
   #hbone: AddressInfo | undefined;
+  /** Sequence number of the last mesh update sent to the workers. */
+  #meshSeq = 0;
+  /** {@link meshApplied} calls waiting for every serving worker to apply update `seq`. */
+  readonly #meshWaiters = new Set<{ readonly seq: number; resolve(): void }>();
 
   private constructor(opts: WorkersOptions, mesh: MeshStore, certificate: WorkloadCertificate, ca: { dir: string; created: boolean; trustDomain: string }) {
     this.#opts = opts;
@@ -110,17 +135,66 @@ export class WaypointWorkers {
   /**
    * SIGHUP: re-read the mesh files here. A published change reaches the workers through the
    * subscription; an unchanged mesh is still sent on, since a WaypointFilter's module code may have
-   * changed (each worker checks that in Waypoint.reload).
+   * changed (each worker checks that in Waypoint.reload). Resolves once every serving worker has
+   * applied it ({@link meshApplied}), as a single waypoint's reload resolves once it is in force.
    */
   async reload(): Promise<void> {
     const before = this.mesh.current.version;
     await this.mesh.reload();
-    if (this.mesh.current.version === before) this.#broadcast({ t: 'mesh' });
+    if (this.mesh.current.version === before) this.#sendMesh();
+    await this.meshApplied();
+  }
+
+  /**
+   * Resolves once every serving worker has applied the last mesh update sent to the workers (read
+   * and compiled the files, published the snapshot): from then on a new request is served under it
+   * whichever worker takes it. A worker that takes longer than MESH_APPLY_TIMEOUT_MS is logged and
+   * no longer waited for (never rejects: SIGHUP's reload is not awaited).
+   */
+  meshApplied(): Promise<void> {
+    const seq = this.#meshSeq;
+    if (this.#appliedEverywhere(seq)) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const waiter = {
+        seq,
+        resolve: () => {
+          clearTimeout(timer);
+          this.#meshWaiters.delete(waiter);
+          resolve();
+        },
+      };
+      const timer = setTimeout(() => {
+        const late = this.#slots.filter((s) => s.ready && s.worker && s.meshSeq < seq).map((s) => s.index + 1);
+        log.warn({ workers: late, seq, timeoutMs: MESH_APPLY_TIMEOUT_MS }, 'workers did not apply the mesh update in time; no longer waiting for them');
+        waiter.resolve();
+      }, MESH_APPLY_TIMEOUT_MS);
+      this.#meshWaiters.add(waiter);
+    });
+  }
+
+  #appliedEverywhere(seq: number): boolean {
+    return this.#slots.every((s) => !s.ready || !s.worker || s.meshSeq >= seq);
+  }
+
+  #settleMeshWaiters(all = false): void {
+    for (const w of this.#meshWaiters) if (all || this.#appliedEverywhere(w.seq)) w.resolve();
+  }
+
+  /** The mesh files changed (or SIGHUP): every worker reads them again. */
+  #sendMesh(): void {
+    this.#broadcast({ t: 'mesh', seq: ++this.#meshSeq });
   }
 
   static async start(opts: WorkersOptions): Promise<WaypointWorkers> {
     if (!cluster.isPrimary) throw new Error('the waypoint workers are started from the primary process');
-    const mesh = await MeshStore.open({ meshFile: opts.meshFile, meshConfigFile: opts.meshConfigFile, gateway: opts.gateway, watch: true });
+    const mesh = await MeshStore.open({
+      meshFile: opts.meshFile,
+      meshConfigFile: opts.meshConfigFile,
+      gateway: opts.gateway,
+      watch: opts.watch ?? true,
+      parts: primaryParts(opts.bootstrap.upstream.loadBalancer),
+      accept: refuseIdentityChange,
+    });
     let certificate: WorkloadCertificate | undefined;
     let self: WaypointWorkers | undefined;
     try {
@@ -146,7 +220,7 @@ export class WaypointWorkers {
       log.info({ notAfter: m.notAfter.toISOString() }, 'waypoint certificate rotated');
       this.#broadcast({ t: 'certificate', certificate: pushed(m) });
     });
-    this.mesh.subscribe(() => this.#broadcast({ t: 'mesh' }));
+    this.mesh.subscribe(() => this.#sendMesh());
     cluster.setupPrimary({ exec: WORKER_ENTRY, args: [], silent: false });
 
     // The first worker alone first: a configuration error is then reported once, by one worker.
@@ -166,9 +240,10 @@ export class WaypointWorkers {
 
   /** Start (or restart) worker `index`; `started` is settled by its first `ready`, `failed` or exit. */
   #fork(index: number, started?: { resolve(): void; reject(err: Error): void }): void {
-    const slot = this.#slots[index] ?? (this.#slots[index] = { index, worker: undefined, ready: false, startedAt: 0, backoffMs: 0, timer: undefined });
+    const slot = this.#slots[index] ?? (this.#slots[index] = { index, worker: undefined, ready: false, startedAt: 0, backoffMs: 0, timer: undefined, meshSeq: 0 });
     slot.timer = undefined;
     slot.ready = false;
+    slot.meshSeq = this.#meshSeq;
     slot.startedAt = Date.now();
     const worker = cluster.fork({ WAYPOINT_WORKER: String(index + 1) });
     slot.worker = worker;
@@ -183,10 +258,15 @@ export class WaypointWorkers {
       trustDomain: this.#trustDomain,
       certificate: pushed(this.#certificate.current),
       logLevel: log.level,
+      filterModules: this.#opts.filterModules ?? [],
     };
     worker.on('message', (m: FromWorker) => {
       if (m.t === 'reply') return this.#reply(m);
       if (m.t === 'loaded') return this.#send(worker, { t: 'start', start });
+      if (m.t === 'mesh-applied') {
+        slot.meshSeq = Math.max(slot.meshSeq, m.seq);
+        return this.#settleMeshWaiters();
+      }
       if (m.t === 'ready') {
         slot.ready = true;
         this.#hbone ??= { address: m.hbone.address, family: m.hbone.family, port: m.hbone.port };
@@ -194,16 +274,20 @@ export class WaypointWorkers {
         if (this.#draining) this.#send(worker, { t: 'shutdown' });
         if (starting) starting.resolve();
         else log.info({ worker: index + 1, pid: worker.process.pid }, 'worker restarted and ready');
-      } else {
+      } else if (m.t === 'failed') {
         const err = deserializeError(m.error);
         if (starting) starting.reject(err);
         else log.error({ worker: index + 1, err: err.message }, 'worker failed to start');
+      } else {
+        // Not ours: a filter from filterModules talking to its embedding (cluster 'message' listeners).
+        return;
       }
       starting = undefined;
     });
     worker.once('exit', (code, signal) => {
       slot.ready = false;
       if (slot.worker === worker) slot.worker = undefined;
+      this.#settleMeshWaiters();
       if (starting) {
         starting.reject(new Error(`worker ${index + 1} exited (${signal ?? `code ${code}`}) before it was ready`));
         return;
@@ -315,8 +399,31 @@ export class WaypointWorkers {
     }
     for (const p of this.#pending.values()) clearTimeout(p.timer);
     this.#pending.clear();
+    this.#settleMeshWaiters(true);
     await Promise.all([this.#admin?.close(), this.#readiness?.close()]);
   }
+}
+
+/**
+ * The parts the primary compiles the mesh with: those of a waypoint (app.ts waypointParts) that
+ * decide whether an update is taken, without the state a worker binds its own to (the cluster
+ * table's pools and timers, the tracing runtime's collectors, WaypointFilter modules, which only
+ * the workers import). So the primary publishes, and sends its workers, the updates they take (an
+ * invalid AuthorizationPolicy or DestinationRule is refused here, once, as in one process), and
+ * its snapshot answers routing and policy questions as theirs do.
+ */
+function primaryParts(fallback: LbAlgorithm): MeshPart<unknown>[] {
+  return [
+    AUTHZ,
+    // Its JWKS cache is only read by requests: none here.
+    new RequestAuthn().part,
+    NETWORK_POLICIES,
+    PEER_AUTHENTICATION,
+    ROUTES,
+    DESTINATION_RULES.with({ compile: (s) => compileDestinationRules(s, fallback) }),
+    EXT_AUTHZ_PROVIDERS,
+    TELEMETRY,
+  ];
 }
 
 /** The PEM material as it crosses to a worker. */

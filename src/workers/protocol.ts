@@ -26,6 +26,8 @@ export interface WorkerStart {
   readonly trustDomain: string;
   readonly certificate: PushedCertificate;
   readonly logLevel: string;
+  /** Modules whose `filterFactories` export the worker adds to its filters (WorkersOptions.filterModules in primary.ts). */
+  readonly filterModules: readonly string[];
 }
 
 /** Primary → worker. */
@@ -33,8 +35,8 @@ export type ToWorker =
   | { readonly t: 'start'; readonly start: WorkerStart }
   /** A renewed certificate. */
   | { readonly t: 'certificate'; readonly certificate: PushedCertificate }
-  /** The mesh files changed (the primary published a new snapshot): read and compile them again. */
-  | { readonly t: 'mesh' }
+  /** The mesh files changed (the primary published a new snapshot): read and compile them again, then answer `mesh-applied` with `seq`. */
+  | { readonly t: 'mesh'; readonly seq: number }
   /** Graceful stop: drain, then exit. */
   | { readonly t: 'shutdown' }
   /** Requests answered by `reply` with the same id. */
@@ -47,6 +49,8 @@ export type FromWorker =
   | { readonly t: 'loaded' }
   | { readonly t: 'ready'; readonly hbone: { readonly address: string; readonly family: string; readonly port: number } }
   | { readonly t: 'failed'; readonly error: SerializedError }
+  /** The `mesh` message `seq` (and every one before it) is applied: the worker serves with what the files said then. */
+  | { readonly t: 'mesh-applied'; readonly seq: number }
   | { readonly t: 'reply'; readonly id: number; readonly value?: unknown; readonly error?: string };
 
 /** An Error as it crosses the IPC channel. */

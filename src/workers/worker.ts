@@ -11,8 +11,10 @@
  * Logging: at `info` only the primary reports (the workers' lifecycle lines would repeat it N
  * times); workers log warnings and errors, or everything from `debug` down.
  */
+import { pathToFileURL } from 'node:url';
 import { Waypoint } from '../app.ts';
 import type { BootstrapConfig } from '../config/index.ts';
+import type { FilterFactory } from '../pipeline/index.ts';
 import { log, setLogLevel } from '../util/index.ts';
 import { PushedIssuer } from './pushed-issuer.ts';
 import { serializeError, type FromWorker, type ToWorker, type WorkerStart } from './protocol.ts';
@@ -20,6 +22,8 @@ import { serializeError, type FromWorker, type ToWorker, type WorkerStart } from
 let wp: Waypoint | undefined;
 let issuer: PushedIssuer | undefined;
 let stopping: Promise<void> | undefined;
+/** The last mesh update received before the waypoint was started: applied (and answered) once it is. */
+let meshWhileStarting: number | undefined;
 
 function send(m: FromWorker): void {
   if (process.connected) process.send!(m);
@@ -36,10 +40,22 @@ function workerLevel(level: string): string {
   return n < 30 ? level : n > 40 ? level : 'warn';
 }
 
+/** The filter factories the primary's `filterModules` export (`filterFactories`). @throws Error naming a module without them. */
+async function importFilters(modules: readonly string[]): Promise<FilterFactory<unknown>[]> {
+  const out: FilterFactory<unknown>[] = [];
+  for (const m of modules) {
+    const mod = (await import(/^[a-z][a-z0-9+.-]*:/i.test(m) ? m : pathToFileURL(m).href)) as { filterFactories?: unknown };
+    if (!Array.isArray(mod.filterFactories)) throw new Error(`filter module ${m}: expected an export \`filterFactories\` (an array of filter factories)`);
+    out.push(...(mod.filterFactories as FilterFactory<unknown>[]));
+  }
+  return out;
+}
+
 async function start(s: WorkerStart): Promise<void> {
   setLogLevel(workerLevel(s.logLevel));
   issuer = new PushedIssuer(s.trustDomain, s.certificate);
   try {
+    const extraFilters = await importFilters(s.filterModules);
     wp = await Waypoint.start({
       bootstrap: workerBootstrap(s.bootstrap),
       meshFile: s.meshFile,
@@ -50,6 +66,7 @@ async function start(s: WorkerStart): Promise<void> {
       // The primary watches the files and says when to read them again.
       watch: false,
       issuer,
+      extraFilters,
     });
   } catch (err) {
     // Exit once the primary has the error (it reports it, as a single process would).
@@ -60,6 +77,22 @@ async function start(s: WorkerStart): Promise<void> {
   }
   const a = wp.addresses.hbone;
   send({ t: 'ready', hbone: { address: a.address, family: a.family, port: a.port } });
+  // The files may have changed after the start read them: read them again.
+  if (meshWhileStarting !== undefined) void applyMesh(meshWhileStarting);
+}
+
+/** As SIGHUP does in one process: the files, and WaypointFilter modules whose code changed; then tell the primary. */
+async function applyMesh(seq: number): Promise<void> {
+  if (!wp) {
+    meshWhileStarting = seq;
+    return;
+  }
+  try {
+    await wp.reload();
+  } catch (err) {
+    log.error({ err }, 'worker mesh reload failed');
+  }
+  send({ t: 'mesh-applied', seq });
 }
 
 /** Drain and exit; idempotent (the primary's `shutdown`, a signal of our own, or the primary gone). */
@@ -93,8 +126,7 @@ process.on('message', (m: ToWorker) => {
       issuer?.push(m.certificate);
       break;
     case 'mesh':
-      // As SIGHUP does in one process: the files, and WaypointFilter modules whose code changed.
-      void wp?.reload();
+      void applyMesh(m.seq);
       break;
     case 'shutdown':
       void stop();

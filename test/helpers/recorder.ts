@@ -1,16 +1,21 @@
 /**
  * The two recorders of the integration tests:
  * - {@link recorder}: a filter in the waypoint's chain recording what each inner request and each
- *   tunnel ended with (status, response flags and details, authz decision, peers, ...);
+ *   tunnel ended with (status, response flags and details, authz decision, peers, ...); when the
+ *   waypoint runs in worker processes (WAYPOINT_TEST_CONCURRENCY), its counterpart there
+ *   (recorder-worker.ts) sends each record here over the workers' IPC channel;
  * - {@link startBackend}: an HTTP backend (a pod's application) recording every request it received
  *   and answering each as the test tells it; {@link startTcpBackend}, its TCP (echo) counterpart.
  */
+import cluster from 'node:cluster';
 import http from 'node:http';
 import net from 'node:net';
+import { fileURLToPath } from 'node:url';
 import { AUTHZ_RESULT, TCP_AUTHZ_RESULT, type AuthzResult } from '../../src/authz/index.ts';
 import { DOWNSTREAM_PEER, TCP_UPSTREAM_PEER, UPSTREAM_PEER, downstreamPeerOf, type PeerInfo } from '../../src/peer/index.ts';
-import { FilterStatus, type FilterFactory } from '../../src/pipeline/index.ts';
+import { FilterStatus, type Filter, type FilterFactory } from '../../src/pipeline/index.ts';
 import { closeServer, listen, sleep, track } from './servers.ts';
+import { WORKER_COUNTERPART, type WorkerCounterpart } from './worker-filters.ts';
 
 /** One finished inner request as the filter chain saw it. */
 export interface StreamRecord {
@@ -54,59 +59,111 @@ export interface TunnelRecord {
 /** The recording filter's name, usable in a bootstrap `filters:` list. */
 export const RECORDER = 'test.recorder';
 
+/** Where a recording filter puts what it saw. */
+export interface RecordSink {
+  opened(): void;
+  stream(r: StreamRecord): void;
+  tunnel(r: TunnelRecord): void;
+}
+
+/** The recording filter (in this process, or in a worker: recorder-worker.ts). */
+export function recordingFilter(sink: RecordSink): Filter {
+  return {
+    name: RECORDER,
+    onConnection() {
+      sink.opened();
+      return FilterStatus.Continue;
+    },
+    onStreamComplete(s) {
+      sink.stream({
+        path: s.path,
+        forwardPath: s.forwardPath,
+        code: s.responseCode,
+        flags: s.responseFlags,
+        details: s.responseCodeDetails,
+        grpcStatus: s.grpcStatus,
+        attempts: s.attempts,
+        upstreamHost: s.upstreamHost,
+        protocol: s.protocol,
+        requestId: s.requestId,
+        bytesReceived: s.bytesReceived,
+        result: s.get(AUTHZ_RESULT),
+        down: downstreamPeerOf(s),
+        up: s.get(UPSTREAM_PEER),
+      });
+    },
+    onConnectionComplete(c) {
+      sink.tunnel({
+        authority: c.info.authority,
+        peer: c.info.peer.uri,
+        protocol: c.protocol,
+        inner: c.innerProtocol,
+        rejectStatus: c.rejectStatus,
+        details: c.rejectDetails,
+        bytesReceived: c.bytesReceived,
+        result: c.get(TCP_AUTHZ_RESULT),
+        down: c.get(DOWNSTREAM_PEER),
+        up: c.get(TCP_UPSTREAM_PEER),
+      });
+    },
+  };
+}
+
+/** A record a worker's recorder sent (recorder-worker.ts): `sink` names the {@link recorder} it is for. */
+export type WorkerRecord = { readonly t: typeof RECORDER; readonly sink: string; readonly pid: number } & (
+  | { readonly kind: 'opened' }
+  | { readonly kind: 'stream'; readonly record: StreamRecord }
+  | { readonly kind: 'tunnel'; readonly record: TunnelRecord }
+);
+
+/** The recorders of this process, by sink id, for what workers send. */
+const sinks = new Map<string, RecordSink & { readonly workerPids: Set<number> }>();
+let nextSink = 1;
+let listening = false;
+
+function listenToWorkers(): void {
+  if (listening) return;
+  listening = true;
+  cluster.on('message', (_worker, m: WorkerRecord) => {
+    if (m?.t !== RECORDER) return;
+    const sink = sinks.get(m.sink);
+    if (!sink) return;
+    sink.workerPids.add(m.pid);
+    if (m.kind === 'opened') sink.opened();
+    else if (m.kind === 'stream') sink.stream(m.record);
+    else sink.tunnel(m.record);
+  });
+}
+
 /**
  * A filter recording every stream and tunnel at completion and counting tunnels opened and
  * completed. Put `factory` in the waypoint's `extraFilters` and `{ name: RECORDER }` in its
  * bootstrap `filters` (`filters` is the recorder then the router); list it after the filters
- * whose results it reads.
+ * whose results it reads. With the waypoint in workers, the test topology swaps `factory` for its
+ * worker counterpart, whose records arrive here (`workerPids`: the workers they came from).
  */
 export function recorder() {
   const streams: StreamRecord[] = [];
   const tunnels: TunnelRecord[] = [];
   const conns = { opened: 0, completed: 0 };
-  const factory: FilterFactory<unknown> = {
+  const workerPids = new Set<number>();
+  const sink: RecordSink = {
+    opened: () => void conns.opened++,
+    stream: (r) => void streams.push(r),
+    tunnel: (r) => {
+      conns.completed++;
+      tunnels.push(r);
+    },
+  };
+  const id = `${process.pid}-${nextSink++}`;
+  sinks.set(id, { ...sink, workerPids });
+  listenToWorkers();
+  const counterpart: WorkerCounterpart = { module: fileURLToPath(new URL('./recorder-worker.ts', import.meta.url)), config: { sink: id } };
+  const factory: FilterFactory<unknown> & { [WORKER_COUNTERPART]: WorkerCounterpart } = {
     name: RECORDER,
     parseConfig: () => ({}),
-    create: () => ({
-      name: RECORDER,
-      onConnection() {
-        conns.opened++;
-        return FilterStatus.Continue;
-      },
-      onStreamComplete(s) {
-        streams.push({
-          path: s.path,
-          forwardPath: s.forwardPath,
-          code: s.responseCode,
-          flags: s.responseFlags,
-          details: s.responseCodeDetails,
-          grpcStatus: s.grpcStatus,
-          attempts: s.attempts,
-          upstreamHost: s.upstreamHost,
-          protocol: s.protocol,
-          requestId: s.requestId,
-          bytesReceived: s.bytesReceived,
-          result: s.get(AUTHZ_RESULT),
-          down: downstreamPeerOf(s),
-          up: s.get(UPSTREAM_PEER),
-        });
-      },
-      onConnectionComplete(c) {
-        conns.completed++;
-        tunnels.push({
-          authority: c.info.authority,
-          peer: c.info.peer.uri,
-          protocol: c.protocol,
-          inner: c.innerProtocol,
-          rejectStatus: c.rejectStatus,
-          details: c.rejectDetails,
-          bytesReceived: c.bytesReceived,
-          result: c.get(TCP_AUTHZ_RESULT),
-          down: c.get(DOWNSTREAM_PEER),
-          up: c.get(TCP_UPSTREAM_PEER),
-        });
-      },
-    }),
+    create: () => recordingFilter(sink),
+    [WORKER_COUNTERPART]: counterpart,
   };
   /** What `pick` returns once it returns something (bounded wait; `what` names it on a timeout). */
   const wait = async <T>(pick: () => T | undefined, what: () => string, timeoutMs: number): Promise<T> => {
@@ -123,6 +180,7 @@ export function recorder() {
     streams,
     tunnels,
     conns,
+    workerPids,
     /** The bootstrap `filters` of a chain of this recorder and the router. */
     filters: [{ name: RECORDER }, { name: 'envoy.filters.http.router' }],
     /** The record of the first finished request to `path` (as sent), once there is one. */
