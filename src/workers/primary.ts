@@ -7,10 +7,18 @@
  *
  * What goes to the workers is source, not compiled state: the bootstrap, the mesh files' paths
  * (each worker compiles them, again whenever the primary's snapshot changes) and the certificate as
- * PEM (again at every renewal). One scrape of the primary's `/stats/prometheus` shows the sum over
- * the workers (metrics.ts); `/config_dump` is a worker's. A worker that dies is replaced, the others
- * and their tunnels untouched; one that keeps dying is restarted less and less often. `shutdown`
- * drains every worker (each as a single waypoint drains), then stops.
+ * PEM (again at every renewal). The primary compiles the mesh too, with the parts that may refuse
+ * an update, so it passes on only what the workers take; `reload` resolves once every worker has
+ * applied it. One scrape of the primary's `/stats/prometheus` shows the sum over the workers
+ * (metrics.ts); `/config_dump` is a worker's. A worker that dies is replaced, the others and their
+ * tunnels untouched; one that keeps dying is restarted less and less often. `shutdown` drains every
+ * worker (each as a single waypoint drains), then stops.
+ *
+ * Known limits: the per-client limits (`limits.maxConnectionsPerPeer`, the peer connection and
+ * stream rates) are kept by each worker, so a client gets up to N times them; and node:cluster's
+ * round-robin primary leaves a connection it handed to the last worker just as that worker closed
+ * its listener (the end of `drain.delayMs`) open and unserved until the primary exits, where one
+ * process would have refused it. Both need the primary to own the HBONE listener.
  */
 import cluster, { type Worker } from 'node:cluster';
 import type { AddressInfo } from 'node:net';
