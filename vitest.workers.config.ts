@@ -22,13 +22,15 @@ export const WORKERS_SET = [
   'test/integration/hbone-listener.test.ts',
   'test/integration/tcp-relay.test.ts',
   'test/integration/transport/early-end.test.ts',
-  // L7: h2c, gRPC, HTTP/1.1 timeouts and headers, authz (L7, and L4 with live policy changes), routing.
+  // L7: h2c, gRPC, HTTP/1.1 timeouts and headers, authz (L7, and L4 with live policy changes), routing,
   'test/integration/l7/h2c.test.ts',
   'test/integration/l7/grpc.test.ts',
   'test/integration/l7/timeouts-headers.test.ts',
   'test/integration/authz/l7.test.ts',
   'test/integration/authz/l4.test.ts',
   'test/integration/routing/routes.test.ts',
+  // Istio's metrics: one scrape of the primary sums what each worker counted.
+  'test/integration/stats.test.ts',
   // Drain: the drain delay, idle and keep-alive HTTP/1.1 tunnels across the drain.
   'test/integration/drain-delay.test.ts',
   'test/integration/l7/drain-idle.test.ts',

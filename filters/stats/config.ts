@@ -79,7 +79,9 @@ export function instrumentsFor(registry: Registry, config: StatsConfig, log?: Lo
     tcpReceived: counter('istio_tcp_received_bytes_total', 'Bytes received from the client on TCP connections.', TCP_LABEL_NAMES),
   });
   for (const metric of Object.values(m)) register(registry, metric);
-  const build = new Gauge({ name: 'istio_build', help: 'Istio component build info.', labelNames: ['component', 'tag'], registers: [registry] });
+  // One proxy, however many worker processes serve it: `waypoint run --concurrency N` merges the
+  // workers' registries (src/workers/metrics.ts), which would otherwise add this up to N.
+  const build = new Gauge({ name: 'istio_build', help: 'Istio component build info.', labelNames: ['component', 'tag'], registers: [registry], aggregator: 'first' });
   build.labels('proxy', config.istioVersion).set(1);
   byRegistry.set(registry, m);
   return m;
