@@ -22,7 +22,7 @@ export const WORKERS_SET = [
   'test/integration/hbone-listener.test.ts',
   'test/integration/tcp-relay.test.ts',
   'test/integration/transport/early-end.test.ts',
-  // L7: h2c, gRPC, HTTP/1.1 timeouts and headers, authz (L7, and L4 with live policy changes), routing,
+  // L7: h2c, gRPC, HTTP/1.1 timeouts and headers, authz (L7, and L4 with live policy changes), routing.
   'test/integration/l7/h2c.test.ts',
   'test/integration/l7/grpc.test.ts',
   'test/integration/l7/timeouts-headers.test.ts',
