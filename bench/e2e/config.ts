@@ -212,8 +212,12 @@ export interface BenchSettings {
   /** Open/close the idle tunnels this many times (memory left after each close: a leak check; best with BENCH_GC=1). */
   readonly idleRounds: number;
   readonly paths: readonly PathName[];
-  /** BENCH_GC=1: waypoints run with --inspect so the idle flow can force a GC and read process.memoryUsage(). */
+  /** BENCH_GC=1: waypoints run with --inspect from the start, and each path ends with a forced GC too. */
   readonly gc: boolean;
+  /** The idle flow forces a GC before each reading (BENCH_IDLE_GC, default 1; 0: raw RSS with garbage). */
+  readonly idleGc: boolean;
+  /** BENCH_HEAP_SNAPSHOTS=<dir>: the idle flow writes heap snapshots before and with the tunnels there. */
+  readonly heapSnapshotDir: string | undefined;
   /** Before each measured run, wait up to this long (s) for other processes to use < 0.15 cores (0: don't). */
   readonly quietWaitS: number;
   /** Scenario groups to run (`--only a,b` or BENCH_ONLY; default all). */
@@ -290,6 +294,8 @@ export function loadSettings(argv: readonly string[] = process.argv.slice(2)): B
     idleRounds: Math.max(1, num('BENCH_IDLE_ROUNDS', 1)),
     paths: PATHS.filter((p) => paths.includes(p)),
     gc: process.env.BENCH_GC === '1',
+    idleGc: process.env.BENCH_IDLE_GC !== '0',
+    heapSnapshotDir: process.env.BENCH_HEAP_SNAPSHOTS || undefined,
     quietWaitS: num('BENCH_QUIET_WAIT_S', 10),
     only: onlyScenarios(argv),
     scenarioDurationS: num('BENCH_SCENARIO_DURATION_S', 3),

@@ -22,7 +22,7 @@ export interface IdleReport {
   readonly rssBeforeKiB: number;
   readonly rssAfterKiB: number;
   readonly rssAfterCloseKiB: number;
-  /** (RSS after − before) ÷ tunnels still open. */
+  /** (RSS after − before) ÷ tunnels still open; each reading after a forced GC unless `gc` is null. */
   readonly kibPerTunnel: number;
   readonly heapUsedBeforeKiB: number | null;
   readonly heapUsedAfterKiB: number | null;
@@ -33,7 +33,11 @@ export interface IdleReport {
   readonly waypointFdsAfter: number;
   /** The tunnel role's side (fixture process), for orientation. */
   readonly fixtureKibPerTunnel: number;
-  /** With BENCH_GC=1: memory after a forced full GC (inspector) before, with and after the tunnels. */
+  /**
+   * Memory after a forced full GC (inspector) before, with and after the tunnels (null when
+   * BENCH_IDLE_GC=0 or the inspector failed). `rssWithGarbageKibPerTunnel`: the RSS with the
+   * tunnels just before its GC, over the GC'd baseline (what the opening's garbage adds).
+   */
   readonly gc: {
     readonly before: RemoteMemory;
     readonly after: RemoteMemory;
@@ -41,6 +45,7 @@ export interface IdleReport {
     readonly heapKibPerTunnel: number;
     readonly externalKibPerTunnel: number;
     readonly rssKibPerTunnel: number;
+    readonly rssWithGarbageKibPerTunnel: number | null;
   } | null;
 }
 
@@ -85,6 +90,14 @@ function f(v: number | null | undefined, digits = 0): string {
 
 function verdict(ok: boolean | null): string {
   return ok === null ? '' : ok ? '  ok' : '  MISSED';
+}
+
+/** Per idle tunnel after the forced GC: JS heap used, external (Buffers), and the rest of the RSS (native: nghttp2, OpenSSL, libuv, malloc; V8 pages beyond the used heap). */
+function idleSplit(idle: IdleReport | null | undefined): string {
+  if (!idle) return NA;
+  if (!idle.gc) return `${f(idle.heapKibPerTunnel, 1)} / n/a / n/a (no GC)`;
+  const g = idle.gc;
+  return `${f(g.heapKibPerTunnel, 1)} / ${f(g.externalKibPerTunnel, 1)} / ${f(g.rssKibPerTunnel - g.heapKibPerTunnel - g.externalKibPerTunnel, 1)}`;
 }
 
 /** `primary / worker1 / ...` cores of a waypoint run with workers (proc.ts keeps each process of the tree). */
@@ -145,13 +158,9 @@ export function printReport(r: BenchReport): void {
     ['  fixture CPU µs/req', (p) => f(P(p)?.rate?.cpu.fixture?.usPerReq, 1)],
     ['  machine busy cores / not ours (others, softirq)', (p) => (P(p)?.rate ? `${f(P(p)!.rate!.cpu.machine?.cores, 2)} / ${f(P(p)!.rate!.cpu.other?.cores, 2)}` : NA)],
     [`idle tunnels (${s.idleTunnels}, one GET each): still open`, (p) => (P(p)?.idle ? `${P(p)!.idle!.stillOpenAtMeasure}` : NA)],
-    ['  waypoint RSS KiB per idle tunnel', (p) => f(P(p)?.idle?.kibPerTunnel, 1)],
-    ['  waypoint heap-used KiB per idle tunnel', (p) => (P(p)?.idle?.gc ? `${f(P(p)!.idle!.gc!.heapKibPerTunnel, 1)} (after GC)` : `${f(P(p)?.idle?.heapKibPerTunnel, 1)} (no GC)`)],
-    ...(s.gc
-      ? ([
-          ['  after forced GC: RSS / external KiB per tunnel', (p: PathName) => (P(p)?.idle?.gc ? `${f(P(p)!.idle!.gc!.rssKibPerTunnel, 1)} / ${f(P(p)!.idle!.gc!.externalKibPerTunnel, 1)}` : NA)],
-        ] as [string, (p: PathName) => string][])
-      : []),
+    ['  waypoint RSS KiB per idle tunnel', (p) => (P(p)?.idle ? `${f(P(p)!.idle!.kibPerTunnel, 1)}${P(p)!.idle!.gc ? ' (after GC)' : ' (no GC)'}` : NA)],
+    ['  of it JS heap / external / the rest (native)', (p) => idleSplit(P(p)?.idle)],
+    ['  RSS KiB per tunnel before the GC (with garbage)', (p) => f(P(p)?.idle?.gc?.rssWithGarbageKibPerTunnel, 1)],
     ...(s.idleRounds > 1
       ? ([
           [
