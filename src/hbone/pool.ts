@@ -62,6 +62,13 @@ export interface HboneSessionPoolOptions {
   readonly connectResponseTimeoutMs?: number;
   readonly idleTimeoutMs: number;
   readonly maxStreamsPerConnection: number;
+  /**
+   * Spread streams over at least this many connections per destination (default 1: a new stream
+   * takes the first connection with room, as ztunnel's pool does). Above 1, up to this many are
+   * opened and each new stream takes the least busy one, so that a server running workers
+   * (node:cluster balances connections, not streams) gets its load spread.
+   */
+  readonly connections?: number;
   /** Source address to bind (the `tunnel` role's `--bind`). */
   readonly localAddress?: string;
 }
@@ -206,13 +213,18 @@ export class HboneSessionPool {
   private acquire(dst: HboneDestination): PooledSession {
     const key = `${dst.ip}|${dst.port}|${dst.identity ?? ''}`;
     let list = this.pools.get(key);
-    if (list) {
+    const spread = this.opts.connections ?? 1;
+    if (list && (spread <= 1 || list.length >= spread)) {
+      let best: PooledSession | undefined;
       for (const p of list) {
         if (!p.usable || p.suspect) continue;
         const peerMax = p.session.remoteSettings?.maxConcurrentStreams ?? this.opts.maxStreamsPerConnection;
-        if (p.active < Math.min(peerMax, this.opts.maxStreamsPerConnection)) return p;
+        if (p.active >= Math.min(peerMax, this.opts.maxStreamsPerConnection)) continue;
+        if (spread <= 1) return p;
+        if (!best || p.active < best.active) best = p;
       }
-    } else {
+      if (best) return best;
+    } else if (!list) {
       list = [];
       this.pools.set(key, list);
     }
