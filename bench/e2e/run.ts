@@ -303,14 +303,14 @@ async function main(): Promise<void> {
   log(`scenario groups: ${settings.only.join(', ')}${cases.length > 0 ? ` (${cases.length} closed-loop cases × ${settings.paths.length} paths, ${settings.scenarioWarmupS}+${settings.scenarioDurationS} s each; ${scenarioPortsNote()})` : ''}`);
   log(`work dir ${work}; paths: ${settings.paths.join(', ')}; saturation ${settings.warmupS}+${settings.durationS} s c=${settings.connections}; rate ${settings.rate}/s ${settings.rateWarmupS}+${settings.rateDurationS} s, ${settings.bodyBytes} B bodies, ${settings.rateConnections} connections; ${settings.idleTunnels} idle tunnels`);
   try {
-    // Fixture: tunnel + inbound + backends for the http and tcp topologies (and http-stats when its path runs).
+    // Fixture: tunnel + inbound + backends for the http and tcp topologies (and http-stats, http-workers when their paths run).
     const needed = new Set(settings.paths.map((p) => pathTarget(p).topology).filter((t) => t !== undefined));
-    const fixtureTopologies = ['http', 'tcp', ...(needed.has('http-stats') ? ['http-stats'] : [])];
+    const fixtureTopologies = ['http', 'tcp', ...(['http-stats', 'http-workers'] as const).filter((k) => needed.has(k))];
     const fx = openLog(logs, 'fixture');
     const fixtureProc = fork(path.join(ROOT, 'bench/e2e/fixture.ts'), [work, fixtureTopologies.join(',')], {
       cwd: ROOT,
       stdio: ['ignore', fx.fd, fx.fd, 'ipc'],
-      env: { ...process.env, WAYPOINT_LOG_LEVEL: process.env.WAYPOINT_LOG_LEVEL ?? 'warn' },
+      env: { ...process.env, WAYPOINT_LOG_LEVEL: process.env.WAYPOINT_LOG_LEVEL ?? 'warn', BENCH_HBONE_CONNECTIONS: String(settings.hboneConnections) },
     });
     const fixture = track('fixture', fixtureProc, fx.file);
     const ready = await waitFor(
@@ -340,7 +340,8 @@ async function main(): Promise<void> {
       // The inspector: on from the start with BENCH_GC=1, else only configured (the idle flow opens it).
       const inspect = settings.gc ? `${spec.options.waypointIp}:9229` : undefined;
       nodeFlags.push(inspect ? `--inspect=${inspect}` : `--inspect-port=${spec.options.waypointIp}:9229`);
-      const args = ['run', '--mesh', t.meshFile, '--ca-dir', t.caDir, '--config', cfgFile, '--concurrency', String(settings.concurrency)];
+      const concurrency = spec.key === 'http-workers' ? settings.workers : settings.concurrency;
+      const args = ['run', '--mesh', t.meshFile, '--ca-dir', t.caDir, '--config', cfgFile, '--concurrency', String(concurrency)];
       const proc = spawn(process.execPath, [...nodeFlags, path.join(ROOT, 'bin/waypoint.js'), '--log-level', process.env.WAYPOINT_LOG_LEVEL ?? 'warn', ...args], {
         cwd: ROOT,
         stdio: ['ignore', wl.fd, wl.fd],
@@ -623,6 +624,7 @@ function buildReport(
 ): BenchReport {
   const wp = paths.waypoint;
   const wpStats = paths['waypoint-stats'];
+  const wpWorkers = paths['waypoint-workers'];
   const l4 = paths['l4-relay'];
   const direct = paths.direct;
   const ratio = (a: number | null | undefined, b: number | null | undefined) => (a != null && b != null && b > 0 ? round(a / b, 3) : null);
@@ -678,6 +680,9 @@ function buildReport(
       statsAddedUsPerReqSaturation: diff(wpStats?.saturation?.waypointUsPerReq, wp?.saturation?.waypointUsPerReq),
       statsAddedUsPerReqAtRate: diff(wpStats?.rate?.waypointUsPerReq, wp?.rate?.waypointUsPerReq),
       statsReqPerSecVsWaypoint: ratio(wpStats?.saturation?.reqPerSec, wp?.saturation?.reqPerSec),
+      // Workers vs one process (only when the waypoint-workers path ran): contended, as everything shares the machine's cores.
+      workersReqPerSecVsWaypoint: ratio(wpWorkers?.saturation?.reqPerSec, wp?.saturation?.reqPerSec),
+      workersCpuPerReqVsWaypoint: ratio(wpWorkers?.saturation?.waypointUsPerReq, wp?.saturation?.waypointUsPerReq),
       ...aimRatios(scenarios, paths),
     },
     scenarios,
