@@ -90,6 +90,10 @@ interface PooledSession {
   heard: boolean;
 }
 
+/** The pooled connection a stream counts against, released when the stream closes. */
+const kPooled = Symbol('hbone.pooled');
+type PooledStream = ClientHttp2Stream & { [kPooled]?: PooledSession };
+
 /** How long a suspect connection's peer has to answer a PING before the connection is closed (ms). */
 const PROBE_TIMEOUT_MS = 1000;
 
@@ -98,9 +102,16 @@ export class HboneSessionPool {
   private readonly opts: HboneSessionPoolOptions;
   private readonly pools = new Map<string, PooledSession[]>();
   private closed = false;
+  /** The 'close' listener every stream shares (a tunnel may idle for hours: no closure of its own). */
+  private readonly onStreamClose: (this: PooledStream) => void;
 
   constructor(opts: HboneSessionPoolOptions) {
     this.opts = opts;
+    const pool = this;
+    this.onStreamClose = function (this: PooledStream) {
+      const p = this[kPooled];
+      if (p) pool.release(p);
+    };
   }
 
   /**
@@ -195,7 +206,8 @@ export class HboneSessionPool {
       if (err instanceof HboneConnectError) throw refusedAfterHandshake(pooled, err);
       throw new HboneConnectError('CONNECT', `HBONE request to ${formatHostPort(dst.ip, dst.port)} failed: ${(err as Error).message}`, 0, { cause: err });
     }
-    stream.once('close', () => this.release(pooled));
+    (stream as PooledStream)[kPooled] = pooled;
+    stream.on('close', this.onStreamClose);
     try {
       const timeoutMs = this.opts.connectResponseTimeoutMs ?? this.opts.connectTimeoutMs;
       return await awaitResponse(stream, `${formatHostPort(dst.ip, dst.port)} (${authority})`, timeoutMs, () => this.probe(pooled, timeoutMs));
@@ -371,6 +383,11 @@ function isTlsError(err: Error & { code?: string }): boolean {
   return typeof err.code === 'string' && (err.code.startsWith('ERR_SSL') || err.code.includes('CERT') || err.code === 'ERR_TLS_CERT_ALTNAME_INVALID');
 }
 
+/** A tunnel's stream error (shared by all tunnels: the closure above would keep this whole scope per tunnel). */
+function onTunnelError(this: ClientHttp2Stream, err: Error): void {
+  log.debug({ err: err.message, authority: this.sentHeaders?.[':authority'] }, 'HBONE tunnel stream error');
+}
+
 /** Wait for the CONNECT answer: 200 ⇒ the tunnel; anything else ⇒ HboneConnectError. `onTimeout` runs when none came in time. */
 function awaitResponse(stream: ClientHttp2Stream, where: string, timeoutMs: number, onTimeout: () => void): Promise<{ stream: ClientHttp2Stream; headers: IncomingHttpHeaders }> {
   return new Promise((resolve, reject) => {
@@ -394,7 +411,7 @@ function awaitResponse(stream: ClientHttp2Stream, where: string, timeoutMs: numb
       stream.off('close', onClose);
       const status = Number(headers[':status']);
       if (status === 200) {
-        stream.on('error', (err) => log.debug({ err: err.message, where }, 'HBONE tunnel stream error'));
+        stream.on('error', onTunnelError);
         resolve({ stream, headers });
       } else {
         stream.on('error', () => {});
