@@ -33,7 +33,7 @@ import {
   type RequestHead,
 } from '../pipeline/index.ts';
 import { log } from '../util/index.ts';
-import { closeTunnel, onTunnelEnd } from './streams.ts';
+import { closeThisTunnel, closeTunnel, destroyThis, onTunnelEnd } from './streams.ts';
 import { admitRequest, codecError, prepareStream, requestHead, unreadableHead, type ConnManagerOptions, type PathNormalizer, type Refusal } from './conn-manager.ts';
 
 /** Limits of the HTTP/1.x server inside tunnels (bytes, ms). */
@@ -238,14 +238,6 @@ function onAttachedClose(this: TaggedSocket): void {
 
 function onAttachedEnd(this: TaggedSocket): void {
   onTunnelEnd(this[kTunnel]!);
-}
-
-function closeThisTunnel(this: Duplex): void {
-  closeTunnel(this);
-}
-
-function destroyThis(this: Duplex): void {
-  this.destroy();
 }
 
 function onRequest(req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, ref: TunnelRef): StreamContext {
