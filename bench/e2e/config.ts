@@ -7,16 +7,17 @@ import type { TopologyOptions } from '../../src/demo/topology.ts';
 /**
  * The paths the bench compares, in run order. `waypoint-stats` is the waypoint path with the
  * `istio.stats` filter in its chain (its own topology and waypoint process); it runs only when
- * asked for (`--stats`, BENCH_STATS=1, or named in BENCH_PATHS).
+ * asked for (`--stats`, BENCH_STATS=1, or named in BENCH_PATHS). `waypoint-workers` is the waypoint
+ * path again with a waypoint of BENCH_WORKERS (2) workers (`--workers`, or named in BENCH_PATHS).
  */
-export const PATHS = ['direct', 'l4-relay', 'waypoint', 'waypoint-stats'] as const;
+export const PATHS = ['direct', 'l4-relay', 'waypoint', 'waypoint-stats', 'waypoint-workers'] as const;
 export type PathName = (typeof PATHS)[number];
 /** The paths run by default. */
 export const DEFAULT_PATHS: readonly PathName[] = ['direct', 'l4-relay', 'waypoint'];
 
 /** The waypoint paths (L7 filter chain), for the columns and ratios that concern them. */
 export function isWaypointPath(p: PathName): boolean {
-  return p === 'waypoint' || p === 'waypoint-stats';
+  return p === 'waypoint' || p === 'waypoint-stats' || p === 'waypoint-workers';
 }
 
 /**
@@ -44,7 +45,7 @@ export interface BenchService {
 /**
  * The meshed topologies: one HTTP service port (full filter chain), one TCP port (L4 relay), and
  * the HTTP one again for a waypoint whose chain also has `istio.stats` (only started when the
- * `waypoint-stats` path runs).
+ * `waypoint-stats` path runs), and once more for a waypoint running workers (`waypoint-workers`).
  */
 export interface TopologySpec {
   readonly key: TopologyKey;
@@ -56,7 +57,7 @@ export interface TopologySpec {
   readonly filters?: readonly string[];
 }
 
-export type TopologyKey = 'http' | 'tcp' | 'http-stats';
+export type TopologyKey = 'http' | 'tcp' | 'http-stats' | 'http-workers';
 
 const HBONE_PORT = 15008;
 
@@ -141,11 +142,34 @@ export const TOPOLOGIES: readonly TopologySpec[] = [
     },
     filters: ['istio.stats'],
   },
+  {
+    key: 'http-workers',
+    options: {
+      waypointIp: ip(4),
+      hbonePort: HBONE_PORT,
+      vip: ip(130),
+      servicePort: 80,
+      podIps: [ip(41)],
+      targetPort: 8080,
+      clientIp: ip(53),
+      tunnelListen: `${ip(53)}:18080`,
+      admin: `${ip(4)}:15920`,
+      readiness: '',
+      startWaypoint: false,
+      portName: 'http',
+    },
+    bench: {
+      h1: { name: 'bench-h1', vip: ip(132), portName: 'http', tunnelListen: `${ip(53)}:18081` },
+      h2: { name: 'bench-h2', vip: ip(133), portName: 'http2', tunnelListen: `${ip(53)}:18082` },
+      grpc: { name: 'bench-grpc', vip: ip(134), portName: 'grpc', tunnelListen: `${ip(53)}:18083` },
+    },
+  },
 ];
 
 /** The topology (and so the waypoint process) a path goes through; undefined for `direct`. */
 export function topologyOf(path: PathName): TopologyKey | undefined {
-  return path === 'direct' ? undefined : path === 'l4-relay' ? 'tcp' : path === 'waypoint' ? 'http' : 'http-stats';
+  if (path === 'direct') return undefined;
+  return path === 'l4-relay' ? 'tcp' : path === 'waypoint' ? 'http' : path === 'waypoint-stats' ? 'http-stats' : 'http-workers';
 }
 
 function spec(key: TopologyKey): TopologySpec {
@@ -212,8 +236,12 @@ export interface BenchSettings {
   /** Open/close the idle tunnels this many times (memory left after each close: a leak check; best with BENCH_GC=1). */
   readonly idleRounds: number;
   readonly paths: readonly PathName[];
-  /** BENCH_GC=1: waypoints run with --inspect so the idle flow can force a GC and read process.memoryUsage(). */
+  /** BENCH_GC=1: waypoints run with --inspect from the start, and each path ends with a forced GC too. */
   readonly gc: boolean;
+  /** The idle flow forces a GC before each reading (BENCH_IDLE_GC, default 1; 0: raw RSS with garbage). */
+  readonly idleGc: boolean;
+  /** BENCH_HEAP_SNAPSHOTS=<dir>: the idle flow writes heap snapshots before and with the tunnels there. */
+  readonly heapSnapshotDir: string | undefined;
   /** Before each measured run, wait up to this long (s) for other processes to use < 0.15 cores (0: don't). */
   readonly quietWaitS: number;
   /** Scenario groups to run (`--only a,b` or BENCH_ONLY; default all). */
@@ -237,9 +265,18 @@ export interface BenchSettings {
    * default 1, one process, so figures compare across runs and machines).
    */
   readonly concurrency: number;
+  /** Workers of the `waypoint-workers` path's waypoint (BENCH_WORKERS, default 2). */
+  readonly workers: number;
+  /**
+   * HBONE connections each tunnel role of the fixture spreads its CONNECTs over
+   * (BENCH_HBONE_CONNECTIONS). Default 1 (up to 100 streams on one connection, as ztunnel packs
+   * them), or twice the most workers a waypoint of the run has: node:cluster hands connections,
+   * not streams, to the workers, so one connection would load one worker (istio/istio#51305).
+   */
+  readonly hboneConnections: number;
 }
 
-const USAGE = `npm run bench [-- --only ${SCENARIOS.join(',')}] [--stats] [--concurrency N]`;
+const USAGE = `npm run bench [-- --only ${SCENARIOS.join(',')}] [--stats] [--workers] [--concurrency N]`;
 
 /** The value of `--name V` / `--name=V` in argv (the last one), else undefined. */
 function argValue(argv: readonly string[], name: string): string | undefined {
@@ -257,7 +294,7 @@ function onlyScenarios(argv: readonly string[]): ScenarioName[] {
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--only' || a === '--concurrency') i++;
-    else if (a.startsWith('--only=') || a.startsWith('--concurrency=') || a === '--stats') continue;
+    else if (a.startsWith('--only=') || a.startsWith('--concurrency=') || a === '--stats' || a === '--workers') continue;
     else if (a === '--help' || a === '-h') {
       process.stdout.write(`usage: ${USAGE}   (knobs: bench/README.md)\n`);
       process.exit(0);
@@ -275,7 +312,12 @@ export function loadSettings(argv: readonly string[] = process.argv.slice(2)): B
     .filter(Boolean);
   // `--stats` / BENCH_STATS=1: the waypoint path once more with istio.stats, for the with/without figures.
   if ((argv.includes('--stats') || process.env.BENCH_STATS === '1') && paths.includes('waypoint') && !paths.includes('waypoint-stats')) paths.push('waypoint-stats');
+  // `--workers`: the waypoint path once more with a waypoint running workers, for the workers ratio.
+  if (argv.includes('--workers') && paths.includes('waypoint') && !paths.includes('waypoint-workers')) paths.push('waypoint-workers');
   for (const p of paths) if (!(PATHS as readonly string[]).includes(p)) throw new Error(`BENCH_PATHS: unknown path "${p}" (known: ${PATHS.join(', ')})`);
+  const concurrency = concurrencyOf(argv);
+  const workers = Math.max(2, num('BENCH_WORKERS', 2));
+  const withWorkers = Math.max(concurrency, paths.includes('waypoint-workers') ? workers : 1);
   return {
     durationS: num('BENCH_DURATION_S', 8),
     warmupS: num('BENCH_WARMUP_S', 2),
@@ -290,6 +332,8 @@ export function loadSettings(argv: readonly string[] = process.argv.slice(2)): B
     idleRounds: Math.max(1, num('BENCH_IDLE_ROUNDS', 1)),
     paths: PATHS.filter((p) => paths.includes(p)),
     gc: process.env.BENCH_GC === '1',
+    idleGc: process.env.BENCH_IDLE_GC !== '0',
+    heapSnapshotDir: process.env.BENCH_HEAP_SNAPSHOTS || undefined,
     quietWaitS: num('BENCH_QUIET_WAIT_S', 10),
     only: onlyScenarios(argv),
     scenarioDurationS: num('BENCH_SCENARIO_DURATION_S', 3),
@@ -300,7 +344,9 @@ export function loadSettings(argv: readonly string[] = process.argv.slice(2)): B
     grpcChannels: Math.max(1, num('BENCH_GRPC_CHANNELS', 1)),
     grpcConcurrency: Math.max(1, num('BENCH_GRPC_CONCURRENCY', 32)),
     grpcBytes: num('BENCH_GRPC_BYTES', 1024),
-    concurrency: concurrencyOf(argv),
+    concurrency,
+    workers,
+    hboneConnections: Math.max(1, num('BENCH_HBONE_CONNECTIONS', withWorkers > 1 ? 2 * withWorkers : 1)),
   };
 }
 
@@ -331,4 +377,6 @@ export const AIMS = {
   /** Scenarios: waypoint CPU per request ÷ the l4-relay's, h2c (both tunnel shapes) and gRPC unary; HTTP/1.1 64 KiB. */
   h2CpuRatioVsL4: 4,
   h1LargeCpuRatioVsL4: 2,
+  /** Saturation req/s of a waypoint with 2 workers ÷ with 1 (`--workers`; on this 2-core box the load generator and fixture share the cores). */
+  workersReqPerSecRatio: 1.5,
 } as const;

@@ -27,6 +27,9 @@ if (!dir || !process.send) {
   process.exit(2);
 }
 
+/** HBONE connections each tunnel role spreads its CONNECTs over (the orchestrator's BENCH_HBONE_CONNECTIONS). */
+const hboneConnections = Math.max(1, Number(process.env.BENCH_HBONE_CONNECTIONS ?? 1) || 1);
+
 const closers: (() => Promise<unknown> | unknown)[] = [];
 let stopping = false;
 
@@ -83,6 +86,7 @@ async function startScenarioParts(spec: TopologySpec, meshFile: string, caDir: s
       expectSan: `spiffe://${td}/ns/demo/sa/waypoint`,
       bind: o.clientIp,
       mesh,
+      connections: hboneConnections,
     });
     closers.push(() => tunnel.close());
   }
@@ -92,7 +96,7 @@ try {
   const info: Record<string, { meshFile: string; caDir: string }> = {};
   for (const spec of TOPOLOGIES) {
     if (only && !only.has(spec.key)) continue;
-    const topo = await startTopology({ ...spec.options, dir: path.join(dir, spec.key) });
+    const topo = await startTopology({ ...spec.options, dir: path.join(dir, spec.key), tunnelConnections: hboneConnections });
     closers.push(() => topo.close());
     await startScenarioParts(spec, topo.meshFile, topo.caDir);
     info[spec.key] = { meshFile: topo.meshFile, caDir: topo.caDir };

@@ -22,7 +22,7 @@ export interface IdleReport {
   readonly rssBeforeKiB: number;
   readonly rssAfterKiB: number;
   readonly rssAfterCloseKiB: number;
-  /** (RSS after − before) ÷ tunnels still open. */
+  /** (RSS after − before) ÷ tunnels still open; each reading after a forced GC unless `gc` is null. */
   readonly kibPerTunnel: number;
   readonly heapUsedBeforeKiB: number | null;
   readonly heapUsedAfterKiB: number | null;
@@ -33,7 +33,11 @@ export interface IdleReport {
   readonly waypointFdsAfter: number;
   /** The tunnel role's side (fixture process), for orientation. */
   readonly fixtureKibPerTunnel: number;
-  /** With BENCH_GC=1: memory after a forced full GC (inspector) before, with and after the tunnels. */
+  /**
+   * Memory after a forced full GC (inspector) before, with and after the tunnels (null when
+   * BENCH_IDLE_GC=0 or the inspector failed). `rssWithGarbageKibPerTunnel`: the RSS with the
+   * tunnels just before its GC, over the GC'd baseline (what the opening's garbage adds).
+   */
   readonly gc: {
     readonly before: RemoteMemory;
     readonly after: RemoteMemory;
@@ -41,6 +45,7 @@ export interface IdleReport {
     readonly heapKibPerTunnel: number;
     readonly externalKibPerTunnel: number;
     readonly rssKibPerTunnel: number;
+    readonly rssWithGarbageKibPerTunnel: number | null;
   } | null;
 }
 
@@ -87,6 +92,14 @@ function verdict(ok: boolean | null): string {
   return ok === null ? '' : ok ? '  ok' : '  MISSED';
 }
 
+/** Per idle tunnel after the forced GC: JS heap used, external (Buffers), and the rest of the RSS (native: nghttp2, OpenSSL, libuv, malloc; V8 pages beyond the used heap). */
+function idleSplit(idle: IdleReport | null | undefined): string {
+  if (!idle) return NA;
+  if (!idle.gc) return `${f(idle.heapKibPerTunnel, 1)} / n/a / n/a (no GC)`;
+  const g = idle.gc;
+  return `${f(g.heapKibPerTunnel, 1)} / ${f(g.externalKibPerTunnel, 1)} / ${f(g.rssKibPerTunnel - g.heapKibPerTunnel - g.externalKibPerTunnel, 1)}`;
+}
+
 /** `primary / worker1 / ...` cores of a waypoint run with workers (proc.ts keeps each process of the tree). */
 function perProcess(cpu: CpuByProcess | undefined): string {
   if (!cpu) return NA;
@@ -118,16 +131,17 @@ export function aimRatios(scenarios: readonly ScenarioReport[], paths: Partial<R
 }
 
 export function printReport(r: BenchReport): void {
-  // `waypoint-stats` (the waypoint with istio.stats) gets a column only when it ran.
-  const cols: PathName[] = ['direct', 'l4-relay', 'waypoint', ...(r.paths['waypoint-stats'] ? (['waypoint-stats'] as const) : [])];
+  // `waypoint-stats` (the waypoint with istio.stats) and `waypoint-workers` get a column only when they ran.
+  const cols: PathName[] = ['direct', 'l4-relay', 'waypoint', ...(['waypoint-stats', 'waypoint-workers'] as const).filter((p) => r.paths[p])];
   const P = (p: PathName) => r.paths[p];
   const s = r.settings;
+  const withWorkers = s.concurrency > 1 || r.paths['waypoint-workers'] !== undefined;
   const rows: [string, (p: PathName) => string][] = [
     [`saturation req/s (closed loop, ${s.connections} connections, ${s.durationS} s)`, (p) => f(P(p)?.saturation?.reqPerSec)],
     ['  errors / timeouts / non-2xx', (p) => (P(p)?.saturation ? `${P(p)!.saturation!.errors} / ${P(p)!.saturation!.timeouts} / ${P(p)!.saturation!.non2xx}` : NA)],
     ['  waypoint CPU µs/req', (p) => f(P(p)?.saturation?.waypointUsPerReq, 1)],
     ['  waypoint cores busy', (p) => f(P(p)?.saturation?.waypointCores, 2)],
-    ...(s.concurrency > 1 ? ([['  waypoint cores per process (primary, workers)', (p: PathName) => perProcess(P(p)?.saturation?.cpu)]] as [string, (p: PathName) => string][]) : []),
+    ...(withWorkers ? ([['  waypoint cores per process (primary, workers)', (p: PathName) => perProcess(P(p)?.saturation?.cpu)]] as [string, (p: PathName) => string][]) : []),
     ['  fixture CPU µs/req (tunnel+inbound+backend)', (p) => f(P(p)?.saturation?.cpu.fixture?.usPerReq, 1)],
     ['  load generator CPU µs/req', (p) => f(P(p)?.saturation?.cpu.load?.usPerReq, 1)],
     ['  machine busy cores / not ours (others, softirq)', (p) => (P(p)?.saturation ? `${f(P(p)!.saturation!.cpu.machine?.cores, 2)} / ${f(P(p)!.saturation!.cpu.other?.cores, 2)}` : NA)],
@@ -141,17 +155,13 @@ export function printReport(r: BenchReport): void {
     ['  waypoint CPU µs/req', (p) => f(P(p)?.rate?.waypointUsPerReq, 1)],
     ['  waypoint vCPU (cores)', (p) => f(P(p)?.rate?.waypointCores, 3)],
     ['  waypoint vCPU per 1000 req/s', (p) => f(P(p)?.rate?.vcpuPer1000, 3)],
-    ...(s.concurrency > 1 ? ([['  waypoint cores per process (primary, workers)', (p: PathName) => perProcess(P(p)?.rate?.cpu)]] as [string, (p: PathName) => string][]) : []),
+    ...(withWorkers ? ([['  waypoint cores per process (primary, workers)', (p: PathName) => perProcess(P(p)?.rate?.cpu)]] as [string, (p: PathName) => string][]) : []),
     ['  fixture CPU µs/req', (p) => f(P(p)?.rate?.cpu.fixture?.usPerReq, 1)],
     ['  machine busy cores / not ours (others, softirq)', (p) => (P(p)?.rate ? `${f(P(p)!.rate!.cpu.machine?.cores, 2)} / ${f(P(p)!.rate!.cpu.other?.cores, 2)}` : NA)],
     [`idle tunnels (${s.idleTunnels}, one GET each): still open`, (p) => (P(p)?.idle ? `${P(p)!.idle!.stillOpenAtMeasure}` : NA)],
-    ['  waypoint RSS KiB per idle tunnel', (p) => f(P(p)?.idle?.kibPerTunnel, 1)],
-    ['  waypoint heap-used KiB per idle tunnel', (p) => (P(p)?.idle?.gc ? `${f(P(p)!.idle!.gc!.heapKibPerTunnel, 1)} (after GC)` : `${f(P(p)?.idle?.heapKibPerTunnel, 1)} (no GC)`)],
-    ...(s.gc
-      ? ([
-          ['  after forced GC: RSS / external KiB per tunnel', (p: PathName) => (P(p)?.idle?.gc ? `${f(P(p)!.idle!.gc!.rssKibPerTunnel, 1)} / ${f(P(p)!.idle!.gc!.externalKibPerTunnel, 1)}` : NA)],
-        ] as [string, (p: PathName) => string][])
-      : []),
+    ['  waypoint RSS KiB per idle tunnel', (p) => (P(p)?.idle ? `${f(P(p)!.idle!.kibPerTunnel, 1)}${P(p)!.idle!.gc ? ' (after GC)' : ' (no GC)'}` : NA)],
+    ['  of it JS heap / external / the rest (native)', (p) => idleSplit(P(p)?.idle)],
+    ['  RSS KiB per tunnel before the GC (with garbage)', (p) => f(P(p)?.idle?.gc?.rssWithGarbageKibPerTunnel, 1)],
     ...(s.idleRounds > 1
       ? ([
           [
@@ -237,6 +247,11 @@ function coreTable(
     aim('HTTP/1.1 64 KiB GET: wp CPU/req ÷ l4', q.h1LargeCpuPerReqVsL4, a.h1LargeCpuRatioVsL4);
   }
   if (s.concurrency > 1) out.push(`  waypoint processes: a primary and ${s.concurrency} workers (--concurrency ${s.concurrency}); the CPU figures are their sum`);
+  if (r.paths['waypoint-workers']) {
+    const w = q.workersReqPerSecVsWaypoint;
+    out.push(`  req/s ${s.workers} workers ÷ 1 worker, saturation (contended: ${r.host.cpus} cores shared with load generator and fixture)  ${f(w, 2)}  (aim ≥ ${a.workersReqPerSecRatio})${verdict(w == null ? null : w >= a.workersReqPerSecRatio)}`);
+    out.push(`    waypoint CPU/req ${s.workers} workers ÷ 1 worker ${f(q.workersCpuPerReqVsWaypoint, 2)}×; tunnel roles spread over ${s.hboneConnections} HBONE connections each (BENCH_HBONE_CONNECTIONS)`);
+  }
   if (r.paths['waypoint-stats']) {
     out.push(`  istio.stats: waypoint-stats ÷ waypoint CPU/req      ${f(q.statsCpuPerReqVsWaypointSaturation, 3)}× saturation (${f(q.statsAddedUsPerReqSaturation, 1)} µs/req), ${f(q.statsCpuPerReqVsWaypointAtRate, 3)}× at ${f(s.rate)}/s (${f(q.statsAddedUsPerReqAtRate, 1)} µs/req)`);
     out.push(`  istio.stats: req/s waypoint-stats ÷ waypoint       ${f(q.statsReqPerSecVsWaypoint, 3)}`);
@@ -280,7 +295,7 @@ function scenarioTable(r: BenchReport): string[] {
     out.push(sc.case.label);
     const q = sc.ratios;
     const notes: string[] = [];
-    for (const p of ['direct', 'l4-relay', 'waypoint', 'waypoint-stats'] as const) {
+    for (const p of ['direct', 'l4-relay', 'waypoint', 'waypoint-stats', 'waypoint-workers'] as const) {
       const run = sc.runs[p];
       if (!run) continue;
       if (run.status === 'skipped') {
@@ -296,14 +311,14 @@ function scenarioTable(r: BenchReport): string[] {
           f(res.latencyUs.p99),
           f(run.waypointUsPerReq, 1),
           f(run.fixtureUsPerReq, 1),
-          p === 'waypoint' ? f(q.reqPerSecWaypointVsL4, 2) : p === 'waypoint-stats' ? f(vsOk(sc, p, 'l4-relay', (x) => x.result?.reqPerSec), 2) : '',
-          p === 'waypoint' ? f(q.reqPerSecWaypointVsDirect, 2) : p === 'l4-relay' ? f(q.reqPerSecL4VsDirect, 2) : p === 'waypoint-stats' ? f(vsOk(sc, p, 'direct', (x) => x.result?.reqPerSec), 2) : '',
-          p === 'waypoint' ? f(q.waypointCpuPerReqVsL4, 2) : p === 'waypoint-stats' ? f(vsOk(sc, p, 'l4-relay', (x) => x.waypointUsPerReq), 2) : '',
+          p === 'waypoint' ? f(q.reqPerSecWaypointVsL4, 2) : isWaypointPath(p) ? f(vsOk(sc, p, 'l4-relay', (x) => x.result?.reqPerSec), 2) : '',
+          p === 'waypoint' ? f(q.reqPerSecWaypointVsDirect, 2) : p === 'l4-relay' ? f(q.reqPerSecL4VsDirect, 2) : isWaypointPath(p) ? f(vsOk(sc, p, 'direct', (x) => x.result?.reqPerSec), 2) : '',
+          p === 'waypoint' ? f(q.waypointCpuPerReqVsL4, 2) : isWaypointPath(p) ? f(vsOk(sc, p, 'l4-relay', (x) => x.waypointUsPerReq), 2) : '',
           http2Cell(run.http2),
         ]) + (errs > 0 ? `  (${errs} errors)` : ''),
       );
       if (isWaypointPath(p) && run.http2 === 'relayed') notes.push('the waypoint relayed these HTTP/2 bytes without terminating them: L4 figures, not L7');
-      if (s.concurrency > 1 && p !== 'direct') out.push(`    waypoint cores per process (primary, workers): ${perProcess(run.cpu)}`);
+      if ((s.concurrency > 1 || p === 'waypoint-workers') && p !== 'direct') out.push(`    waypoint cores per process (primary, workers): ${perProcess(run.cpu)}`);
     }
     for (const n of notes) out.push(`  note: ${n}`);
   }

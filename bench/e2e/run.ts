@@ -25,7 +25,7 @@ import { AIMS, TOPOLOGIES, loadSettings, pathTarget, type BenchSettings, type Pa
 import { clockTicks, cpuBetween, fdCount, round, rssKiB, snapshot, type CpuSnapshot } from './proc.ts';
 import type { ClosedResult, IdleCloseResult, IdleOpenResult, LoadCommand, LoadMessage, RateResult, SaturateResult, WarmResult } from './protocol.ts';
 import { runScenarios, scenarioCases, scenarioPortsNote, scenarioWarnings, type ScenarioReport } from './scenarios.ts';
-import { gcAndMeasure, type RemoteMemory } from './inspector.ts';
+import { closeInspectors, gcAndMeasure, gcAndMeasureAll, heapSnapshot, inspectorAddresses, openInspectors, type RemoteMemory } from './inspector.ts';
 import { aimRatios, printReport, type BenchReport, type PathReport } from './report.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -254,7 +254,7 @@ function logFindings(file: string): { warnings: number; errors: number; other: n
       } catch {
         // not JSON after all
       }
-    } else if (/^(waypoint |  CA:|  HBONE:|  admin:|  readiness:)/.test(line) || /ExperimentalWarning|--trace-warnings|Debugger listening|Debugger ending|For help, see|Debugger attached|Waiting for the debugger/.test(line)) {
+    } else if (/^(waypoint |  CA:|  HBONE:|  admin:|  readiness:|  mesh:)/.test(line) || /ExperimentalWarning|--trace-warnings|Debugger listening|Debugger ending|For help, see|Debugger attached|Waiting for the debugger/.test(line)) {
       continue; // `waypoint run` banner, Node's experimental notices
     } else {
       other++;
@@ -303,14 +303,14 @@ async function main(): Promise<void> {
   log(`scenario groups: ${settings.only.join(', ')}${cases.length > 0 ? ` (${cases.length} closed-loop cases × ${settings.paths.length} paths, ${settings.scenarioWarmupS}+${settings.scenarioDurationS} s each; ${scenarioPortsNote()})` : ''}`);
   log(`work dir ${work}; paths: ${settings.paths.join(', ')}; saturation ${settings.warmupS}+${settings.durationS} s c=${settings.connections}; rate ${settings.rate}/s ${settings.rateWarmupS}+${settings.rateDurationS} s, ${settings.bodyBytes} B bodies, ${settings.rateConnections} connections; ${settings.idleTunnels} idle tunnels`);
   try {
-    // Fixture: tunnel + inbound + backends for the http and tcp topologies (and http-stats when its path runs).
+    // Fixture: tunnel + inbound + backends for the http and tcp topologies (and http-stats, http-workers when their paths run).
     const needed = new Set(settings.paths.map((p) => pathTarget(p).topology).filter((t) => t !== undefined));
-    const fixtureTopologies = ['http', 'tcp', ...(needed.has('http-stats') ? ['http-stats'] : [])];
+    const fixtureTopologies = ['http', 'tcp', ...(['http-stats', 'http-workers'] as const).filter((k) => needed.has(k))];
     const fx = openLog(logs, 'fixture');
     const fixtureProc = fork(path.join(ROOT, 'bench/e2e/fixture.ts'), [work, fixtureTopologies.join(',')], {
       cwd: ROOT,
       stdio: ['ignore', fx.fd, fx.fd, 'ipc'],
-      env: { ...process.env, WAYPOINT_LOG_LEVEL: process.env.WAYPOINT_LOG_LEVEL ?? 'warn' },
+      env: { ...process.env, WAYPOINT_LOG_LEVEL: process.env.WAYPOINT_LOG_LEVEL ?? 'warn', BENCH_HBONE_CONNECTIONS: String(settings.hboneConnections) },
     });
     const fixture = track('fixture', fixtureProc, fx.file);
     const ready = await waitFor(
@@ -337,9 +337,11 @@ async function main(): Promise<void> {
       fs.writeFileSync(cfgFile, `# bench: waypoint bootstrap for the ${spec.key} topology\n${stringify(bootstrap)}`);
       const wl = openLog(logs, `waypoint-${spec.key}`);
       const nodeFlags = (process.env.BENCH_WAYPOINT_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
+      // The inspector: on from the start with BENCH_GC=1, else only configured (the idle flow opens it).
       const inspect = settings.gc ? `${spec.options.waypointIp}:9229` : undefined;
-      if (inspect) nodeFlags.push(`--inspect=${inspect}`);
-      const args = ['run', '--mesh', t.meshFile, '--ca-dir', t.caDir, '--config', cfgFile, '--concurrency', String(settings.concurrency)];
+      nodeFlags.push(inspect ? `--inspect=${inspect}` : `--inspect-port=${spec.options.waypointIp}:9229`);
+      const concurrency = spec.key === 'http-workers' ? settings.workers : settings.concurrency;
+      const args = ['run', '--mesh', t.meshFile, '--ca-dir', t.caDir, '--config', cfgFile, '--concurrency', String(concurrency)];
       const proc = spawn(process.execPath, [...nodeFlags, path.join(ROOT, 'bin/waypoint.js'), '--log-level', process.env.WAYPOINT_LOG_LEVEL ?? 'warn', ...args], {
         cwd: ROOT,
         stdio: ['ignore', wl.fd, wl.fd],
@@ -475,13 +477,34 @@ async function runPath(
   if (wp && wpPid && s.idleTunnels > 0) {
     log(`[${p}] idle tunnels: ${s.idleTunnels}`);
     await sleep(1_000);
-    const gc = async (): Promise<RemoteMemory | undefined> => {
-      if (!wp.inspect) return undefined;
+    // A forced GC (through each waypoint process's inspector) before each reading, so that the
+    // figures are what the tunnels hold, not garbage the opening left (BENCH_IDLE_GC=0: no GC).
+    let inspectors: string[] = [];
+    if (s.idleGc) {
       try {
-        return await gcAndMeasure(wp.inspect);
+        inspectors = s.gc ? inspectorAddresses(wpPid) : await openInspectors(wpPid);
+      } catch (err) {
+        log(`[${p}] inspector: ${(err as Error).message}; idle figures without a forced GC`);
+      }
+    }
+    const gc = async (): Promise<RemoteMemory | undefined> => {
+      if (inspectors.length === 0) return undefined;
+      try {
+        return await gcAndMeasureAll(inspectors);
       } catch (err) {
         log(`[${p}] inspector GC failed: ${(err as Error).message}`);
         return undefined;
+      }
+    };
+    // Heap snapshots (BENCH_HEAP_SNAPSHOTS): taken after each reading, as writing one grows the RSS.
+    const snapshot = async (when: string): Promise<void> => {
+      if (!s.heapSnapshotDir) return;
+      for (const [i, a] of inspectors.entries()) {
+        const file = path.join(s.heapSnapshotDir, `${p}-idle-${when}${i > 0 ? `-${i}` : ''}.heapsnapshot`);
+        await heapSnapshot(a, file).then(
+          () => log(`[${p}] heap snapshot ${file}`),
+          (err: Error) => log(`[${p}] heap snapshot failed: ${err.message}`),
+        );
       }
     };
     const gcBefore = await gc();
@@ -489,6 +512,7 @@ async function runPath(
     const heapBefore = await heapKiB(wp.admin);
     const fdsBefore = fdCount(wpPid);
     const fixtureRssBefore = rssKiB(fixture.proc.pid!);
+    await snapshot('before');
     const opened = (await load.call<IdleOpenResult>({ type: 'idle-open', host: target.host, port: target.port, count: s.idleTunnels, concurrency: 32 }, 120_000)).result;
     await sleep(s.idleSettleMs);
     const gcAfter = await gc();
@@ -496,6 +520,7 @@ async function runPath(
     const heapAfter = await heapKiB(wp.admin);
     const fdsAfter = fdCount(wpPid);
     const fixtureRssAfter = rssKiB(fixture.proc.pid!);
+    await snapshot('with');
     const closed = (await load.call<IdleCloseResult>({ type: 'idle-close' }, 10_000)).result;
     await sleep(1_500);
     const gcAfterClose = await gc();
@@ -513,6 +538,7 @@ async function runPath(
       const g = await gc();
       rounds.push({ round: r, heapUsedAfterCloseKiB: (await heapKiB(wp.admin))?.heapUsedKiB ?? null, rssAfterCloseKiB: rssKiB(wpPid), gcHeapUsedAfterCloseKiB: g?.heapUsedKiB ?? null });
     }
+    if (!s.gc && inspectors.length > 0) await closeInspectors(inspectors).catch((err: Error) => log(`[${p}] closing the inspectors failed: ${err.message}`));
     const n = Math.max(1, closed.stillOpen);
     out.idle = {
       rounds,
@@ -544,6 +570,7 @@ async function runPath(
               heapKibPerTunnel: round((gcAfter.heapUsedKiB - gcBefore.heapUsedKiB) / n, 2),
               externalKibPerTunnel: round((gcAfter.externalKiB - gcBefore.externalKiB) / n, 2),
               rssKibPerTunnel: round((gcAfter.rssKiB - gcBefore.rssKiB) / n, 2),
+              rssWithGarbageKibPerTunnel: gcAfter.beforeGc ? round((gcAfter.beforeGc.rssKiB - gcBefore.rssKiB) / n, 2) : null,
             }
           : null,
     };
@@ -597,6 +624,7 @@ function buildReport(
 ): BenchReport {
   const wp = paths.waypoint;
   const wpStats = paths['waypoint-stats'];
+  const wpWorkers = paths['waypoint-workers'];
   const l4 = paths['l4-relay'];
   const direct = paths.direct;
   const ratio = (a: number | null | undefined, b: number | null | undefined) => (a != null && b != null && b > 0 ? round(a / b, 3) : null);
@@ -652,6 +680,9 @@ function buildReport(
       statsAddedUsPerReqSaturation: diff(wpStats?.saturation?.waypointUsPerReq, wp?.saturation?.waypointUsPerReq),
       statsAddedUsPerReqAtRate: diff(wpStats?.rate?.waypointUsPerReq, wp?.rate?.waypointUsPerReq),
       statsReqPerSecVsWaypoint: ratio(wpStats?.saturation?.reqPerSec, wp?.saturation?.reqPerSec),
+      // Workers vs one process (only when the waypoint-workers path ran): contended, as everything shares the machine's cores.
+      workersReqPerSecVsWaypoint: ratio(wpWorkers?.saturation?.reqPerSec, wp?.saturation?.reqPerSec),
+      workersCpuPerReqVsWaypoint: ratio(wpWorkers?.saturation?.waypointUsPerReq, wp?.saturation?.waypointUsPerReq),
       ...aimRatios(scenarios, paths),
     },
     scenarios,

@@ -12,7 +12,7 @@
  * Each run is closed loop (the loadtest engine, src/loadtest): req/s, µs latency, and from /proc the waypoint's CPU µs
  * per request; ratios against the l4-relay and direct paths of the same case.
  */
-import { BACKEND_PORTS, scenarioTarget, type BackendKind, type BenchSettings, type PathName, type ScenarioName } from './config.ts';
+import { BACKEND_PORTS, isWaypointPath, scenarioTarget, type BackendKind, type BenchSettings, type PathName, type ScenarioName } from './config.ts';
 import { bytesPath, http2Mode, type Http2Mode } from './backend-wire.ts';
 import { cpuBetween, round, type CpuSnapshot } from './proc.ts';
 import type { ClosedCommand, ClosedResult } from './protocol.ts';
@@ -120,8 +120,8 @@ export interface ScenarioDeps {
 }
 
 function skipReason(c: ScenarioCase, path: PathName, err: string): string {
-  if ((path === 'waypoint' || path === 'waypoint-stats') && c.proto === 'h2') return `skipped: h2c inside tunnels not available (${err})`;
-  if ((path === 'waypoint' || path === 'waypoint-stats') && c.proto === 'grpc') return `skipped: gRPC through the waypoint not available (${err})`;
+  if (isWaypointPath(path) && c.proto === 'h2') return `skipped: h2c inside tunnels not available (${err})`;
+  if (isWaypointPath(path) && c.proto === 'grpc') return `skipped: gRPC through the waypoint not available (${err})`;
   return `skipped: ${err}`;
 }
 

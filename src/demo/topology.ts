@@ -65,6 +65,8 @@ export interface TopologyOptions {
   readonly meshText?: string;
   /** Start the tunnel role (default true). */
   readonly tunnel?: boolean;
+  /** HBONE connections the tunnel role spreads its CONNECTs over (default 1). */
+  readonly tunnelConnections?: number;
   /** Watch the mesh file (default true); without it, edits apply on `waypoint.mesh.reload()` (and `roleMesh.reload()`) only. */
   readonly watch?: boolean;
 }
@@ -235,6 +237,7 @@ export async function startTopology(o: TopologyOptions): Promise<Topology> {
         bind: o.clientIp,
         mesh,
         http2: o.roleHttp2,
+        connections: o.tunnelConnections,
       });
       closers.push(() => t.close());
       tunnel = t;

@@ -62,6 +62,13 @@ export interface HboneSessionPoolOptions {
   readonly connectResponseTimeoutMs?: number;
   readonly idleTimeoutMs: number;
   readonly maxStreamsPerConnection: number;
+  /**
+   * Spread streams over at least this many connections per destination (default 1: a new stream
+   * takes the first connection with room, as ztunnel's pool does). Above 1, up to this many are
+   * opened and each new stream takes the least busy one, so that a server running workers
+   * (node:cluster balances connections, not streams) gets its load spread.
+   */
+  readonly connections?: number;
   /** Source address to bind (the `tunnel` role's `--bind`). */
   readonly localAddress?: string;
 }
@@ -83,6 +90,10 @@ interface PooledSession {
   heard: boolean;
 }
 
+/** The pooled connection a stream counts against, released when the stream closes. */
+const kPooled = Symbol('hbone.pooled');
+type PooledStream = ClientHttp2Stream & { [kPooled]?: PooledSession };
+
 /** How long a suspect connection's peer has to answer a PING before the connection is closed (ms). */
 const PROBE_TIMEOUT_MS = 1000;
 
@@ -91,9 +102,16 @@ export class HboneSessionPool {
   private readonly opts: HboneSessionPoolOptions;
   private readonly pools = new Map<string, PooledSession[]>();
   private closed = false;
+  /** The 'close' listener every stream shares (a tunnel may idle for hours: no closure of its own). */
+  private readonly onStreamClose: (this: PooledStream) => void;
 
   constructor(opts: HboneSessionPoolOptions) {
     this.opts = opts;
+    const pool = this;
+    this.onStreamClose = function (this: PooledStream) {
+      const p = this[kPooled];
+      if (p) pool.release(p);
+    };
   }
 
   /**
@@ -188,7 +206,8 @@ export class HboneSessionPool {
       if (err instanceof HboneConnectError) throw refusedAfterHandshake(pooled, err);
       throw new HboneConnectError('CONNECT', `HBONE request to ${formatHostPort(dst.ip, dst.port)} failed: ${(err as Error).message}`, 0, { cause: err });
     }
-    stream.once('close', () => this.release(pooled));
+    (stream as PooledStream)[kPooled] = pooled;
+    stream.on('close', this.onStreamClose);
     try {
       const timeoutMs = this.opts.connectResponseTimeoutMs ?? this.opts.connectTimeoutMs;
       return await awaitResponse(stream, `${formatHostPort(dst.ip, dst.port)} (${authority})`, timeoutMs, () => this.probe(pooled, timeoutMs));
@@ -206,13 +225,18 @@ export class HboneSessionPool {
   private acquire(dst: HboneDestination): PooledSession {
     const key = `${dst.ip}|${dst.port}|${dst.identity ?? ''}`;
     let list = this.pools.get(key);
-    if (list) {
+    const spread = this.opts.connections ?? 1;
+    if (list && (spread <= 1 || list.length >= spread)) {
+      let best: PooledSession | undefined;
       for (const p of list) {
         if (!p.usable || p.suspect) continue;
         const peerMax = p.session.remoteSettings?.maxConcurrentStreams ?? this.opts.maxStreamsPerConnection;
-        if (p.active < Math.min(peerMax, this.opts.maxStreamsPerConnection)) return p;
+        if (p.active >= Math.min(peerMax, this.opts.maxStreamsPerConnection)) continue;
+        if (spread <= 1) return p;
+        if (!best || p.active < best.active) best = p;
       }
-    } else {
+      if (best) return best;
+    } else if (!list) {
       list = [];
       this.pools.set(key, list);
     }
@@ -359,6 +383,11 @@ function isTlsError(err: Error & { code?: string }): boolean {
   return typeof err.code === 'string' && (err.code.startsWith('ERR_SSL') || err.code.includes('CERT') || err.code === 'ERR_TLS_CERT_ALTNAME_INVALID');
 }
 
+/** A tunnel's stream error (shared by all tunnels: the closure above would keep this whole scope per tunnel). */
+function onTunnelError(this: ClientHttp2Stream, err: Error): void {
+  log.debug({ err: err.message, authority: this.sentHeaders?.[':authority'] }, 'HBONE tunnel stream error');
+}
+
 /** Wait for the CONNECT answer: 200 ⇒ the tunnel; anything else ⇒ HboneConnectError. `onTimeout` runs when none came in time. */
 function awaitResponse(stream: ClientHttp2Stream, where: string, timeoutMs: number, onTimeout: () => void): Promise<{ stream: ClientHttp2Stream; headers: IncomingHttpHeaders }> {
   return new Promise((resolve, reject) => {
@@ -382,7 +411,7 @@ function awaitResponse(stream: ClientHttp2Stream, where: string, timeoutMs: numb
       stream.off('close', onClose);
       const status = Number(headers[':status']);
       if (status === 200) {
-        stream.on('error', (err) => log.debug({ err: err.message, where }, 'HBONE tunnel stream error'));
+        stream.on('error', onTunnelError);
         resolve({ stream, headers });
       } else {
         stream.on('error', () => {});

@@ -70,9 +70,20 @@ export class HboneServer {
   /** Warnings a client can trigger at will (failed handshakes, refused identities, rejected streams), rate-limited. */
   private readonly warnings = new LogLimiter();
   private readonly peerLimits: PeerLimits | undefined;
+  /**
+   * Listeners every stream shares: a waypoint holds thousands of idle tunnels, and a closure (with
+   * Node's `once` wrapper) per stream and event cost more than the stream's own state.
+   */
+  private readonly onStreamError: (err: Error) => void;
+  private readonly onStreamClose: (this: ServerHttp2Stream) => void;
 
   constructor(opts: HboneServerOptions) {
     this.opts = opts;
+    this.onStreamError = (err) => log.debug({ err: err.message, server: opts.name }, 'HBONE stream error');
+    const server = this;
+    this.onStreamClose = function (this: ServerHttp2Stream) {
+      server.streamClosed(this);
+    };
     this.server = http2.createSecureServer({
       ...hboneTlsOptions(opts.material),
       requestCert: true,
@@ -256,7 +267,11 @@ export class HboneServer {
    * A stream of an authenticated session closed: count it for Envoy's premature-reset rule
    * (premature-resets.ts), premature when the client dropped it unused within the minimum lifetime.
    */
-  private streamClosed(session: ServerHttp2Session, state: SessionState, stream: ServerHttp2Stream, opened: { at: number; turn: number }): void {
+  private streamClosed(stream: ServerHttp2Stream): void {
+    const opened = (stream as TaggedStream)[kOpened];
+    if (!opened) return;
+    const session = opened.session;
+    const state = session[kState]!;
     // Streams closed with their session are no client's resets.
     if (session.destroyed || session.closed || state.closedBy) return;
     const p = this.opts.http2;
@@ -302,7 +317,7 @@ export class HboneServer {
 
   private onStream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
     releaseTimerOnClose(stream);
-    stream.on('error', (err) => log.debug({ err: err.message, server: this.opts.name }, 'HBONE stream error'));
+    stream.on('error', this.onStreamError);
     const session = stream.session as TaggedSession | undefined;
     const state = session?.[kState];
     if (!state) {
@@ -319,8 +334,8 @@ export class HboneServer {
       this.closeSession(session!, state, 'peer_stream_rate', 'HBONE client over its stream rate; closing its session (GOAWAY ENHANCE_YOUR_CALM)');
       return;
     }
-    const opened = { at: performance.now(), turn: loopTurn() };
-    stream.once('close', () => this.streamClosed(session!, state, stream, opened));
+    (stream as TaggedStream)[kOpened] = { session: session!, at: performance.now(), turn: loopTurn() };
+    stream.on('close', this.onStreamClose);
     // Tell the client's END_STREAM from a reset from the first frame on: an end that arrives while
     // the protocol is sniffed or the upstream dialed must still reach the upstream (relay.ts).
     watchEndStream(stream);
@@ -375,6 +390,9 @@ interface SessionState {
 }
 const kState = Symbol('hbone.session');
 type TaggedSession = ServerHttp2Session & { [kState]?: SessionState };
+/** When and on which session a stream opened (for the premature-reset rule; Node unsets `stream.session` before 'close'). */
+const kOpened = Symbol('hbone.opened');
+type TaggedStream = ServerHttp2Stream & { [kOpened]?: { readonly session: TaggedSession; readonly at: number; readonly turn: number } };
 
 /**
  * Why Node or nghttp2 closed a session, from the error they emit: too many streams refused in a

@@ -29,6 +29,8 @@ interface EndState {
   received: number;
   reset: StreamReset | undefined;
   onReset: ((reset: StreamReset) => void) | undefined;
+  /** The stream's `push` before {@link watchEndStream} replaced it. */
+  readonly push: (chunk: unknown, encoding?: BufferEncoding) => boolean;
 }
 
 const kEnd = Symbol('waypoint.streamEnd');
@@ -46,17 +48,20 @@ export function watchEndStream(stream: Http2Stream, onReset?: (reset: StreamRese
     known.onReset = onReset ?? known.onReset;
     return;
   }
-  const state: EndState = { endStream: undefined, received: 0, reset: undefined, onReset };
+  const state: EndState = { endStream: undefined, received: 0, reset: undefined, onReset, push: s.push };
   s[kEnd] = state;
   // END_STREAM on the HEADERS: Node ends the readable side before the 'stream' event, so the
   // push(null) below is never seen (Node documents `endAfterHeaders` for exactly this flag).
   if (s.endAfterHeaders) state.endStream = true;
-  const push = s.push;
-  s.push = function (this: Watched, chunk: unknown, encoding?: BufferEncoding): boolean {
-    if (chunk === null) decide(this, state);
-    else state.received += (chunk as Buffer).length;
-    return push.call(this, chunk, encoding);
-  };
+  s.push = watchedPush;
+}
+
+/** `push` of a watched stream: one shared function (no closure per stream; the state is on the stream). */
+function watchedPush(this: Watched, chunk: unknown, encoding?: BufferEncoding): boolean {
+  const state = this[kEnd]!;
+  if (chunk === null) decide(this, state);
+  else state.received += (chunk as Buffer).length;
+  return state.push.call(this, chunk, encoding);
 }
 
 /** The incoming side is ending now (`push(null)`): record how, once. */

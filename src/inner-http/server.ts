@@ -33,7 +33,7 @@ import {
   type RequestHead,
 } from '../pipeline/index.ts';
 import { log } from '../util/index.ts';
-import { closeTunnel, onTunnelEnd } from './streams.ts';
+import { closeThisTunnel, closeTunnel, destroyThis, onTunnelEnd } from './streams.ts';
 import { admitRequest, codecError, prepareStream, requestHead, unreadableHead, type ConnManagerOptions, type PathNormalizer, type Refusal } from './conn-manager.ts';
 
 /** Limits of the HTTP/1.x server inside tunnels (bytes, ms). */
@@ -174,15 +174,12 @@ export class InnerHttpServer {
     clearTimerOnDestroy(stream);
     conn.innerProtocol = protocol;
     this.tunnels.add(ref);
-    stream.once('close', () => {
-      this.tunnels.delete(ref);
-      // Node destroys the h2c session of a closed tunnel without clearing its idle timer
-      // (streams.ts); this listener runs before Node's, while the session can still clear it.
-      clearIdleTimer(ref.session);
-    });
+    // Shared listeners reading the tunnel from the stream: an idle tunnel holds no closures of its own.
+    (stream as TaggedSocket)[kTunnel] = ref;
+    stream.on('close', onAttachedClose);
     // RST_STREAM from the client while a response is back-pressured leaves the Http2Stream open
     // (it waits for writes that will never drain): destroy it so the request is cancelled.
-    stream.once('aborted', () => stream.destroy());
+    stream.on('aborted', destroyThis);
     if (protocol === 'HTTP/2') {
       this.attaching = ref;
       try {
@@ -197,14 +194,13 @@ export class InnerHttpServer {
       });
       return;
     }
-    (stream as TaggedSocket)[kTunnel] = ref;
     // Node's HTTP server closes a connection after a `Connection: close` exchange with
     // `destroySoon()` when the socket has one, else only `end()`: give the tunnel one, so the
     // CONNECT stream is closed both ways, as Envoy closes the TCP connection (a client that keeps
     // its side open must not hold the tunnel, and a drain, until the timeout).
-    (stream as Duplex & { destroySoon?: () => void }).destroySoon = () => closeTunnel(stream);
+    (stream as Duplex & { destroySoon?: () => void }).destroySoon = closeThisTunnel;
     this.server.emit('connection', joinWritev(stream));
-    stream.once('end', () => onTunnelEnd(ref));
+    stream.on('end', onAttachedEnd);
     // Protocol detection left the stream paused (with its first bytes pushed back).
     stream.resume();
   }
@@ -229,6 +225,19 @@ export class InnerHttpServer {
   cutting(): void {
     this.cut = true;
   }
+}
+
+/** 'close' of an attached tunnel: no longer served (see attach). */
+function onAttachedClose(this: TaggedSocket): void {
+  const ref = this[kTunnel]!;
+  ref.owner.tunnels.delete(ref);
+  // Node destroys the h2c session of a closed tunnel without clearing its idle timer
+  // (streams.ts); this listener runs before Node's, while the session can still clear it.
+  clearIdleTimer(ref.session);
+}
+
+function onAttachedEnd(this: TaggedSocket): void {
+  onTunnelEnd(this[kTunnel]!);
 }
 
 function onRequest(req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, ref: TunnelRef): StreamContext {

@@ -19,6 +19,16 @@ export function closeTunnel(tunnel: Duplex): void {
   tunnel.end();
 }
 
+/** {@link closeTunnel} as a method of the tunnel (one function for every tunnel: its `destroySoon`). */
+export function closeThisTunnel(this: Duplex): void {
+  closeTunnel(this);
+}
+
+/** `destroy()` as a listener shared by every tunnel. */
+export function destroyThis(this: Duplex): void {
+  this.destroy();
+}
+
 /** Queued bytes of a finished answer still delivered to a client that half-closed (one h2 window). */
 const DELIVER_AFTER_FIN_BYTES = 65_535;
 

@@ -77,9 +77,10 @@ export function waypointConnectHandler(deps: WaypointListenerDeps): (stream: Ser
       traceparent: headerString(req.headers.traceparent),
     };
     const conn = new ConnectionContext(info, mesh, target, protocolOf(target));
-    conn.closer = () => teardown(stream);
+    conn.closer = closerOf(stream);
     const chain = deps.chain.current;
-    stream.once('close', () => chain.completeConnection(conn));
+    (stream as TunnelStream)[kConnection] = { conn, chain };
+    stream.on('close', completeConnection);
     let result;
     try {
       result = chain.runConnection(conn);
@@ -96,6 +97,23 @@ export function waypointConnectHandler(deps: WaypointListenerDeps): (stream: Ser
       },
     );
   };
+}
+
+/**
+ * What the tunnel's 'close' listener completes: kept on the stream so that one shared listener
+ * serves every tunnel (thousands of idle ones hold no closure of their own).
+ */
+const kConnection = Symbol('waypoint.connection');
+type TunnelStream = ServerHttp2Stream & { [kConnection]?: { readonly conn: ConnectionContext; readonly chain: FilterChain } };
+
+function completeConnection(this: TunnelStream): void {
+  const c = this[kConnection];
+  if (c) c.chain.completeConnection(c.conn);
+}
+
+/** `conn.closer` of a tunnel (its own small closure: it keeps only the stream). */
+function closerOf(stream: ServerHttp2Stream): () => void {
+  return () => teardown(stream);
 }
 
 function admitted(deps: WaypointListenerDeps, stream: ServerHttp2Stream, conn: ConnectionContext, chain: FilterChain, status: FilterStatus): void {

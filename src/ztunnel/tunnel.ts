@@ -29,6 +29,8 @@ export interface TunnelOptions {
   /** Mesh state, to describe the source workload (owner of `bind`) in `baggage`. */
   readonly mesh?: { readonly current: MeshSnapshot };
   readonly http2?: Http2Params;
+  /** HBONE connections to spread the CONNECTs over (default 1: up to 100 streams share one, as with ztunnel). */
+  readonly connections?: number;
 }
 
 /** A running tunnel role; `start()` throws on invalid addresses, rejects on bind errors. */
@@ -56,6 +58,7 @@ export class TunnelRole {
       connectTimeoutMs: 10_000,
       idleTimeoutMs: 300_000,
       maxStreamsPerConnection: 100,
+      connections: opts.connections,
       localAddress: opts.bind,
     });
     const dst = { ip: to.ip, port: to.port, identity: opts.expectSan };
