@@ -232,7 +232,8 @@ export class InnerHttpServer {
 }
 
 function onRequest(req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, ref: TunnelRef): StreamContext {
-  const stream = begin(ref, req, res, requestHead(req));
+  const chain = ref.chain.forStream();
+  const stream = begin(ref, req, res, requestHead(req), true, chain);
   if (stream.http2 && ref.owner.draining) ref.session?.close();
   const refused = admitRequest(stream, ref.owner.hcm);
   if (refused) {
@@ -241,18 +242,18 @@ function onRequest(req: IncomingMessage | Http2ServerRequest, res: ServerRespons
   }
   let result: PhaseResult;
   try {
-    result = ref.chain.runRequestHeaders(stream);
+    result = chain.runRequestHeaders(stream);
   } catch (err) {
     filterFailed(stream, err);
     return stream;
   }
   if (typeof result === 'number') {
-    if (result === FilterStatus.Continue) ref.chain.terminal.forward(stream);
+    if (result === FilterStatus.Continue) chain.terminal.forward(stream);
     return stream;
   }
   result.then(
     (status) => {
-      if (status === FilterStatus.Continue && !downstreamClosed(stream)) ref.chain.terminal.forward(stream);
+      if (status === FilterStatus.Continue && !downstreamClosed(stream)) chain.terminal.forward(stream);
     },
     (err) => filterFailed(stream, err),
   );
@@ -260,12 +261,13 @@ function onRequest(req: IncomingMessage | Http2ServerRequest, res: ServerRespons
 }
 
 /**
- * A new stream on `ref`: counted, tracked for HTTP/1 keep-alive and drain (unless `track` is
+ * A new stream on `ref`, running `chain` (the tunnel's, without its dormant filters when they are:
+ * FilterChain.forStream): counted, tracked for HTTP/1 keep-alive and drain (unless `track` is
  * false: a refused request that leaves an earlier response in flight), completed when its
  * response closes.
  */
-function begin(ref: TunnelRef, req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, head: RequestHead, track = true): StreamContext {
-  const stream = new StreamContext(ref.conn, ref.chain, req, res, head);
+function begin(ref: TunnelRef, req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, head: RequestHead, track = true, chain: FilterChain = ref.chain.forStream()): StreamContext {
+  const stream = new StreamContext(ref.conn, chain, req, res, head);
   ref.conn.requestCount++;
   ref.active++;
   if (!stream.http2 && track) {
