@@ -75,6 +75,9 @@ interface TunnelRef {
 const kCodecFailed = Symbol('waypoint.codecFailed');
 type TaggedSocket = Duplex & { [kTunnel]?: TunnelRef; [kCodecFailed]?: boolean; _httpMessage?: ServerResponse | null };
 type TaggedSession = ServerHttp2Session & { [kTunnel]?: TunnelRef };
+/** A response's exchange and tunnel, read by the one shared 'close' listener (no closure per request). */
+const kExchange = Symbol('waypoint.exchange');
+type TaggedResponse = (ServerResponse | Http2ServerResponse) & { [kExchange]?: StreamContext; [kTunnel]?: TunnelRef };
 
 /** Serves HTTP/1.x and h2c on tunnels handed to {@link InnerHttpServer.attach}; one instance per waypoint. */
 export class InnerHttpServer {
@@ -278,8 +281,15 @@ function begin(ref: TunnelRef, req: IncomingMessage | Http2ServerRequest, res: S
     ref.lastKeepAlive = (res as ServerResponse).shouldKeepAlive;
     if (ref.owner.draining) (res as ServerResponse).shouldKeepAlive = false;
   }
-  res.once('close', () => onResponseClose(stream, ref));
+  (res as TaggedResponse)[kExchange] = stream;
+  (res as TaggedResponse)[kTunnel] = ref;
+  // A response closes once.
+  res.on('close', onResClose);
   return stream;
+}
+
+function onResClose(this: TaggedResponse): void {
+  onResponseClose(this[kExchange]!, this[kTunnel]!);
 }
 
 /** The connection manager refused the request: its local reply (an HTTP/1 connection closes after a protocol error). */

@@ -105,11 +105,21 @@ const HOP_BY_HOP_LENGTHS: Uint8Array = (() => {
   return a;
 })();
 
-/**
- * Copy a raw header list without hop-by-hop headers. `connectionValue` is the message's
- * `Connection` header (its tokens name more headers to drop). Returns a new flat list.
- */
-export function stripHopByHop(raw: readonly string[], connectionValue: string | undefined): string[] {
+/** Whether `name` (any case) is one of the fixed hop-by-hop header names (not those `Connection` names). */
+export function isHopByHop(name: string): boolean {
+  // Only names as long as a hop-by-hop one are lower-cased and looked up (most are not).
+  return HOP_BY_HOP_LENGTHS[name.length] === 1 && HOP_BY_HOP.has(name.toLowerCase());
+}
+
+/** Whether a `Connection` header value names headers to drop (any token but `close` and `keep-alive`). */
+export function namesMoreHeaders(connectionValue: string): boolean {
+  // The usual values, without splitting.
+  const v = connectionValue.length <= 12 ? connectionValue.trim().toLowerCase() : '';
+  if (v === 'keep-alive' || v === 'close') return false;
+  return connectionExtras(connectionValue) !== undefined;
+}
+
+function connectionExtras(connectionValue: string | undefined): Set<string> | undefined {
   let extra: Set<string> | undefined;
   if (connectionValue) {
     for (const token of connectionValue.split(',')) {
@@ -117,6 +127,15 @@ export function stripHopByHop(raw: readonly string[], connectionValue: string | 
       if (t && t !== 'close' && t !== 'keep-alive') (extra ??= new Set()).add(t);
     }
   }
+  return extra;
+}
+
+/**
+ * Copy a raw header list without hop-by-hop headers. `connectionValue` is the message's
+ * `Connection` header (its tokens name more headers to drop). Returns a new flat list.
+ */
+export function stripHopByHop(raw: readonly string[], connectionValue: string | undefined): string[] {
+  const extra = connectionExtras(connectionValue);
   const out: string[] = [];
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i];

@@ -23,7 +23,7 @@ import {
   type UpstreamLease,
 } from '../upstream/index.ts';
 import { GrpcWebTrailerReader, type GrpcFrameCounter } from './grpc-frames.ts';
-import { type BufferHolder, defineSlot, HeaderList, heldBy, respond, type Slot, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
+import { type BufferHolder, defineSlot, HeaderList, heldBy, isHopByHop, namesMoreHeaders, respond, type Slot, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
 
 /** Where an attempt is (one state at a time; the last two are final). */
 export const AttemptState = {
@@ -52,7 +52,7 @@ export interface AttemptOwner {
   readonly responseEdits: readonly HeaderModifier[] | undefined;
   /** gRPC only: message counter of the answer sent downstream. */
   readonly responseFrames: GrpcFrameCounter | null;
-  /** Final response headers arrived: true when the retry policy takes another attempt (this answer is drained). */
+  /** Final response headers arrived (`raw`: without hop-by-hop headers): true when the retry policy takes another attempt (this answer is drained). */
   retriesResponse(status: number, raw: readonly string[]): boolean;
   /** The response was passed downstream whole (its trailers and end follow). */
   onAttemptComplete(a: UpstreamRequest): void;
@@ -178,23 +178,29 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
       return false;
     }
     if (statusCode < 200) return true; // 1xx: Node's server already handled Continue.
-    const raw: string[] = new Array(rawHeaders.length);
-    for (let i = 0; i < rawHeaders.length; i++) raw[i] = rawHeaders[i].toString('latin1');
+    // One pass: the header block as strings, and without hop-by-hop headers (what goes downstream).
+    let headers: string[] = [];
+    let connection: string | undefined;
+    for (let i = 0; i < rawHeaders.length; i += 2) {
+      const n = rawHeaders[i].toString('latin1');
+      const v = rawHeaders[i + 1].toString('latin1');
+      if (!isHopByHop(n)) headers.push(n, v);
+      else if (n.length === 10 && n.toLowerCase() === 'connection') connection = v;
+    }
     const o = this.owner;
-    if (o.retriesResponse(statusCode, raw)) {
+    if (o.retriesResponse(statusCode, headers)) {
       // Drain this answer and try again once it is complete (the connection stays reusable).
       this.state = AttemptState.Draining;
       return true;
     }
     this.state = AttemptState.ResponseStarted;
     this.resume = resume;
-    let connection: string | undefined;
-    for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 10 && raw[i].toLowerCase() === 'connection') connection = raw[i + 1];
     const s = o.stream;
     s.upstreamResponseMonotonic = performance.now();
     s.responseCodeDetails = 'via_upstream';
     s.upstreamConnectHeaders = o.clusters.connectHeadersFor(this.lease.ep);
-    let headers = stripHopByHop(raw, connection);
+    // Headers the Connection header names are hop-by-hop too (rare: a second pass).
+    if (connection !== undefined && namesMoreHeaders(connection)) headers = stripHopByHop(headers, connection);
     if (s.isGrpcWeb) this.webTrailer = grpcWebAnswer(s, headers);
     else if (s.http2) {
       // gRPC trailers-only (grpc-status among the headers, which the gRPC protocol allows only
