@@ -221,6 +221,12 @@ function absoluteForm(target: string): { path: string; host: string } | undefine
   return { path: rest.charCodeAt(0) === 0x2f ? rest : `/${rest}`, host: m[1] };
 }
 
+/** `Upgrade: websocket` (a token of the header, any case) on a request with `Connection: upgrade`. */
+export function isWebSocketUpgrade(req: IncomingMessage): boolean {
+  const u = req.headers.upgrade;
+  return u !== undefined && /(?:^|,)\s*websocket\s*(?:,|$)/i.test(u);
+}
+
 // --- codec errors -------------------------------------------------------------------------
 
 /** The local reply Envoy's HTTP/1 codec sends for a request Node's parser refused. */

@@ -33,8 +33,8 @@ import {
   type RequestHead,
 } from '../pipeline/index.ts';
 import { log } from '../util/index.ts';
-import { closeTunnel, onTunnelEnd } from './streams.ts';
-import { admitRequest, codecError, prepareStream, requestHead, unreadableHead, type ConnManagerOptions, type PathNormalizer, type Refusal } from './conn-manager.ts';
+import { closeTunnel, type IdleClock, KeepAliveIdle, onTunnelEnd } from './streams.ts';
+import { admitRequest, codecError, isWebSocketUpgrade, prepareStream, requestHead, unreadableHead, type ConnManagerOptions, type PathNormalizer, type Refusal } from './conn-manager.ts';
 
 /** Limits of the HTTP/1.x server inside tunnels (bytes, ms). */
 export interface InnerHttpOptions {
@@ -70,12 +70,14 @@ interface TunnelRef {
   /** HTTP/1: the last request received, and whether it asked to keep the connection (see onTunnelEnd). */
   last: StreamContext | undefined;
   lastKeepAlive: boolean;
+  /** HTTP/1: keep-alive idle accounting (streams.ts). */
+  readonly idle: IdleClock;
 }
 /** Set on an HTTP/1 tunnel once its codec failed: later parse errors of the same bytes are not answered again. */
 const kCodecFailed = Symbol('waypoint.codecFailed');
 type TaggedSocket = Duplex & { [kTunnel]?: TunnelRef; [kCodecFailed]?: boolean; _httpMessage?: ServerResponse | null };
 type TaggedSession = ServerHttp2Session & { [kTunnel]?: TunnelRef };
-/** A response's exchange and tunnel, read by the one shared 'close' listener (no closure per request). */
+/** A response's exchange (and kTunnel its tunnel), for the one shared 'close' listener: no closure per request. */
 const kExchange = Symbol('waypoint.exchange');
 type TaggedResponse = (ServerResponse | Http2ServerResponse) & { [kExchange]?: StreamContext; [kTunnel]?: TunnelRef };
 
@@ -88,6 +90,8 @@ export class InnerHttpServer {
   /** The connection manager's settings (HTTP/1.0 refusal, path normalization). */
   readonly hcm: ConnManagerOptions;
   private readonly streamIdleTimeoutMs: number;
+  /** HTTP/1 tunnels' keep-alive idle timeout, when counted here rather than by Node's server (streams.ts). */
+  readonly keepAlive: KeepAliveIdle;
   /** Tunnels currently served (for drain). */
   readonly tunnels = new Set<TunnelRef>();
   /** Set by {@link drain}: responses carry `Connection: close` and idle tunnels are ended. */
@@ -96,6 +100,7 @@ export class InnerHttpServer {
   cut = false;
 
   constructor(opts: InnerHttpOptions) {
+    this.keepAlive = new KeepAliveIdle(opts.streamIdleTimeoutMs, opts.idleTimeoutMs);
     this.server = http.createServer(
       {
         maxHeaderSize: opts.maxHeaderSize,
@@ -104,7 +109,8 @@ export class InnerHttpServer {
         requireHostHeader: false,
         // Uploads may take as long as they take; Envoy's waypoint has no request timeout by default.
         requestTimeout: 0,
-        keepAliveTimeout: opts.idleTimeoutMs,
+        // 0 when KeepAliveIdle counts it (streams.ts): no timer switch per request.
+        keepAliveTimeout: this.keepAlive.keepAliveMs > 0 ? 0 : opts.idleTimeoutMs,
         // Only WebSocket upgrades leave the HTTP parser (istio/istio#27078); any other `Upgrade`
         // (h2c, as Envoy ignores it) is an ordinary request whose hop-by-hop headers are stripped.
         shouldUpgradeCallback: isWebSocketUpgrade,
@@ -172,7 +178,7 @@ export class InnerHttpServer {
    * speaks inside (`HTTP/2` = h2c with prior knowledge, else HTTP/1.x).
    */
   attach(stream: Duplex, conn: ConnectionContext, chain: FilterChain, protocol: 'HTTP/1.1' | 'HTTP/2'): void {
-    const ref: TunnelRef = { conn, chain, owner: this, stream, session: undefined, active: 0, current: undefined, last: undefined, lastKeepAlive: false };
+    const ref: TunnelRef = { conn, chain, owner: this, stream, session: undefined, active: 0, current: undefined, last: undefined, lastKeepAlive: false, idle: { mark: 0, idleFor: 0, armedMs: 0 } };
     // Node's HTTP server arms the tunnel's idle timers (stream idle, keep-alive).
     clearTimerOnDestroy(stream);
     conn.innerProtocol = protocol;
@@ -274,6 +280,7 @@ function begin(ref: TunnelRef, req: IncomingMessage | Http2ServerRequest, res: S
   ref.conn.requestCount++;
   ref.active++;
   if (!stream.http2 && track) {
+    ref.owner.keepAlive.requestStarts(ref.stream, ref.idle);
     ref.current ??= stream;
     ref.last = stream;
     // What the request itself asked for (Node derives it from the version and `Connection`),
@@ -283,7 +290,6 @@ function begin(ref: TunnelRef, req: IncomingMessage | Http2ServerRequest, res: S
   }
   (res as TaggedResponse)[kExchange] = stream;
   (res as TaggedResponse)[kTunnel] = ref;
-  // A response closes once.
   res.on('close', onResClose);
   return stream;
 }
@@ -366,12 +372,6 @@ function onClientError(err: Error & { code?: string }, socket: Duplex): void {
   sendLocalReply(stream, failure.status, '', ResponseFlag.DownstreamProtocolError, failure.details);
 }
 
-/** `Upgrade: websocket` (a token of the header, any case) on a request with `Connection: upgrade`. */
-function isWebSocketUpgrade(req: IncomingMessage): boolean {
-  const u = req.headers.upgrade;
-  return u !== undefined && /(?:^|,)\s*websocket\s*(?:,|$)/i.test(u);
-}
-
 /**
  * A WebSocket upgrade request (istio/istio#27078). Node's parser has let go of the tunnel, so the
  * exchange gets a ServerResponse on it as Node builds one for ordinary requests, then runs like
@@ -402,13 +402,15 @@ function onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
 }
 
 /**
- * Idle timeout of a tunnel (Node calls this for the stream idle timeout while a request is in
- * flight, and for the keep-alive timeout between requests). A request still waiting for its
- * response gets Envoy's `408 stream timeout` with flag `SI` and the upstream request is
- * cancelled; otherwise the tunnel is closed.
+ * Idle timeout of a tunnel (Node calls this for the stream idle timeout, and between requests for
+ * the keep-alive timeout, or the stream idle timeout when KeepAliveIdle counts the keep-alive time).
+ * A request still waiting for its response gets Envoy's `408 stream timeout` with flag `SI` and
+ * the upstream request is cancelled; otherwise the tunnel is closed (unless its keep-alive time is not over).
  */
 function onTunnelTimeout(socket: Duplex): void {
-  const s = (socket as TaggedSocket)[kTunnel]?.current;
+  const ref = (socket as TaggedSocket)[kTunnel];
+  const s = ref?.current;
+  if (!s && ref && ref.owner.keepAlive.stillIdle(socket, ref.idle, ref.conn.requestCount)) return;
   if (!s || s.res.headersSent) {
     socket.destroy();
     return;
