@@ -83,32 +83,40 @@ export class HeaderList {
 }
 
 /**
- * Hop-by-hop headers (RFC 9110 §7.6.1) plus the legacy ones proxies strip. They describe one
- * connection and never cross a proxy; names listed in `Connection` are removed too.
+ * Whether `name` (any case) is a hop-by-hop header (RFC 9110 §7.6.1) or one of the legacy ones
+ * proxies strip (connection, keep-alive, proxy-connection, proxy-authenticate, proxy-authorization,
+ * te, trailer, transfer-encoding, upgrade): they describe one connection and never cross a proxy.
+ * Names a `Connection` header lists are hop-by-hop too (see {@link stripHopByHop}).
  */
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-]);
-
-/** 1 at the index of each hop-by-hop name's length. */
-const HOP_BY_HOP_LENGTHS: Uint8Array = (() => {
-  const a = new Uint8Array(64);
-  for (const n of HOP_BY_HOP) a[n.length] = 1;
-  return a;
-})();
-
-/** Whether `name` (any case) is one of the fixed hop-by-hop header names (not those `Connection` names). */
 export function isHopByHop(name: string): boolean {
-  // Only names as long as a hop-by-hop one are lower-cased and looked up (most are not).
-  return HOP_BY_HOP_LENGTHS[name.length] === 1 && HOP_BY_HOP.has(name.toLowerCase());
+  // By length, then compared without lower-casing (no string per header).
+  switch (name.length) {
+    case 2:
+      return sameLower(name, 'te');
+    case 7:
+      return sameLower(name, 'trailer') || sameLower(name, 'upgrade');
+    case 10:
+      return sameLower(name, 'connection') || sameLower(name, 'keep-alive');
+    case 16:
+      return sameLower(name, 'proxy-connection');
+    case 17:
+      return sameLower(name, 'transfer-encoding');
+    case 18:
+      return sameLower(name, 'proxy-authenticate');
+    case 19:
+      return sameLower(name, 'proxy-authorization');
+    default:
+      return false;
+  }
+}
+
+/** `s` equals `lower` (lower case, same length) ignoring ASCII case. */
+function sameLower(s: string, lower: string): boolean {
+  for (let i = 0; i < lower.length; i++) {
+    const c = s.charCodeAt(i);
+    if ((c >= 0x41 && c <= 0x5a ? c | 0x20 : c) !== lower.charCodeAt(i)) return false;
+  }
+  return true;
 }
 
 /** Whether a `Connection` header value names headers to drop (any token but `close` and `keep-alive`). */
@@ -139,11 +147,7 @@ export function stripHopByHop(raw: readonly string[], connectionValue: string | 
   const out: string[] = [];
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i];
-    // Only names as long as a hop-by-hop one are lower-cased and looked up (most are not).
-    if (extra !== undefined || HOP_BY_HOP_LENGTHS[name.length] === 1) {
-      const lower = name.toLowerCase();
-      if (HOP_BY_HOP.has(lower) || extra?.has(lower)) continue;
-    }
+    if (isHopByHop(name) || extra?.has(name.toLowerCase())) continue;
     out.push(name, raw[i + 1]);
   }
   return out;
