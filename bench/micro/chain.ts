@@ -108,18 +108,20 @@ function once(chain: FilterChain, at: { mesh: MeshSnapshot; target: Target } = {
   const r1 = chain.runConnection(conn);
   // The connection manager builds one header list per request (src/inner-http/conn-manager.ts).
   const head = { protocol: 'HTTP/1.1', method: 'GET', path: '/', authority: 'echo', headers: new HeaderList(['host', 'echo', 'user-agent', 'bench', 'accept', '*/*']) };
-  const stream = new StreamContext(conn, chain, req, res, head);
+  // Each request runs the chain without its dormant filters while they are (src/inner-http/server.ts).
+  const sc = chain.forStream();
+  const stream = new StreamContext(conn, sc, req, res, head);
   const finish = () => {
-    chain.terminal.forward(stream);
+    sc.terminal.forward(stream);
     const up = new HeaderList(['host', 'echo', 'user-agent', 'bench', 'content-type', 'application/json']);
-    chain.runUpstreamRequest(stream, up);
+    sc.runUpstreamRequest(stream, up);
     const down = new HeaderList(['content-type', 'application/json', 'content-length', '2']);
-    chain.runResponseHeaders(stream, down);
-    chain.completeStream(stream);
+    sc.runResponseHeaders(stream, down);
+    sc.completeStream(stream);
     chain.completeConnection(conn);
   };
   if (typeof r1 !== 'number') throw new Error('onConnection is sync here');
-  const r2 = chain.runRequestHeaders(stream);
+  const r2 = sc.runRequestHeaders(stream);
   if (typeof r2 === 'number') return finish();
   return r2.then(finish);
 }

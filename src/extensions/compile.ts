@@ -33,6 +33,8 @@ export interface CompiledExtensions {
   readonly version: number;
   /** Every WaypointFilter of the snapshot (`WaypointFilter/<ns>/<name>`), attached or not. */
   readonly filters: readonly string[];
+  /** Nothing is attached anywhere (no target, route rule or Gateway has a filter): the phase slots are dormant. */
+  readonly empty: boolean;
   /** The filters for a tunnel's target, by phase (never undefined: nothing attached is all empty). */
   forTarget(target: Target): AttachedSet;
   /** The filters of a route rule, or undefined when none. */
@@ -129,6 +131,7 @@ export function compileExtensions(snapshot: MeshSnapshot, ctx: ExtensionContext)
   return Object.freeze({
     version: snapshot.version,
     filters: Object.freeze(specs.map((s) => s.ref)),
+    empty: gateway.length === 0 && byService.size === 0 && byRule.size === 0,
     forTarget: (target: Target): AttachedSet => {
       const port = target.kind === 'service' ? target.port.port : target.port;
       if (target.kind === 'service') {

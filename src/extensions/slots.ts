@@ -5,7 +5,9 @@
  * (which does Istio's authentication and authorization both), `STATS` just before `istio.stats`,
  * unset just before the router. Each tunnel and request looks its target's filters up once in the
  * current snapshot's attachment table (compile.ts) and each slot runs its phase's share, so
- * changing WaypointFilters never rebuilds the chain, and a target with none costs a lookup.
+ * changing WaypointFilters never rebuilds the chain, and a target with none costs a lookup. While
+ * the mesh has no attachment at all the slots are dormant (pipeline/filter.ts `dormant`): new
+ * requests run the chain without them.
  *
  * Route rules: the router runs a chosen rule's filters (`runRouteFilters`) after it chose the rule
  * and before it builds the upstream request, since the rule is known only then (Envoy resolves the
@@ -45,18 +47,44 @@ function streamSet(stream: StreamContext, mesh: FilterEnv['mesh']): AttachedSet 
   return set;
 }
 
+/** Whether the current snapshot attaches nothing, read once per snapshot (the four slots share it). */
+class Dormancy {
+  private snapshot: MeshSnapshot | undefined = undefined;
+  private empty = false;
+  private readonly mesh: FilterEnv['mesh'];
+
+  constructor(mesh: FilterEnv['mesh']) {
+    this.mesh = mesh;
+  }
+
+  now(): boolean {
+    const current = this.mesh.current;
+    if (current !== this.snapshot) {
+      this.empty = extensionsFor(current).empty;
+      this.snapshot = current;
+    }
+    return this.empty;
+  }
+}
+
 class ExtensionSlot implements Filter {
   readonly name: string;
   private readonly phase: number;
   /** The unset phase's slot, last before the router: also runs the chosen route rule's later hooks. */
   private readonly last: boolean;
   private readonly mesh: FilterEnv['mesh'];
+  private readonly dormancy: Dormancy;
 
-  constructor(phase: number, mesh: FilterEnv['mesh']) {
+  constructor(phase: number, mesh: FilterEnv['mesh'], dormancy: Dormancy) {
     this.name = EXTENSION_SLOTS[phase];
     this.phase = phase;
     this.last = phase === EXTENSION_SLOTS.length - 1;
     this.mesh = mesh;
+    this.dormancy = dormancy;
+  }
+
+  dormant(): boolean {
+    return this.dormancy.now();
   }
 
   onConnection(conn: ConnectionContext): PhaseResult {
@@ -101,7 +129,8 @@ class ExtensionSlot implements Filter {
 
 /** The slot filters, in phase order, reading the current snapshot from `mesh` (place them with {@link withExtensionSlots}). */
 export function extensionSlots(mesh: FilterEnv['mesh']): Filter[] {
-  return EXTENSION_SLOTS.map((_, phase) => new ExtensionSlot(phase, mesh));
+  const dormancy = new Dormancy(mesh);
+  return EXTENSION_SLOTS.map((_, phase) => new ExtensionSlot(phase, mesh, dormancy));
 }
 
 /**
@@ -124,9 +153,12 @@ export function withExtensionSlots(filters: readonly Filter[], slots: readonly F
 
 /**
  * The router's hook for a chosen route rule: run the rule's filters' request phase (guarded as
- * the slots' are); their later hooks run with the last slot. Continue when the rule has none.
+ * the slots' are); their later hooks run with the last slot. Continue when the rule has none, or
+ * when the request runs without the slots (they were dormant as it started: the rule's filters
+ * were attached since, and their later hooks would not run).
  */
 export function runRouteFilters(stream: StreamContext, rule: CompiledRule, mesh: MeshSnapshot): PhaseResult {
+  if (stream.get(STREAM_SET) === undefined) return FilterStatus.Continue;
   const list = extensionsFor(mesh).forRule(rule);
   if (!list) return FilterStatus.Continue;
   stream.set(ROUTE_LIST, list);

@@ -21,8 +21,8 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Http2ServerRequest } from 'node:http2';
-import { HeaderList, ResponseFlag, stripHopByHop, type ResponseFlagName, type DownstreamRequest, type RequestHead, type StreamContext } from '../pipeline/index.ts';
-import { clusterName } from '../state/index.ts';
+import { HeaderList, isHopByHop, namesMoreHeaders, ResponseFlag, stripHopByHop, type ResponseFlagName, type DownstreamRequest, type RequestHead, type StreamContext } from '../pipeline/index.ts';
+import { clusterName, type Target } from '../state/index.ts';
 
 /**
  * A path normalization step (Envoy's `normalize_path` / `merge_slashes` on the HCM): returns the
@@ -64,13 +64,18 @@ export function requestHead(req: DownstreamRequest): RequestHead {
   let host: string | undefined;
   let connection: string | undefined;
   let teTrailers = false;
+  // One pass: the fields the connection manager reads, and the list without hop-by-hop headers.
+  let headers: string[] = [];
   for (let i = 0; i < raw.length; i += 2) {
     const n = raw[i];
-    if (n.length === 4 && host === undefined && n.toLowerCase() === 'host') host = raw[i + 1];
-    else if (n.length === 10 && n.toLowerCase() === 'connection') connection = connection === undefined ? raw[i + 1] : `${connection},${raw[i + 1]}`;
-    else if (n.length === 2 && n.toLowerCase() === 'te') teTrailers ||= TE_TRAILERS.test(raw[i + 1]);
+    const len = n.length;
+    if (len === 4 && host === undefined && n.toLowerCase() === 'host') host = raw[i + 1];
+    else if (len === 2 && n.toLowerCase() === 'te') teTrailers ||= TE_TRAILERS.test(raw[i + 1]);
+    else if (len === 10 && n.toLowerCase() === 'connection') connection = connection === undefined ? raw[i + 1] : `${connection},${raw[i + 1]}`;
+    if (!isHopByHop(n)) headers.push(n, raw[i + 1]);
   }
-  const headers = stripHopByHop(raw, connection);
+  // Headers the Connection header names are hop-by-hop too (rare: a second pass).
+  if (connection !== undefined && namesMoreHeaders(connection)) headers = stripHopByHop(headers, connection);
   // TE is hop-by-hop, but its `trailers` token is kept (Envoy's HCM sanitizes TE to `trailers`;
   // gRPC needs it upstream), in the list filters see and edit.
   if (teTrailers) headers.push('te', 'trailers');
@@ -113,9 +118,15 @@ export function unreadableHead(protocol: string): RequestHead {
 const BAD_REQUEST = 'Bad Request';
 const HTTP09_BODY = 'HTTP/0.9 requests are not supported\n';
 
+/** Stat prefixes by tunnel target (targets are immutable per snapshot; the name was built per request). */
+const statPrefixes = new WeakMap<Target, string>();
+
 /** Set the stream's connection-manager facts: the stat prefix and the request id (kept or generated). */
 export function prepareStream(stream: StreamContext): void {
-  stream.statPrefix = clusterName(stream.conn.target, 'http');
+  const target = stream.conn.target;
+  let prefix = statPrefixes.get(target);
+  if (prefix === undefined) statPrefixes.set(target, (prefix = clusterName(target, 'http')));
+  stream.statPrefix = prefix;
   keepOrGenerateRequestId(stream);
 }
 
@@ -177,7 +188,9 @@ function keepOrGenerateRequestId(stream: StreamContext): void {
     return;
   }
   const generated = randomUUID();
-  stream.requestHeaders.set('x-request-id', generated);
+  // An empty value is replaced; an absent one appended (no second scan).
+  if (have === undefined) stream.requestHeaders.append('x-request-id', generated);
+  else stream.requestHeaders.set('x-request-id', generated);
   stream.requestId = generated;
 }
 
@@ -206,6 +219,12 @@ function absoluteForm(target: string): { path: string; host: string } | undefine
   if (!m) return undefined;
   const rest = m[2];
   return { path: rest.charCodeAt(0) === 0x2f ? rest : `/${rest}`, host: m[1] };
+}
+
+/** `Upgrade: websocket` (a token of the header, any case) on a request with `Connection: upgrade`. */
+export function isWebSocketUpgrade(req: IncomingMessage): boolean {
+  const u = req.headers.upgrade;
+  return u !== undefined && /(?:^|,)\s*websocket\s*(?:,|$)/i.test(u);
 }
 
 // --- codec errors -------------------------------------------------------------------------

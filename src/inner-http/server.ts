@@ -33,8 +33,8 @@ import {
   type RequestHead,
 } from '../pipeline/index.ts';
 import { log } from '../util/index.ts';
-import { closeThisTunnel, closeTunnel, destroyThis, onTunnelEnd } from './streams.ts';
-import { admitRequest, codecError, prepareStream, requestHead, unreadableHead, type ConnManagerOptions, type PathNormalizer, type Refusal } from './conn-manager.ts';
+import { closeThisTunnel, closeTunnel, destroyThis, type IdleClock, KeepAliveIdle, onTunnelEnd } from './streams.ts';
+import { admitRequest, codecError, isWebSocketUpgrade, prepareStream, requestHead, unreadableHead, type ConnManagerOptions, type PathNormalizer, type Refusal } from './conn-manager.ts';
 
 /** Limits of the HTTP/1.x server inside tunnels (bytes, ms). */
 export interface InnerHttpOptions {
@@ -42,10 +42,7 @@ export interface InnerHttpOptions {
   readonly maxHeaderSize: number;
   /** Idle keep-alive time (ms) of an inner connection; 0 disables. */
   readonly idleTimeoutMs: number;
-  /**
-   * A tunnel with a request in flight and no bytes moving either way for this long (ms) is closed
-   * (Envoy's `stream_idle_timeout`, default 5 min); 0 disables.
-   */
+  /** A tunnel with a request in flight and no bytes moving for this long (ms) is closed (Envoy's `stream_idle_timeout`, 5 min); 0 disables. */
   readonly streamIdleTimeoutMs: number;
   /** HTTP/2 settings of h2c sessions inside tunnels (windows, frame size, header list size). */
   readonly http2: Http2Params;
@@ -70,11 +67,16 @@ interface TunnelRef {
   /** HTTP/1: the last request received, and whether it asked to keep the connection (see onTunnelEnd). */
   last: StreamContext | undefined;
   lastKeepAlive: boolean;
+  /** HTTP/1: keep-alive idle accounting (streams.ts). */
+  readonly idle: IdleClock;
 }
 /** Set on an HTTP/1 tunnel once its codec failed: later parse errors of the same bytes are not answered again. */
 const kCodecFailed = Symbol('waypoint.codecFailed');
 type TaggedSocket = Duplex & { [kTunnel]?: TunnelRef; [kCodecFailed]?: boolean; _httpMessage?: ServerResponse | null };
 type TaggedSession = ServerHttp2Session & { [kTunnel]?: TunnelRef };
+/** A response's exchange (and kTunnel its tunnel), for the one shared 'close' listener: no closure per request. */
+const kExchange = Symbol('waypoint.exchange');
+type TaggedResponse = (ServerResponse | Http2ServerResponse) & { [kExchange]?: StreamContext; [kTunnel]?: TunnelRef };
 
 /** Serves HTTP/1.x and h2c on tunnels handed to {@link InnerHttpServer.attach}; one instance per waypoint. */
 export class InnerHttpServer {
@@ -85,6 +87,8 @@ export class InnerHttpServer {
   /** The connection manager's settings (HTTP/1.0 refusal, path normalization). */
   readonly hcm: ConnManagerOptions;
   private readonly streamIdleTimeoutMs: number;
+  /** HTTP/1 tunnels' keep-alive idle timeout, when counted here rather than by Node's server (streams.ts). */
+  readonly keepAlive: KeepAliveIdle;
   /** Tunnels currently served (for drain). */
   readonly tunnels = new Set<TunnelRef>();
   /** Set by {@link drain}: responses carry `Connection: close` and idle tunnels are ended. */
@@ -93,6 +97,7 @@ export class InnerHttpServer {
   cut = false;
 
   constructor(opts: InnerHttpOptions) {
+    this.keepAlive = new KeepAliveIdle(opts.streamIdleTimeoutMs, opts.idleTimeoutMs);
     this.server = http.createServer(
       {
         maxHeaderSize: opts.maxHeaderSize,
@@ -101,7 +106,8 @@ export class InnerHttpServer {
         requireHostHeader: false,
         // Uploads may take as long as they take; Envoy's waypoint has no request timeout by default.
         requestTimeout: 0,
-        keepAliveTimeout: opts.idleTimeoutMs,
+        // 0 when KeepAliveIdle counts it (streams.ts): no timer switch per request.
+        keepAliveTimeout: this.keepAlive.keepAliveMs > 0 ? 0 : opts.idleTimeoutMs,
         // Only WebSocket upgrades leave the HTTP parser (istio/istio#27078); any other `Upgrade`
         // (h2c, as Envoy ignores it) is an ordinary request whose hop-by-hop headers are stripped.
         shouldUpgradeCallback: isWebSocketUpgrade,
@@ -169,7 +175,7 @@ export class InnerHttpServer {
    * speaks inside (`HTTP/2` = h2c with prior knowledge, else HTTP/1.x).
    */
   attach(stream: Duplex, conn: ConnectionContext, chain: FilterChain, protocol: 'HTTP/1.1' | 'HTTP/2'): void {
-    const ref: TunnelRef = { conn, chain, owner: this, stream, session: undefined, active: 0, current: undefined, last: undefined, lastKeepAlive: false };
+    const ref: TunnelRef = { conn, chain, owner: this, stream, session: undefined, active: 0, current: undefined, last: undefined, lastKeepAlive: false, idle: { mark: 0, idleFor: 0, armedMs: 0 } };
     // Node's HTTP server arms the tunnel's idle timers (stream idle, keep-alive).
     clearTimerOnDestroy(stream);
     conn.innerProtocol = protocol;
@@ -189,15 +195,11 @@ export class InnerHttpServer {
       }
       stream.resume();
       // The tunnel ends when the h2c session does (the client's GOAWAY + close, or ours).
-      ref.session?.once('close', () => {
-        if (!stream.destroyed) stream.end();
-      });
+      ref.session?.once('close', () => void (stream.destroyed || stream.end()));
       return;
     }
-    // Node's HTTP server closes a connection after a `Connection: close` exchange with
-    // `destroySoon()` when the socket has one, else only `end()`: give the tunnel one, so the
-    // CONNECT stream is closed both ways, as Envoy closes the TCP connection (a client that keeps
-    // its side open must not hold the tunnel, and a drain, until the timeout).
+    // After `Connection: close` Node's HTTP server calls `destroySoon()` if the socket has one, else
+    // only `end()`: close the CONNECT stream both ways, as Envoy closes the TCP connection.
     (stream as Duplex & { destroySoon?: () => void }).destroySoon = closeThisTunnel;
     this.server.emit('connection', joinWritev(stream));
     stream.on('end', onAttachedEnd);
@@ -241,7 +243,8 @@ function onAttachedEnd(this: TaggedSocket): void {
 }
 
 function onRequest(req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, ref: TunnelRef): StreamContext {
-  const stream = begin(ref, req, res, requestHead(req));
+  const chain = ref.chain.forStream();
+  const stream = begin(ref, req, res, requestHead(req), true, chain);
   if (stream.http2 && ref.owner.draining) ref.session?.close();
   const refused = admitRequest(stream, ref.owner.hcm);
   if (refused) {
@@ -250,18 +253,18 @@ function onRequest(req: IncomingMessage | Http2ServerRequest, res: ServerRespons
   }
   let result: PhaseResult;
   try {
-    result = ref.chain.runRequestHeaders(stream);
+    result = chain.runRequestHeaders(stream);
   } catch (err) {
     filterFailed(stream, err);
     return stream;
   }
   if (typeof result === 'number') {
-    if (result === FilterStatus.Continue) ref.chain.terminal.forward(stream);
+    if (result === FilterStatus.Continue) chain.terminal.forward(stream);
     return stream;
   }
   result.then(
     (status) => {
-      if (status === FilterStatus.Continue && !downstreamClosed(stream)) ref.chain.terminal.forward(stream);
+      if (status === FilterStatus.Continue && !downstreamClosed(stream)) chain.terminal.forward(stream);
     },
     (err) => filterFailed(stream, err),
   );
@@ -269,15 +272,17 @@ function onRequest(req: IncomingMessage | Http2ServerRequest, res: ServerRespons
 }
 
 /**
- * A new stream on `ref`: counted, tracked for HTTP/1 keep-alive and drain (unless `track` is
+ * A new stream on `ref`, running `chain` (the tunnel's, without its dormant filters when they are:
+ * FilterChain.forStream): counted, tracked for HTTP/1 keep-alive and drain (unless `track` is
  * false: a refused request that leaves an earlier response in flight), completed when its
  * response closes.
  */
-function begin(ref: TunnelRef, req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, head: RequestHead, track = true): StreamContext {
-  const stream = new StreamContext(ref.conn, ref.chain, req, res, head);
+function begin(ref: TunnelRef, req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, head: RequestHead, track = true, chain: FilterChain = ref.chain.forStream()): StreamContext {
+  const stream = new StreamContext(ref.conn, chain, req, res, head);
   ref.conn.requestCount++;
   ref.active++;
   if (!stream.http2 && track) {
+    ref.owner.keepAlive.requestStarts(ref.stream, ref.idle);
     ref.current ??= stream;
     ref.last = stream;
     // What the request itself asked for (Node derives it from the version and `Connection`),
@@ -285,8 +290,14 @@ function begin(ref: TunnelRef, req: IncomingMessage | Http2ServerRequest, res: S
     ref.lastKeepAlive = (res as ServerResponse).shouldKeepAlive;
     if (ref.owner.draining) (res as ServerResponse).shouldKeepAlive = false;
   }
-  res.once('close', () => onResponseClose(stream, ref));
+  (res as TaggedResponse)[kExchange] = stream;
+  (res as TaggedResponse)[kTunnel] = ref;
+  res.on('close', onResClose);
   return stream;
+}
+
+function onResClose(this: TaggedResponse): void {
+  onResponseClose(this[kExchange]!, this[kTunnel]!);
 }
 
 /** The connection manager refused the request: its local reply (an HTTP/1 connection closes after a protocol error). */
@@ -363,12 +374,6 @@ function onClientError(err: Error & { code?: string }, socket: Duplex): void {
   sendLocalReply(stream, failure.status, '', ResponseFlag.DownstreamProtocolError, failure.details);
 }
 
-/** `Upgrade: websocket` (a token of the header, any case) on a request with `Connection: upgrade`. */
-function isWebSocketUpgrade(req: IncomingMessage): boolean {
-  const u = req.headers.upgrade;
-  return u !== undefined && /(?:^|,)\s*websocket\s*(?:,|$)/i.test(u);
-}
-
 /**
  * A WebSocket upgrade request (istio/istio#27078). Node's parser has let go of the tunnel, so the
  * exchange gets a ServerResponse on it as Node builds one for ordinary requests, then runs like
@@ -399,13 +404,15 @@ function onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
 }
 
 /**
- * Idle timeout of a tunnel (Node calls this for the stream idle timeout while a request is in
- * flight, and for the keep-alive timeout between requests). A request still waiting for its
- * response gets Envoy's `408 stream timeout` with flag `SI` and the upstream request is
- * cancelled; otherwise the tunnel is closed.
+ * Idle timeout of a tunnel (Node calls this for the stream idle timeout, and between requests for
+ * the keep-alive timeout, or the stream idle timeout when KeepAliveIdle counts the keep-alive time).
+ * A request still waiting for its response gets Envoy's `408 stream timeout` with flag `SI` and
+ * the upstream request is cancelled; otherwise the tunnel is closed (unless its keep-alive time is not over).
  */
 function onTunnelTimeout(socket: Duplex): void {
-  const s = (socket as TaggedSocket)[kTunnel]?.current;
+  const ref = (socket as TaggedSocket)[kTunnel];
+  const s = ref?.current;
+  if (!s && ref && ref.owner.keepAlive.stillIdle(socket, ref.idle, ref.conn.requestCount)) return;
   if (!s || s.res.headersSent) {
     socket.destroy();
     return;

@@ -1,4 +1,7 @@
-/** Closing the streams the inner HTTP servers run on (their idle timers: hbone/stream-timer-fix.ts), and an HTTP/1 tunnel the client half-closed. */
+/**
+ * Closing the streams the inner HTTP servers run on (their idle timers: hbone/stream-timer-fix.ts),
+ * an HTTP/1 tunnel the client half-closed, and the keep-alive idle timeout of HTTP/1 tunnels.
+ */
 import http2 from 'node:http2';
 import type { Duplex } from 'node:stream';
 import type { StreamContext } from '../pipeline/index.ts';
@@ -64,4 +67,62 @@ export function onTunnelEnd(ref: Http1TunnelState): void {
   // reset the tunnel now (Node sends RST_STREAM(NO_ERROR), which ends the source's side as well).
   if (ref.stream.writableLength > 0) ref.stream.destroy();
   else closeTunnel(ref.stream);
+}
+
+/**
+ * The keep-alive idle timeout of HTTP/1 tunnels (Envoy's HCM `idle_timeout`: a tunnel idle after
+ * its last response is closed) without a timer operation per request. Given a `keepAliveTimeout`,
+ * Node's HTTP server switches each connection's inactivity timer twice per request (lib/_http_server.js
+ * `resetSocketTimeout`, `resOnFinish`), a visible share of a request's CPU on a tunnel's
+ * Http2Stream. When the keep-alive timeout is not shorter than the stream idle timeout, the server
+ * runs without one: the tunnel keeps the stream idle timeout as its only inactivity timer, and each
+ * time it fires on a tunnel idle after a response, the idle time is added up here and the timer
+ * re-armed for what remains, until the keep-alive timeout is reached.
+ */
+export class KeepAliveIdle {
+  /** The stream idle timeout (ms): the tunnels' inactivity timer. */
+  readonly streamIdleMs: number;
+  /** The keep-alive idle timeout (ms) counted here; 0 when Node's server counts it (or nobody). */
+  readonly keepAliveMs: number;
+
+  constructor(streamIdleMs: number, keepAliveMs: number) {
+    this.streamIdleMs = streamIdleMs;
+    this.keepAliveMs = streamIdleMs > 0 && keepAliveMs >= streamIdleMs ? keepAliveMs : 0;
+  }
+
+  /**
+   * The inactivity timer of `tunnel` fired with no request in flight, after `requests` requests
+   * (`clock` is the tunnel's). True when the tunnel stays: its keep-alive idle time is not over,
+   * and the timer was re-armed for the rest.
+   */
+  stillIdle(tunnel: Duplex, clock: IdleClock, requests: number): boolean {
+    if (this.keepAliveMs === 0 || requests === 0) return false;
+    if (clock.mark !== requests) {
+      clock.mark = requests;
+      clock.idleFor = 0;
+    }
+    clock.idleFor += clock.armedMs || this.streamIdleMs;
+    const rest = this.keepAliveMs - clock.idleFor;
+    if (rest <= 0) return false;
+    clock.armedMs = Math.min(rest, this.streamIdleMs);
+    (tunnel as Duplex & { setTimeout(ms: number): void }).setTimeout(clock.armedMs);
+    return true;
+  }
+
+  /** A request starts on `tunnel`: its inactivity timer is the stream idle timeout again (after a re-arm for less). */
+  requestStarts(tunnel: Duplex, clock: IdleClock): void {
+    if (clock.armedMs === 0 || clock.armedMs === this.streamIdleMs) return;
+    clock.armedMs = this.streamIdleMs;
+    (tunnel as Duplex & { setTimeout(ms: number): void }).setTimeout(this.streamIdleMs);
+  }
+}
+
+/** One tunnel's keep-alive idle accounting (see {@link KeepAliveIdle}). */
+export interface IdleClock {
+  /** Requests the tunnel had served when its idle time was last added up. */
+  mark: number;
+  /** Idle time (ms) added up since its last request. */
+  idleFor: number;
+  /** The inactivity timer now armed (ms; 0: the stream idle timeout Node set). */
+  armedMs: number;
 }

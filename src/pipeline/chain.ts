@@ -23,6 +23,9 @@ export class FilterChain implements StreamPhases {
   private readonly responsePhase: readonly Filter[];
   private readonly streamCompletePhase: readonly Filter[];
   private readonly connectionCompletePhase: readonly Filter[];
+  /** The chain without the filters that can be dormant, and those filters (see {@link forStream}). */
+  private readonly lean: FilterChain | undefined;
+  private readonly dormantCapable: readonly Filter[];
 
   /** Throws when the last filter is not terminal or a terminal filter is not last. */
   constructor(filters: readonly Filter[]) {
@@ -42,6 +45,20 @@ export class FilterChain implements StreamPhases {
     this.responsePhase = Object.freeze([...having('onResponseHeaders')].reverse());
     this.streamCompletePhase = Object.freeze([...having('onStreamComplete')].reverse());
     this.connectionCompletePhase = Object.freeze([...having('onConnectionComplete')].reverse());
+    this.dormantCapable = having('dormant');
+    this.lean = this.dormantCapable.length > 0 ? new FilterChain(filters.filter((f) => typeof f.dormant !== 'function')) : undefined;
+  }
+
+  /**
+   * The chain a new request runs: this one, or, while every filter that can be dormant is
+   * (Filter.dormant), the same chain without them, so that they cost the request nothing.
+   */
+  forStream(): FilterChain {
+    const lean = this.lean;
+    if (lean === undefined) return this;
+    const fs = this.dormantCapable;
+    for (let i = 0; i < fs.length; i++) if (!fs[i].dormant!()) return this;
+    return lean;
   }
 
   /** Run `onConnection` in order. Sync when every filter is. */

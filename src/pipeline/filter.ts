@@ -68,6 +68,13 @@ export interface Filter {
   onStreamComplete?(stream: StreamContext): void;
   /** Exactly once per tunnel; reverse order. Must not throw. */
   onConnectionComplete?(conn: ConnectionContext): void;
+  /**
+   * Optional: true while the filter has nothing to do for any new request (e.g. the WaypointFilter
+   * phase slots while the mesh has no WaypointFilter). Asked as each request starts; when every
+   * filter that has it says so, that request's phases run without them (the chain keeps a second
+   * set of phase arrays), so they cost nothing. Tunnel phases always include the filter.
+   */
+  dormant?(): boolean;
 }
 
 /**

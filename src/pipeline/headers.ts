@@ -83,33 +83,51 @@ export class HeaderList {
 }
 
 /**
- * Hop-by-hop headers (RFC 9110 §7.6.1) plus the legacy ones proxies strip. They describe one
- * connection and never cross a proxy; names listed in `Connection` are removed too.
+ * Whether `name` (any case) is a hop-by-hop header (RFC 9110 §7.6.1) or one of the legacy ones
+ * proxies strip (connection, keep-alive, proxy-connection, proxy-authenticate, proxy-authorization,
+ * te, trailer, transfer-encoding, upgrade): they describe one connection and never cross a proxy.
+ * Names a `Connection` header lists are hop-by-hop too (see {@link stripHopByHop}).
  */
-const HOP_BY_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-]);
+export function isHopByHop(name: string): boolean {
+  // By length, then compared without lower-casing (no string per header).
+  switch (name.length) {
+    case 2:
+      return sameLower(name, 'te');
+    case 7:
+      return sameLower(name, 'trailer') || sameLower(name, 'upgrade');
+    case 10:
+      return sameLower(name, 'connection') || sameLower(name, 'keep-alive');
+    case 16:
+      return sameLower(name, 'proxy-connection');
+    case 17:
+      return sameLower(name, 'transfer-encoding');
+    case 18:
+      return sameLower(name, 'proxy-authenticate');
+    case 19:
+      return sameLower(name, 'proxy-authorization');
+    default:
+      return false;
+  }
+}
 
-/** 1 at the index of each hop-by-hop name's length. */
-const HOP_BY_HOP_LENGTHS: Uint8Array = (() => {
-  const a = new Uint8Array(64);
-  for (const n of HOP_BY_HOP) a[n.length] = 1;
-  return a;
-})();
+/** `s` equals `lower` (lower case, same length) ignoring ASCII case. */
+function sameLower(s: string, lower: string): boolean {
+  for (let i = 0; i < lower.length; i++) {
+    const c = s.charCodeAt(i);
+    if ((c >= 0x41 && c <= 0x5a ? c | 0x20 : c) !== lower.charCodeAt(i)) return false;
+  }
+  return true;
+}
 
-/**
- * Copy a raw header list without hop-by-hop headers. `connectionValue` is the message's
- * `Connection` header (its tokens name more headers to drop). Returns a new flat list.
- */
-export function stripHopByHop(raw: readonly string[], connectionValue: string | undefined): string[] {
+/** Whether a `Connection` header value names headers to drop (any token but `close` and `keep-alive`). */
+export function namesMoreHeaders(connectionValue: string): boolean {
+  // The usual values, without splitting.
+  const v = connectionValue.length <= 12 ? connectionValue.trim().toLowerCase() : '';
+  if (v === 'keep-alive' || v === 'close') return false;
+  return connectionExtras(connectionValue) !== undefined;
+}
+
+function connectionExtras(connectionValue: string | undefined): Set<string> | undefined {
   let extra: Set<string> | undefined;
   if (connectionValue) {
     for (const token of connectionValue.split(',')) {
@@ -117,14 +135,19 @@ export function stripHopByHop(raw: readonly string[], connectionValue: string | 
       if (t && t !== 'close' && t !== 'keep-alive') (extra ??= new Set()).add(t);
     }
   }
+  return extra;
+}
+
+/**
+ * Copy a raw header list without hop-by-hop headers. `connectionValue` is the message's
+ * `Connection` header (its tokens name more headers to drop). Returns a new flat list.
+ */
+export function stripHopByHop(raw: readonly string[], connectionValue: string | undefined): string[] {
+  const extra = connectionExtras(connectionValue);
   const out: string[] = [];
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i];
-    // Only names as long as a hop-by-hop one are lower-cased and looked up (most are not).
-    if (extra !== undefined || HOP_BY_HOP_LENGTHS[name.length] === 1) {
-      const lower = name.toLowerCase();
-      if (HOP_BY_HOP.has(lower) || extra?.has(lower)) continue;
-    }
+    if (isHopByHop(name) || extra?.has(name.toLowerCase())) continue;
     out.push(name, raw[i + 1]);
   }
   return out;

@@ -23,7 +23,7 @@ export {
   type RequestHead,
   type StreamPhases,
 } from './context.ts';
-export { HeaderList, stripHopByHop } from './headers.ts';
+export { HeaderList, isHopByHop, namesMoreHeaders, stripHopByHop } from './headers.ts';
 export { defineSlot, type Slot } from './slots.ts';
 export { downstreamClosed, grpcMessageEncode, httpToGrpcStatus, resetDownstream, respond, responseComplete, sendLocalReply } from './local-reply.ts';
 export { asksForContinue, bodyAfterBuffer, bufferRequestBody, discardUnreadBody, requestHasBody } from './request-body.ts';

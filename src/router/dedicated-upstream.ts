@@ -37,7 +37,7 @@ import { respond, type StreamContext, stripHopByHop } from '../pipeline/index.ts
 import { replyIfAllRefused } from '../netpol/index.ts';
 import { answerFailure, connectResponseHeaders, type ClusterManager, isConnectFailure, NO_HEALTHY_UPSTREAM, RESPONSE_TIMEOUT, upstreamFailure, type UpstreamFailure, type UpstreamLease } from '../upstream/index.ts';
 import { log } from '../util/index.ts';
-import { startAttempt } from './upstream-request.ts';
+import { startAttempt } from './attempt-endpoint.ts';
 
 /** Which of the two cases an exchange is. */
 export type DedicatedKind = 'upgrade' | 'continue';

@@ -33,7 +33,8 @@ import {
 import { answerFailure, type ClusterManager, CONNECT_FAILURE, NO_HEALTHY_UPSTREAM, PER_TRY_TIMEOUT, RESPONSE_TIMEOUT, upstreamFailure, type UpstreamFailure } from '../upstream/index.ts';
 import { GrpcFrameCounter } from './grpc-frames.ts';
 import { RetryState, type CompiledRoute } from './retry-policy.ts';
-import { counted, CountedBody, isStream, replayable, ReplayBuffer, SMALL_BODY_BYTES, startAttempt, UpstreamRequest, type AttemptOwner } from './upstream-request.ts';
+import { startAttempt } from './attempt-endpoint.ts';
+import { counted, CountedBody, isStream, replayable, ReplayBuffer, SMALL_BODY_BYTES, UpstreamRequest, type AttemptOwner } from './upstream-request.ts';
 
 /** See the module comment. One per request (and one UpstreamRequest per attempt); its timers call module functions, not closures. */
 export class RequestForwarder implements AttemptOwner, BufferAccount {

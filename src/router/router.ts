@@ -118,7 +118,8 @@ class Router implements TerminalFilter {
       sendLocalReply(stream, 404, '', ResponseFlag.NoRouteFound, 'route_not_found');
       return;
     }
-    stream.upstreamCluster = clusterName(target, 'http');
+    // The tunnel's own target is the connection manager's stat prefix (the same cluster name).
+    stream.upstreamCluster = target === conn.target && stream.statPrefix !== '' ? stream.statPrefix : clusterName(target, 'http');
     // The request headers as the filters left them (the connection manager built the list without
     // pseudo- and hop-by-hop headers, checked Host and turned an absolute-form target into origin form).
     const headers = stream.requestHeaders;

@@ -9,21 +9,12 @@
 import type { ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import { STREAM_ADMISSION } from '../netpol/index.ts';
-import { originalClient } from '../peer/index.ts';
-import { applyHeaderModifier, type HeaderModifier, type HashKey } from '../routing/index.ts';
+import { applyHeaderModifier, type HeaderModifier } from '../routing/index.ts';
 import type { Target } from '../state/index.ts';
-import {
-  type ClusterManager,
-  type UpstreamHandler,
-  type UpstreamRequest as UpstreamMessage,
-  requestHash,
-  type HashRequest,
-  leaseEndpoint,
-  type UpstreamLease,
-} from '../upstream/index.ts';
+import { type ClusterManager, type UpstreamHandler, type UpstreamRequest as UpstreamMessage, type UpstreamLease } from '../upstream/index.ts';
+import { GENERATED_COOKIE } from './attempt-endpoint.ts';
 import { GrpcWebTrailerReader, type GrpcFrameCounter } from './grpc-frames.ts';
-import { type BufferHolder, defineSlot, HeaderList, heldBy, respond, type Slot, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
+import { type BufferHolder, HeaderList, heldBy, isHopByHop, namesMoreHeaders, respond, type StreamContext, stripHopByHop } from '../pipeline/index.ts';
 
 /** Where an attempt is (one state at a time; the last two are final). */
 export const AttemptState = {
@@ -52,7 +43,7 @@ export interface AttemptOwner {
   readonly responseEdits: readonly HeaderModifier[] | undefined;
   /** gRPC only: message counter of the answer sent downstream. */
   readonly responseFrames: GrpcFrameCounter | null;
-  /** Final response headers arrived: true when the retry policy takes another attempt (this answer is drained). */
+  /** Final response headers arrived (`raw`: without hop-by-hop headers): true when the retry policy takes another attempt (this answer is drained). */
   retriesResponse(status: number, raw: readonly string[]): boolean;
   /** The response was passed downstream whole (its trailers and end follow). */
   onAttemptComplete(a: UpstreamRequest): void;
@@ -60,40 +51,6 @@ export interface AttemptOwner {
   onAttemptDrained(a: UpstreamRequest): void;
   onAttemptError(a: UpstreamRequest, err: Error): void;
   onPerTryTimeout(a: UpstreamRequest): void;
-}
-
-/** The `Set-Cookie` value a DestinationRule's consistent hash generated for a request (added to the response). */
-export const GENERATED_COOKIE: Slot<string> = defineSlot<string>('envoy.lb.hash_cookie', 'stream');
-
-/**
- * Pick the endpoint for a request's next attempt (avoiding `tried` authorities when another
- * exists), record it on the stream (endpoint, upstream host, attempt count) and lease it.
- * Undefined when the target has no healthy endpoint (or none the NetworkPolicy mode admits).
- */
-export function startAttempt(clusters: ClusterManager, target: Target, s: StreamContext, tried: readonly string[] | undefined): UpstreamLease | undefined {
-  const lease = leaseEndpoint(clusters, target, s.conn.info.targetIp, { admit: s.get(STREAM_ADMISSION)?.admit, avoid: tried, hash: (key: HashKey) => requestHash(key, hashRequestOf(s)) });
-  if (!lease) return undefined;
-  s.endpoint = lease.ep;
-  s.upstreamHost = lease.ep.authority;
-  s.attempts++;
-  return lease;
-}
-
-/** What a DestinationRule's consistent hash reads from `s` (see upstream/hash-policy.ts). */
-export function hashRequestOf(s: StreamContext): HashRequest {
-  return {
-    sourceIp: originalClient(s.conn.info),
-    authority: s.authority,
-    method: s.method,
-    path: s.path,
-    forwardPath: s.forwardPath ?? s.path,
-    header: (name) => {
-      const v = s.requestHeaders.getAll(name);
-      return v.length === 0 ? undefined : v;
-    },
-    connection: s.conn.info,
-    setCookie: (cookie) => s.set(GENERATED_COOKIE, cookie),
-  };
 }
 
 /** One attempt; see the module comment. */
@@ -112,6 +69,15 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
   private carrier: BufferHolder | undefined;
   /** gRPC-Web answers passed downstream: reads the status from the body's trailer frame. */
   private webTrailer: GrpcWebTrailerReader | null;
+  /**
+   * HTTP/1.1 upstream to an HTTP/1 downstream: body bytes the response's Content-Length still
+   * announces (-1: unknown), and the chunk that completed it, held for `res.end(chunk)`. undici
+   * completes the response right after that chunk (the same parser run), so nothing waits; Node
+   * then writes head and body in one corked batch without a deferred uncork per response.
+   */
+  private bodyLeft: number;
+  private lastChunk: Buffer | null;
+  private http1Upstream: boolean;
 
   constructor(owner: AttemptOwner, lease: UpstreamLease) {
     this.state = AttemptState.Idle;
@@ -123,6 +89,9 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
     this.pendingTrailers = null;
     this.carrier = undefined;
     this.webTrailer = null;
+    this.bodyLeft = -1;
+    this.lastChunk = null;
+    this.http1Upstream = false;
   }
 
   /** Not finished: its callbacks still count. */
@@ -147,6 +116,7 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
    */
   start(target: Target, req: UpstreamMessage, h2: boolean, retry: boolean, perTryMs: number): void {
     this.state = AttemptState.Connecting;
+    this.http1Upstream = !h2;
     this.owner.clusters.dispatch(target, this.lease.ep, req, this, h2, retry);
     if (perTryMs > 0 && this.live) this.tryTimer = setTimeout(onTryTimeout, perTryMs, this);
   }
@@ -178,23 +148,32 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
       return false;
     }
     if (statusCode < 200) return true; // 1xx: Node's server already handled Continue.
-    const raw: string[] = new Array(rawHeaders.length);
-    for (let i = 0; i < rawHeaders.length; i++) raw[i] = rawHeaders[i].toString('latin1');
+    // One pass: the header block as strings, and without hop-by-hop headers (what goes downstream).
+    let headers: string[] = [];
+    let connection: string | undefined;
+    let contentLength: string | undefined;
+    for (let i = 0; i < rawHeaders.length; i += 2) {
+      const n = rawHeaders[i].toString('latin1');
+      const v = rawHeaders[i + 1].toString('latin1');
+      if (!isHopByHop(n)) {
+        headers.push(n, v);
+        if (n.length === 14 && n.toLowerCase() === 'content-length') contentLength = v;
+      } else if (n.length === 10 && n.toLowerCase() === 'connection') connection = v;
+    }
     const o = this.owner;
-    if (o.retriesResponse(statusCode, raw)) {
+    if (o.retriesResponse(statusCode, headers)) {
       // Drain this answer and try again once it is complete (the connection stays reusable).
       this.state = AttemptState.Draining;
       return true;
     }
     this.state = AttemptState.ResponseStarted;
     this.resume = resume;
-    let connection: string | undefined;
-    for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 10 && raw[i].toLowerCase() === 'connection') connection = raw[i + 1];
     const s = o.stream;
     s.upstreamResponseMonotonic = performance.now();
     s.responseCodeDetails = 'via_upstream';
     s.upstreamConnectHeaders = o.clusters.connectHeadersFor(this.lease.ep);
-    let headers = stripHopByHop(raw, connection);
+    // Headers the Connection header names are hop-by-hop too (rare: a second pass).
+    if (connection !== undefined && namesMoreHeaders(connection)) headers = stripHopByHop(headers, connection);
     if (s.isGrpcWeb) this.webTrailer = grpcWebAnswer(s, headers);
     else if (s.http2) {
       // gRPC trailers-only (grpc-status among the headers, which the gRPC protocol allows only
@@ -210,6 +189,7 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
     if (cookie) out.append('set-cookie', cookie);
     if (o.responseEdits) for (const m of o.responseEdits) applyHeaderModifier(out, m);
     if (!respond(s, statusCode, statusText, out)) return false;
+    if (this.http1Upstream && !s.http2 && contentLength !== undefined) this.bodyLeft = declaredLength(contentLength);
     const res = s.res;
     if (!res.writableNeedDrain) return true;
     res.once('drain', resume);
@@ -227,6 +207,10 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
     s.bytesSent += chunk.length;
     if (o.responseFrames) s.responseMessages += o.responseFrames.inspect(chunk);
     else if (this.webTrailer) this.webTrailer.inspect(chunk);
+    if (this.bodyLeft > 0 && (this.bodyLeft -= chunk.length) === 0) {
+      this.lastChunk = chunk;
+      return true;
+    }
     if ((s.res as ServerResponse).write(chunk)) return true;
     s.res.once('drain', this.resume);
     return false;
@@ -253,7 +237,12 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
         // Non-chunked HTTP/1.1 response: trailers cannot be sent.
       }
     }
-    res.end();
+    const last = this.lastChunk;
+    if (last === null) res.end();
+    else {
+      this.lastChunk = null;
+      res.end(last);
+    }
   }
 
   onError(err: Error): void {
@@ -282,6 +271,12 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
       this.tryTimer = undefined;
     }
   }
+}
+
+/** A Content-Length value as a byte count; -1 when it is not one. */
+function declaredLength(v: string): number {
+  const n = Number(v);
+  return Number.isSafeInteger(n) && n >= 0 ? n : -1;
 }
 
 function onTryTimeout(a: UpstreamRequest): void {

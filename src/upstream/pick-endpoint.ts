@@ -43,8 +43,8 @@ export function pickEndpoint(lb: LoadBalancer, t: Target, address: string, avoid
     // Endpoints whose connects timed out are left out while others remain (connect-ejection.ts).
     const all = lb.ejections.filter(admit && listed.length > 0 ? listed.filter(admit) : listed);
     if (opts?.cluster) return opts.cluster.pick(all, lb, opts.hash, avoid);
-    // Filtered copies keep the full list's round-robin place.
-    const cursor = lb.cursorFor(listed);
+    // Filtered copies keep the full list's round-robin place (only round robin has one).
+    const cursor = lb.policy === 'ROUND_ROBIN' ? lb.cursorFor(listed) : undefined;
     if (avoid && avoid.length > 0 && all.length > 1) {
       const others = all.filter((ep) => !avoid.includes(ep.authority));
       if (others.length > 0) return lb.pick(others, undefined, cursor);

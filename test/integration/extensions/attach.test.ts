@@ -10,6 +10,7 @@ import { stripTypeScriptTypes } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect, test } from 'vitest';
+import { exchange } from '../../helpers/hbone-client.ts';
 import { spiffe } from '../../helpers/identity.ts';
 import { route, waypointFilter, type Doc } from '../../helpers/mesh.ts';
 import type { Backend } from '../../helpers/recorder.ts';
@@ -126,4 +127,26 @@ test('the example installed as a package in a node_modules next to the mesh file
   expect(await wp.setMesh(mesh(tenants('tenant-filter', toOrders, { tenants: ['initech'], header: 'x-org' })))).toBe(true);
   expect((await wp.http(CLIENT, ORDERS, { path: '/o/10', headers: [['x-org', 'initech']] })).status).toBe(200);
   expect((await wp.http(CLIENT, ORDERS, { path: '/o/11', headers: [['x-tenant', 'initech']] })).status).toBe(403);
+});
+
+test('a tunnel opened while the mesh has no WaypointFilter: filters attached later apply to its next requests, and detached ones stop', async () => {
+  expect(await wp.setMesh(mesh())).toBe(true);
+  const toOrdersTunnel = await wp.connect(CLIENT, ORDERS);
+  const toBillingTunnel = await wp.connect(CLIENT, BILLING);
+  expect([toOrdersTunnel.status, toBillingTunnel.status]).toEqual([200, 200]);
+  try {
+    expect((await exchange(toOrdersTunnel.stream, '/o/20')).status).toBe(200);
+    expect((await exchange(toBillingTunnel.stream, '/admin/20')).status).toBe(200);
+    // The same tunnels, once a filter is attached to the Service and to the route rule.
+    expect(await wp.setMesh(mesh(tenants(EXAMPLE, toOrders), waypointFilter('admin-tenants', { targetRefs: toAdminRule, module: EXAMPLE, config: { tenants: ['acme'] } })))).toBe(true);
+    expect((await exchange(toOrdersTunnel.stream, '/o/21')).status).toBe(403);
+    expect((await exchange(toBillingTunnel.stream, '/admin/21')).status).toBe(403);
+    expect((await exchange(toBillingTunnel.stream, '/public/21')).status).toBe(200);
+    expect(await wp.setMesh(mesh())).toBe(true);
+    expect((await exchange(toOrdersTunnel.stream, '/o/22')).status).toBe(200);
+    expect((await exchange(toBillingTunnel.stream, '/admin/22')).status).toBe(200);
+  } finally {
+    toOrdersTunnel.stream.destroy();
+    toBillingTunnel.stream.destroy();
+  }
 });

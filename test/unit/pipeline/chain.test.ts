@@ -175,6 +175,43 @@ describe('filters implementing only some phases', () => {
   });
 });
 
+describe('filters that can be dormant (Filter.dormant)', () => {
+  const streamPhases: PhaseName[] = ['onRequestHeaders', 'onUpstreamRequest', 'onResponseHeaders', 'onStreamComplete'];
+  const setup = () => {
+    const calls: string[] = [];
+    let asleep = true;
+    const slot = (name: string): Filter => Object.assign(recorder(name, calls), { dormant: () => asleep });
+    const chain = new FilterChain([recorder('a', calls), slot('s1'), slot('s2'), terminal('router', calls)]);
+    return { calls, chain, wake: (v: boolean) => (asleep = !v) };
+  };
+
+  test.each(streamPhases)('%s: a stream started while they are dormant runs without them; one started after they woke runs them', async (phase) => {
+    const { calls, chain, wake } = setup();
+    const lean = chain.forStream();
+    expect(lean).not.toBe(chain);
+    expect(lean.terminal).toBe(chain.terminal);
+    await runPhase(lean, phase, fakeStream(lean), new HeaderList());
+    expect(only(calls, phase)).toEqual(phase === 'onRequestHeaders' || phase === 'onUpstreamRequest' ? ['a', 'router'] : ['router', 'a']);
+    calls.length = 0;
+    wake(true);
+    const full = chain.forStream();
+    expect(full).toBe(chain);
+    await runPhase(full, phase, fakeStream(full), new HeaderList());
+    expect(only(calls, phase)).toEqual(phase === 'onRequestHeaders' || phase === 'onUpstreamRequest' ? ['a', 's1', 's2', 'router'] : ['router', 's2', 's1', 'a']);
+  });
+
+  test('one of them awake is enough for the whole chain', () => {
+    const calls: string[] = [];
+    const chain = new FilterChain([Object.assign(recorder('s1', calls), { dormant: () => true }), Object.assign(recorder('s2', calls), { dormant: () => false }), terminal('router', calls)]);
+    expect(chain.forStream()).toBe(chain);
+  });
+
+  test('a chain without such filters is its own stream chain', () => {
+    const chain = new FilterChain([recorder('a', []), terminal('router', [])]);
+    expect(chain.forStream()).toBe(chain);
+  });
+});
+
 describe('completeStream', () => {
   test('runs onStreamComplete exactly once even when called twice, and marks the stream completed', () => {
     const calls: string[] = [];

@@ -1,6 +1,6 @@
 /** HeaderList (flat raw header block) and hop-by-hop stripping. */
 import { describe, expect, test } from 'vitest';
-import { HeaderList, stripHopByHop } from '../../../src/pipeline/headers.ts';
+import { HeaderList, isHopByHop, namesMoreHeaders, stripHopByHop } from '../../../src/pipeline/headers.ts';
 
 describe('HeaderList.get', () => {
   const raw = ['Host', 'example', 'Content-Type', 'text/html', 'X-Multi', 'one', 'x-multi', 'two', 'ETag', '"abc"'];
@@ -164,6 +164,19 @@ describe('stripHopByHop', () => {
   ];
   test.each(connectionCases)('with Connection "$connection" removes the listed names case-insensitively', ({ connection, raw, expected }) => {
     expect(stripHopByHop(raw, connection)).toEqual(expected);
+    // What the one-pass readers (request head, upstream response) decide from: fixed names, then whether a second pass is needed.
+    const onePass = raw.filter((_, i) => i % 2 === 0 && !isHopByHop(raw[i])).flatMap((n) => [n, raw[raw.indexOf(n) + 1]]);
+    expect(namesMoreHeaders(connection) ? stripHopByHop(onePass, connection) : onePass).toEqual(expected);
+  });
+
+  test('isHopByHop: the fixed names in any case, nothing else', () => {
+    for (const n of ['Connection', 'KEEP-ALIVE', 'proxy-connection', 'Proxy-Authenticate', 'proxy-authorization', 'TE', 'Trailer', 'transfer-encoding', 'Upgrade']) expect(isHopByHop(n), n).toBe(true);
+    for (const n of ['Content-Length', 'Host', 'x-keep-alive', 'Trailers', 'te2', '']) expect(isHopByHop(n), n).toBe(false);
+  });
+
+  test('namesMoreHeaders: only tokens other than close and keep-alive', () => {
+    expect([namesMoreHeaders('keep-alive'), namesMoreHeaders(' Close '), namesMoreHeaders('close, keep-alive'), namesMoreHeaders('')]).toEqual([false, false, false, false]);
+    expect([namesMoreHeaders('x-foo'), namesMoreHeaders('keep-alive, X-Hop'), namesMoreHeaders('Upgrade')]).toEqual([true, true, true]);
   });
 
   test('returns a new list and leaves the input untouched', () => {

@@ -1,7 +1,7 @@
 /** Request hash keys: header (sorted multi-values), cookie (existing or generated with Set-Cookie), source IP, query parameter. */
 import { describe, expect, test } from 'vitest';
 import { HeaderList, type StreamContext } from '../../../src/pipeline/index.ts';
-import { GENERATED_COOKIE, hashRequestOf } from '../../../src/router/upstream-request.ts';
+import { GENERATED_COOKIE, hashRequestOf } from '../../../src/router/attempt-endpoint.ts';
 import { cookieValue, queryParameter, requestHash as hashOf } from '../../../src/upstream/hash-policy.ts';
 import type { HashKey } from '../../../src/routing/traffic-policy.ts';
 import { uint64ToHex, xxHash64 } from '../../../src/upstream/xxhash.ts';
