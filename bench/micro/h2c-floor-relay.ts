@@ -16,6 +16,10 @@
  *    over one HBONE CONNECT stream to the pod's inbound role (`podIp:15008`); bodies are piped both
  *    ways and trailers relayed.
  *
+ * `H2C_FLOOR_API=compat` serves the inner requests through Node's compatibility API instead (what
+ * the waypoint's inner server does), to measure what that layer costs; `H2C_FLOOR_INNER=native`
+ * runs both inner sessions on the CONNECT streams' native handles (h2c-native.ts: it can abort Node).
+ *
  * Takes the waypoint's arguments (`run --mesh F --ca-dir D --config C`); reads the HBONE and admin
  * listeners from the config, the Services from bench/e2e/config.ts; answers `/healthz/ready` on the
  * admin listener. Identity: the waypoint's (`spiffe://cluster.local/ns/demo/sa/waypoint`).
@@ -29,6 +33,9 @@ import { WorkloadCertificate } from '../../src/identity/workload-certificate.ts'
 import { DEFAULT_HTTP2, http2Settings, joinWritev } from '../../src/hbone/index.ts';
 import { hboneTlsOptions } from '../../src/hbone/settings.ts';
 import { BACKEND_KINDS, BACKEND_PORTS, TOPOLOGIES } from '../e2e/config.ts';
+import { attachNative, connectNative } from './h2c-native.ts';
+
+const NATIVE = process.env.H2C_FLOOR_INNER === 'native';
 
 const argv = process.argv.slice(2);
 const arg = (name: string): string => {
@@ -81,7 +88,8 @@ function h2cTo(ip: string, port: number): Promise<ClientHttp2Session> {
     tunnel.on('error', reject);
     tunnel.once('response', (h: IncomingHttpHeaders) => {
       if (Number(h[':status']) !== 200) return reject(new Error(`CONNECT ${key}: ${h[':status']}`));
-      const session = http2.connect(`http://${key}`, { createConnection: () => joinWritev(tunnel), settings: http2Settings(p, false) });
+      const opts = { settings: http2Settings(p, false) };
+      const session = (NATIVE && connectNative(tunnel, `http://${key}`, opts)) || http2.connect(`http://${key}`, { ...opts, createConnection: () => joinWritev(tunnel) });
       session.on('error', () => {});
       session.once('close', () => h2c.delete(key));
       session.once('connect', () => resolve(session));
@@ -96,42 +104,86 @@ function h2cTo(ip: string, port: number): Promise<ClientHttp2Session> {
 
 const inner = http2.createServer({ settings: { ...http2Settings(p, true), maxHeaderListSize: 60 * 1024 }, maxSessionMemory: p.maxSessionMemoryMb });
 inner.on('session', (s) => s.on('error', () => {}));
-inner.on('stream', (down: ServerHttp2Stream, headers: IncomingHttpHeaders) => {
-  down.on('error', () => {});
-  const target = (down.session as http2.ServerHttp2Session & { target?: { ip: string; port: number } }).target;
-  if (!target) return down.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+type Target = { ip: string; port: number };
+const targetOf = (session: http2.Http2Session | undefined): Target | undefined => (session as (http2.ServerHttp2Session & { target?: Target }) | undefined)?.target;
+
+/** The request's headers for the upstream: pseudo-headers kept (`:scheme` http), connection-specific ones dropped. */
+function upstreamHeaders(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {};
   for (const name in headers) {
     if (name === 'connection' || name === 'keep-alive' || name === 'transfer-encoding' || name === 'upgrade' || name === 'proxy-connection') continue;
     out[name] = headers[name];
   }
   out[':scheme'] = 'http';
-  const endStream = down.endAfterHeaders;
-  h2cTo(target.ip, target.port).then(
-    (session) => {
-      if (down.destroyed) return;
-      const up = session.request(out, { endStream });
-      up.on('error', () => down.destroy());
-      down.once('close', () => {
-        if (!up.destroyed) up.close(http2.constants.NGHTTP2_CANCEL);
-      });
-      if (!endStream) down.pipe(up);
-      let trailers: IncomingHttpHeaders | undefined;
-      up.once('trailers', (t: IncomingHttpHeaders) => (trailers = t));
-      up.once('response', (h: IncomingHttpHeaders) => {
+  return out;
+}
+
+function responseHeaders(h: IncomingHttpHeaders): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {};
+  for (const name in h) if (name !== 'connection' && name !== 'keep-alive' && name !== 'transfer-encoding') out[name] = h[name];
+  return out;
+}
+
+if (process.env.H2C_FLOOR_API === 'compat') {
+  // Node's compatibility API (Http2ServerRequest/Response per request), as the waypoint serves h2c.
+  inner.on('request', (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
+    const target = targetOf(req.stream.session);
+    if (!target) return req.stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+    const endStream = req.stream.endAfterHeaders;
+    const out = upstreamHeaders(req.headers);
+    h2cTo(target.ip, target.port).then(
+      (session) => {
+        if (res.destroyed) return;
+        const up = session.request(out, { endStream });
+        up.on('error', () => res.destroy());
+        res.once('close', () => {
+          if (!up.destroyed) up.close(http2.constants.NGHTTP2_CANCEL);
+        });
+        if (!endStream) req.pipe(up);
+        up.once('trailers', (t: IncomingHttpHeaders) => res.addTrailers(t as OutgoingHttpHeaders));
+        up.once('response', (h: IncomingHttpHeaders) => {
+          const rh = responseHeaders(h);
+          const status = Number(rh[':status']);
+          delete rh[':status'];
+          res.writeHead(status, rh);
+          up.pipe(res);
+        });
+      },
+      () => res.writeHead(503).end(),
+    );
+  });
+} else {
+  // Node's core API: the stream and its header object.
+  inner.on('stream', (down: ServerHttp2Stream, headers: IncomingHttpHeaders) => {
+    down.on('error', () => {});
+    const target = targetOf(down.session);
+    if (!target) return down.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+    const out = upstreamHeaders(headers);
+    const endStream = down.endAfterHeaders;
+    h2cTo(target.ip, target.port).then(
+      (session) => {
         if (down.destroyed) return;
-        const resHeaders: OutgoingHttpHeaders = {};
-        for (const name in h) if (name !== 'connection' && name !== 'keep-alive' && name !== 'transfer-encoding') resHeaders[name] = h[name];
-        down.respond(resHeaders, { waitForTrailers: true });
-        down.once('wantTrailers', () => down.sendTrailers((trailers ?? {}) as OutgoingHttpHeaders));
-        up.pipe(down);
-      });
-    },
-    () => {
-      if (!down.destroyed) down.respond({ ':status': 503 }, { endStream: true });
-    },
-  );
-});
+        const up = session.request(out, { endStream });
+        up.on('error', () => down.destroy());
+        down.once('close', () => {
+          if (!up.destroyed) up.close(http2.constants.NGHTTP2_CANCEL);
+        });
+        if (!endStream) down.pipe(up);
+        let trailers: IncomingHttpHeaders | undefined;
+        up.once('trailers', (t: IncomingHttpHeaders) => (trailers = t));
+        up.once('response', (h: IncomingHttpHeaders) => {
+          if (down.destroyed) return;
+          down.respond(responseHeaders(h), { waitForTrailers: true });
+          down.once('wantTrailers', () => down.sendTrailers((trailers ?? {}) as OutgoingHttpHeaders));
+          up.pipe(down);
+        });
+      },
+      () => {
+        if (!down.destroyed) down.respond({ ':status': 503 }, { endStream: true });
+      },
+    );
+  });
+}
 
 // --- HBONE in ---
 
@@ -141,9 +193,9 @@ outer.on('session', (s) => {
   s.once('connect', () => s.setLocalWindowSize(p.initialConnectionWindowSize));
 });
 // The inner session of a tunnel is created synchronously by `emit('connection')`: tag it there.
-let attaching: { ip: string; port: number } | undefined;
+let attaching: Target | undefined;
 inner.prependListener('session', (s) => {
-  (s as http2.ServerHttp2Session & { target?: { ip: string; port: number } }).target = attaching;
+  (s as http2.ServerHttp2Session & { target?: Target }).target = attaching;
 });
 outer.on('stream', (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => {
   stream.on('error', () => {});
@@ -155,7 +207,8 @@ outer.on('stream', (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => 
   stream.respond({ ':status': 200 });
   attaching = target;
   try {
-    inner.emit('connection', joinWritev(stream));
+    // H2C_FLOOR_INNER=native: the inner session on the CONNECT stream's native handle (h2c-native.ts).
+    if (!(NATIVE && attachNative(inner, stream))) inner.emit('connection', joinWritev(stream));
   } finally {
     attaching = undefined;
   }
