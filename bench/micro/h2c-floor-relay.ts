@@ -25,8 +25,10 @@
  * admin listener. Identity: the waypoint's (`spiffe://cluster.local/ns/demo/sa/waypoint`).
  */
 import fs from 'node:fs';
+import type { EventEmitter } from 'node:events';
 import http from 'node:http';
 import http2, { type ClientHttp2Session, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Stream } from 'node:http2';
+import type { Readable } from 'node:stream';
 import { parse } from 'yaml';
 import { LocalCa } from '../../src/identity/ca.ts';
 import { WorkloadCertificate } from '../../src/identity/workload-certificate.ts';
@@ -124,33 +126,61 @@ function responseHeaders(h: IncomingHttpHeaders): OutgoingHttpHeaders {
   return out;
 }
 
+/** The downstream side of one exchange, as the two APIs below offer it. */
+interface Downstream {
+  readonly body: Readable;
+  readonly gone: () => boolean;
+  readonly closed: EventEmitter;
+  destroy(): void;
+  respond(h: IncomingHttpHeaders, trailers: () => IncomingHttpHeaders | undefined, up: Readable): void;
+  fail(): void;
+}
+
+/** Send the request upstream on the pooled h2c session to `target`; the answer goes to `down`. */
+function forward(target: Target, out: OutgoingHttpHeaders, endStream: boolean, down: Downstream): void {
+  h2cTo(target.ip, target.port).then(
+    (session) => {
+      if (down.gone()) return;
+      const up = session.request(out, { endStream });
+      up.on('error', () => down.destroy());
+      down.closed.once('close', () => {
+        if (!up.destroyed) up.close(http2.constants.NGHTTP2_CANCEL);
+      });
+      if (!endStream) down.body.pipe(up);
+      let trailers: IncomingHttpHeaders | undefined;
+      up.once('trailers', (t: IncomingHttpHeaders) => (trailers = t));
+      up.once('response', (h: IncomingHttpHeaders) => {
+        if (!down.gone()) down.respond(h, () => trailers, up);
+      });
+    },
+    () => down.fail(),
+  );
+}
+
 if (process.env.H2C_FLOOR_API === 'compat') {
   // Node's compatibility API (Http2ServerRequest/Response per request), as the waypoint serves h2c.
   inner.on('request', (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
     const target = targetOf(req.stream.session);
     if (!target) return req.stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
-    const endStream = req.stream.endAfterHeaders;
-    const out = upstreamHeaders(req.headers);
-    h2cTo(target.ip, target.port).then(
-      (session) => {
-        if (res.destroyed) return;
-        const up = session.request(out, { endStream });
-        up.on('error', () => res.destroy());
-        res.once('close', () => {
-          if (!up.destroyed) up.close(http2.constants.NGHTTP2_CANCEL);
+    forward(target, upstreamHeaders(req.headers), req.stream.endAfterHeaders, {
+      body: req,
+      gone: () => res.destroyed,
+      closed: res,
+      destroy: () => res.destroy(),
+      respond: (h, trailers, up) => {
+        const rh = responseHeaders(h);
+        const status = Number(rh[':status']);
+        delete rh[':status'];
+        res.writeHead(status, rh);
+        // Trailers arrive before the upstream's end, so before the response ends.
+        up.once('end', () => {
+          const t = trailers();
+          if (t) res.addTrailers(t as OutgoingHttpHeaders);
         });
-        if (!endStream) req.pipe(up);
-        up.once('trailers', (t: IncomingHttpHeaders) => res.addTrailers(t as OutgoingHttpHeaders));
-        up.once('response', (h: IncomingHttpHeaders) => {
-          const rh = responseHeaders(h);
-          const status = Number(rh[':status']);
-          delete rh[':status'];
-          res.writeHead(status, rh);
-          up.pipe(res);
-        });
+        up.pipe(res);
       },
-      () => res.writeHead(503).end(),
-    );
+      fail: () => res.writeHead(503).end(),
+    });
   });
 } else {
   // Node's core API: the stream and its header object.
@@ -158,30 +188,20 @@ if (process.env.H2C_FLOOR_API === 'compat') {
     down.on('error', () => {});
     const target = targetOf(down.session);
     if (!target) return down.close(http2.constants.NGHTTP2_REFUSED_STREAM);
-    const out = upstreamHeaders(headers);
-    const endStream = down.endAfterHeaders;
-    h2cTo(target.ip, target.port).then(
-      (session) => {
-        if (down.destroyed) return;
-        const up = session.request(out, { endStream });
-        up.on('error', () => down.destroy());
-        down.once('close', () => {
-          if (!up.destroyed) up.close(http2.constants.NGHTTP2_CANCEL);
-        });
-        if (!endStream) down.pipe(up);
-        let trailers: IncomingHttpHeaders | undefined;
-        up.once('trailers', (t: IncomingHttpHeaders) => (trailers = t));
-        up.once('response', (h: IncomingHttpHeaders) => {
-          if (down.destroyed) return;
-          down.respond(responseHeaders(h), { waitForTrailers: true });
-          down.once('wantTrailers', () => down.sendTrailers((trailers ?? {}) as OutgoingHttpHeaders));
-          up.pipe(down);
-        });
+    forward(target, upstreamHeaders(headers), down.endAfterHeaders, {
+      body: down,
+      gone: () => down.destroyed,
+      closed: down,
+      destroy: () => down.destroy(),
+      respond: (h, trailers, up) => {
+        down.respond(responseHeaders(h), { waitForTrailers: true });
+        down.once('wantTrailers', () => down.sendTrailers((trailers() ?? {}) as OutgoingHttpHeaders));
+        up.pipe(down);
       },
-      () => {
+      fail: () => {
         if (!down.destroyed) down.respond({ ':status': 503 }, { endStream: true });
       },
-    );
+    });
   });
 }
 

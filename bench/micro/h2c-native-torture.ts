@@ -95,8 +95,8 @@ function serve(outer: ServerHttp2Stream, h: IncomingHttpHeaders): void {
     if (session) stats.native++;
   }
   if (!session) inner.emit('connection', outer);
-  // Server-side chaos on some tunnels.
-  if (Math.random() < 0.3) {
+  // Server-side chaos on some tunnels (TORTURE_SERVER_CHAOS=0: clients only).
+  if (process.env.TORTURE_SERVER_CHAOS !== '0' && Math.random() < 0.3) {
     setTimeout(
       () => {
         stats.serverChaos++;
@@ -156,7 +156,7 @@ async function startServer(): Promise<{ close(): void; caPem: string }> {
 
 // --- Node clients ---
 
-const PATHS = ['/small', '/small', '/big', '/echo', '/trailers', '/slow', '/reset', '/hang', '/goaway', '/close-session', '/destroy-session'];
+const PATHS = process.env.TORTURE_PATHS?.split(',') ?? ['/small', '/small', '/big', '/echo', '/trailers', '/slow', '/reset', '/hang', '/goaway', '/close-session', '/destroy-session'];
 
 function outerSession(caPem: string): { session: ClientHttp2Session; socket: net.Socket } {
   let socket!: net.Socket;
@@ -221,7 +221,7 @@ async function tunnel(own: { session: ClientHttp2Session; socket: net.Socket }, 
   const done = Promise.all(reqs.map((r) => new Promise((res) => r.once('close', res))));
   // Client-side chaos at a random moment (or none).
   await Promise.race([done, sleep(rnd(40))]);
-  switch (rnd(12)) {
+  switch (process.env.TORTURE_CLIENT_CHAOS ? Number(process.env.TORTURE_CLIENT_CHAOS) : rnd(12)) {
     case 0:
       connect.close(http2.constants.NGHTTP2_CANCEL);
       break;
@@ -352,7 +352,7 @@ function pythonPeers(n: number, iterations: number): Promise<void>[] {
 async function main(): Promise<void> {
   const server = await startServer();
   const t0 = Date.now();
-  const pyDone = pythonPeers(4, Math.ceil(ITER / 8));
+  const pyDone = process.env.TORTURE_PYTHON === '0' ? [] : pythonPeers(4, Math.ceil(ITER / 8));
   const shared = Array.from({ length: 4 }, () => outerSession(server.caPem));
   let started = 0;
   const worker = async () => {
