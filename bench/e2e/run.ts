@@ -342,7 +342,7 @@ async function main(): Promise<void> {
       nodeFlags.push(inspect ? `--inspect=${inspect}` : `--inspect-port=${spec.options.waypointIp}:9229`);
       const concurrency = spec.key === 'http-workers' ? settings.workers : settings.concurrency;
       const args = ['run', '--mesh', t.meshFile, '--ca-dir', t.caDir, '--config', cfgFile, '--concurrency', String(concurrency)];
-      const proc = spawn(process.execPath, [...nodeFlags, path.join(ROOT, 'bin/waypoint.js'), '--log-level', process.env.WAYPOINT_LOG_LEVEL ?? 'warn', ...args], {
+      const proc = spawn(process.execPath, [...nodeFlags, waypointScript(spec.key), '--log-level', process.env.WAYPOINT_LOG_LEVEL ?? 'warn', ...args], {
         cwd: ROOT,
         stdio: ['ignore', wl.fd, wl.fd],
       });
@@ -705,6 +705,15 @@ function fdLimit(): number | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * The program run as the waypoint of topology `key`: bin/waypoint.js, or for the `http` topology
+ * BENCH_WAYPOINT_SCRIPT (a stand-in taking the same arguments, e.g. bench/micro/h2c-floor-relay.ts).
+ */
+function waypointScript(key: string): string {
+  const alt = process.env.BENCH_WAYPOINT_SCRIPT;
+  return key === 'http' && alt ? path.resolve(ROOT, alt) : path.join(ROOT, 'bin/waypoint.js');
 }
 
 function log(msg: string): void {

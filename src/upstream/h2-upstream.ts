@@ -137,6 +137,8 @@ export class H2Upstream {
       clearTimeout(pooled.idleTimer);
       pooled.idleTimer = undefined;
     }
+    // A session that is up takes the request now (no promise turn per request).
+    if (pooled.live) return this.start(pooled, pooled.live, req, handler);
     pooled.session.then(
       (session) => this.start(pooled, session, req, handler),
       (err: Error) => {
@@ -302,35 +304,51 @@ class H2Exchange {
       resetStream(stream);
       this.fail(err ?? new Error('cancelled'));
     });
-    stream.on('headers', (h: IncomingHttpHeaders) => handler.onInformational?.(Number(h[':status'])));
+    // Listeners shared by every exchange (module functions finding it on the stream): no closures
+    // or `once` wrappers per request; each of these events comes once per stream anyway.
+    (stream as ExchangeStream)[kExchange] = this;
+    stream.on('headers', onStreamHeaders);
     // Node passes the header block as received too (flat, pseudo-headers first) after its object.
-    stream.once('response', (h: IncomingHttpHeaders, _flags: number, raw: string[]) => this.onResponse(h, raw));
-    stream.once('trailers', (t: IncomingHttpHeaders, _flags: number, raw: string[] | undefined) => {
-      this.trailers = raw ? withoutPseudo(raw) : flatten(t);
-    });
-    stream.once('end', () => {
-      if (endStreamReceived(stream)) this.finish();
-    });
-    stream.on('error', () => {});
-    stream.once('close', () => {
-      if (!this.done) this.reset(resetOf(stream) ?? { code: stream.rstCode ?? 0, connectionLost: true });
-    });
+    stream.on('response', onStreamResponse);
+    stream.on('trailers', onStreamTrailers);
+    stream.on('end', onStreamEnd);
+    stream.on('error', noop);
+    stream.on('close', onStreamClose);
   }
 
-  private onResponse(h: IncomingHttpHeaders, raw: string[] | undefined): void {
+  informational(h: IncomingHttpHeaders): void {
+    this.handler.onInformational?.(Number(h[':status']));
+  }
+
+  onTrailers(t: IncomingHttpHeaders, raw: string[] | undefined): void {
+    this.trailers = raw ? withoutPseudo(raw) : flatten(t);
+  }
+
+  onEnd(): void {
+    if (endStreamReceived(this.stream)) this.finish();
+  }
+
+  onClose(): void {
+    const stream = this.stream;
+    if (!this.done) this.reset(resetOf(stream) ?? { code: stream.rstCode ?? 0, connectionLost: true });
+  }
+
+  onResponse(h: IncomingHttpHeaders, raw: string[] | undefined): void {
+    if (this.responseStarted) return;
     this.responseStarted = true;
     const cl = h['content-length'];
     if (cl !== undefined) this.declared = Number(cl);
     const status = Number(h[':status']);
     const stream = this.stream;
-    const resume = () => stream.resume();
-    const flowing = this.handler.onHeaders(status, raw ? withoutPseudo(raw) : flatten(h), resume, '');
+    const flowing = this.handler.onHeaders(status, raw ? withoutPseudo(raw) : flatten(h), () => stream.resume(), '');
     // Data is read only after the headers went downstream (Node may have DATA buffered already).
-    stream.on('data', (c: Buffer) => {
-      this.received += c.length;
-      if (!this.handler.onData(c)) stream.pause();
-    });
+    stream.on('data', onStreamData);
     if (!flowing) stream.pause();
+  }
+
+  onData(c: Buffer): void {
+    this.received += c.length;
+    if (!this.handler.onData(c)) this.stream.pause();
   }
 
   /** The stream ended without END_STREAM: fail with Envoy's reset reason, and let go of what it still buffers. */
@@ -362,6 +380,35 @@ class H2Exchange {
     this.handler.onError(err);
   }
 }
+
+const kExchange = Symbol('waypoint.h2Exchange');
+type ExchangeStream = ClientHttp2Stream & { [kExchange]: H2Exchange };
+
+function onStreamHeaders(this: ExchangeStream, h: IncomingHttpHeaders): void {
+  this[kExchange].informational(h);
+}
+
+function onStreamResponse(this: ExchangeStream, h: IncomingHttpHeaders, _flags: number, raw: string[] | undefined): void {
+  this[kExchange].onResponse(h, raw);
+}
+
+function onStreamTrailers(this: ExchangeStream, t: IncomingHttpHeaders, _flags: number, raw: string[] | undefined): void {
+  this[kExchange].onTrailers(t, raw);
+}
+
+function onStreamEnd(this: ExchangeStream): void {
+  this[kExchange].onEnd();
+}
+
+function onStreamClose(this: ExchangeStream): void {
+  this[kExchange].onClose();
+}
+
+function onStreamData(this: ExchangeStream, c: Buffer): void {
+  this[kExchange].onData(c);
+}
+
+function noop(): void {}
 
 /** A received header block (flat, as Node passes it) without its pseudo-headers. */
 function withoutPseudo(raw: readonly string[]): string[] {
