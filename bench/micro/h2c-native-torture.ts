@@ -7,7 +7,15 @@
  *
  *   node bench/micro/h2c-native-torture.ts [tunnels=3000] [wrapper|native] [--tls]
  *
- * `wrapper`: Node's own way (its JS stream wrapper under each inner session), the waypoint's.
+ * `wrapper`: Node's own way (its JS stream wrapper under each inner session), the waypoint's. On
+ * Node 24.21 it can die too, from a client alone: with `TORTURE_PATHS=/big,/reset
+ * TORTURE_CLIENT_CHAOS=0 TORTURE_PYTHON=0 TORTURE_SERVER_CHAOS=0 ... 1500 wrapper --tls` (a response
+ * waiting on the tunnel's window, the server resetting another inner stream, the client closing its
+ * CONNECT with `close(CANCEL)`: END_STREAM then RST_STREAM) the server's wrapper throws
+ * ERR_INTERNAL_ASSERTION (lib/internal/js_stream_socket.js `doShutdown`, `assert(handle !== null)`):
+ * a multi-buffer write cancelled by the stream's destroy calls its `done` once per buffer, each
+ * error callback runs `finishWrite` again, and the second one completes the write the session had
+ * issued meanwhile and runs the shutdown left pending behind it on a handle already closed.
  * `native`: both ends on the CONNECT stream's native handle (h2c-native.ts); on Node 24.21 this
  * aborts the process within a few thousand tunnels (exit code 134, `Http2Stream::ReadStop`
  * `CHECK(!this->is_destroyed())`). Passes when the process is alive at the end and no inner
