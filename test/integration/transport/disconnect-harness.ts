@@ -15,18 +15,10 @@ import { expect } from 'vitest';
 import { LocalCa } from '../../../src/identity/ca.ts';
 import type { ClientIdentity } from '../../helpers/hbone-client.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
+import type { ChildMeasure } from './waypoint-child.ts';
 
 /** What the child reports for `'measure'`. */
-export interface Measure {
-  readonly rss: number;
-  readonly heapUsed: number;
-  readonly heapTotal: number;
-  /** Memory of objects outside the JS heap, every Buffer included. */
-  readonly external: number;
-  readonly arrayBuffers: number;
-  readonly fds: number;
-  readonly live: { hboneSessions: number; hboneSockets: number; httpTunnels: number; upstreamConnections: number };
-}
+export type Measure = ChildMeasure;
 
 export interface DisconnectRig {
   readonly net: number;
@@ -98,7 +90,8 @@ export async function startRig(net: number, bootstrap: Record<string, unknown> =
       execArgv: ['--expose-gc'],
       // A fixed glibc mmap threshold: large freed buffers go back to the kernel at once instead of
       // staying in the heap (glibc raises the threshold after each large free), so RSS shows what
-      // is really held.
+      // is really held. One arena: what malloc keeps after a free is all in the `[heap]` mapping
+      // (Measure.brkHeap), which checkNoLeak tells apart from the rest of RSS.
       env: { ...process.env, WAYPOINT_LOG_LEVEL: 'error', MALLOC_MMAP_THRESHOLD_: '131072', MALLOC_TRIM_THRESHOLD_: '131072', MALLOC_ARENA_MAX: '1' },
       stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
     });
@@ -196,14 +189,16 @@ export async function politeRound(rig: DisconnectRig, streams: number): Promise<
     }),
   );
   session.close();
-  await new Promise((r) => socket.once('close', r));
+  // The waypoint may have ended the session first (a keepalive timeout on a loaded machine).
+  if (!socket.closed) await new Promise((r) => socket.once('close', r));
 }
 
 /**
  * `streams` large downloads; once data flows the client stops reading, lets the waypoint fill
- * every buffer it can, then destroys its socket with unread data (a TCP RST).
+ * every buffer it can, then destroys its socket with unread data (a TCP RST). Resolves with the
+ * waypoint's measure taken just before, while it held those buffers.
  */
-export async function vanishingRound(rig: DisconnectRig, streams: number): Promise<void> {
+export async function vanishingRound(rig: DisconnectRig, streams: number): Promise<Measure> {
   const { session, socket } = await openClient(rig);
   let got = 0;
   for (let i = 0; i < streams; i++) request(session, rig, '/big').on('data', (c: Buffer) => (got += c.length));
@@ -211,57 +206,97 @@ export async function vanishingRound(rig: DisconnectRig, streams: number): Promi
   while (got < streams * 256 * 1024 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
   socket.pause();
   await new Promise((r) => setTimeout(r, 500));
+  const stalled = await rig.measure();
   socket.destroy();
   session.destroy();
+  return stalled;
 }
 
 const MB = 1024 * 1024;
 
 /**
+ * What must be gone once no client is connected, as non-zero counts: the waypoint's downstream
+ * sessions, sockets and tunnels (its bookkeeping and, independently, Node's objects still alive
+ * after GC), upstream streams (idle HTTP/1 carriers close after the 4 s keep-alive), and upstream
+ * sessions and sockets beyond the pool's own connections.
+ */
+function leftovers({ live, alive }: Measure): Record<string, number> {
+  const left = {
+    ...live,
+    upstreamConnections: 0,
+    ...Object.fromEntries(Object.entries(alive).map(([k, n]) => [`alive.${k}`, n])),
+    'alive.upstreamSessions': alive.upstreamSessions - live.upstreamConnections,
+    'alive.connectedSockets': alive.connectedSockets - live.upstreamConnections,
+  };
+  return Object.fromEntries(Object.entries(left).filter(([, n]) => n !== 0));
+}
+
+/** How much more memory outside the JS heap (Buffers included) the idle waypoint may hold than at the baseline (MiB). */
+const BUFFERS_SLACK = 8;
+
+/** RSS outside glibc's main heap: the V8 heap, mmapped buffers, thread stacks, code. */
+const outsideMallocHeap = (m: Measure) => m.rss - m.brkHeap;
+
+/**
  * A polite round and two vanishing rounds (warm-up: the allocator keeps its high-water mark, so
  * RSS is compared with a baseline taken after them), then `rounds` of vanishing clients with
- * `streams` downloads each. Afterwards, with GC forced, the waypoint holds no session, socket or
- * tunnel, and its file descriptors, buffers (`external`, which includes every Buffer) and RSS are
- * back near the baseline; SIGTERM then exits long before the drain would end.
+ * `streams` downloads each, with a pause halfway (`mid`). Once idle, with GC forced, the waypoint
+ * holds no session, stream, socket, tunnel or request (its bookkeeping and Node's objects agree),
+ * and its file descriptors, JS heap, buffers (`external`, which includes every Buffer) and RSS
+ * are back near the baseline; SIGTERM then exits long before the drain would end. Returns the
+ * measures: baseline, each round's (its client stalled), halfway and after (idle).
  */
-export async function checkNoLeak(rig: DisconnectRig, { rounds, streams }: { rounds: number; streams: number }): Promise<Measure[]> {
+export async function checkNoLeak(rig: DisconnectRig, { rounds, streams }: { rounds: number; streams: number }): Promise<{ base: Measure; mid: Measure; after: Measure; trace: Measure[] }> {
   const idle = async () => {
     let m: Measure | undefined;
     await expect
       .poll(
         async () => {
           m = await rig.measure();
-          return m.live;
+          return leftovers(m);
         },
-        { timeout: 15_000, interval: 300 },
+        { timeout: 20_000, interval: 300 },
       )
-      .toMatchObject({ hboneSessions: 0, hboneSockets: 0, httpTunnels: 0 });
+      .toEqual({});
     return m!;
   };
   await politeRound(rig, streams);
   for (let i = 0; i < 2; i++) await vanishingRound(rig, streams);
   const base = await idle();
-  const trace: Measure[] = [base];
-
-  let peak = base;
+  const trace: Measure[] = [];
+  let mid = base;
   for (let i = 0; i < rounds; i++) {
-    await vanishingRound(rig, streams);
-    const m = await rig.measure();
-    trace.push(m);
-    if (m.external > peak.external) peak = m;
+    if (i === rounds >> 1) mid = await idle();
+    trace.push(await vanishingRound(rig, streams));
   }
-  // The rounds did pin buffers while the peers were not yet declared dead (else this check could
-  // not tell a leak from nothing happening).
-  expect(peak.external - base.external).toBeGreaterThan(16 * MB);
-
   const after = await idle();
-  trace.push(after);
+  const grew = (k: keyof Measure, from = base) => ((after[k] as number) - (from[k] as number)) / MB;
+  const mib = (m: Measure) => [m.rss, m.brkHeap, m.heapUsed, m.external].map((n) => Math.round(n / MB)).join('/');
+  const figures = `rss/malloc heap/heapUsed/external MiB: base ${mib(base)}, rounds ${trace.map(mib).join(' ')}, mid ${mib(mid)}, after ${mib(after)}`;
+  // The stalled clients did pin buffers: kept for good, they would exceed the bound on `external`
+  // below twice over (else this check could not tell a leak from nothing happening).
+  const pinned = trace.reduce((sum, m) => sum + Math.max(0, m.external - base.external), 0) / MB;
+  expect(pinned, figures).toBeGreaterThan(2 * BUFFERS_SLACK);
   // Pooled upstream connections may stay (idle release is minutes): a few descriptors of slack.
   expect(after.fds - base.fds).toBeLessThanOrEqual(4);
-  expect((after.external - base.external) / MB).toBeLessThan(8);
-  expect((after.rss - base.rss) / MB).toBeLessThan(64);
+  expect(grew('heapUsed'), figures).toBeLessThan(8);
+  expect(grew('external'), figures).toBeLessThan(BUFFERS_SLACK);
+  expect(grew('arrayBuffers'), figures).toBeLessThan(BUFFERS_SLACK);
+  // RSS. glibc keeps chunks freed below the top of its main heap resident (only malloc_trim(3)
+  // returns them), so RSS after the rounds is the allocator's high-water, not what is held.
+  // Measured after 60 rounds of 8 (issue 12): the main heap had 63-196 MiB resident for 14-19 MB
+  // in use (malloc_stats), malloc_trim(0) brought RSS below the baseline, and RSS outside that
+  // heap came back within 1-5 MiB; so the rest of RSS is checked tightly...
+  expect((outsideMallocHeap(after) - outsideMallocHeap(base)) / MB, figures).toBeLessThan(16);
+  // ...the heap may stay up to its high-water but not grow with the rounds (a native leak does):
+  // the second half adds little (measured: -2 to +24 MiB)...
+  expect(grew('brkHeap', mid), figures).toBeLessThan(32);
+  // ...within an absolute bound: the excess over the baseline was 0-24 MiB here, 80 MiB on a
+  // loaded machine (its peak +209 MiB); a leak of what this test pins (megabytes per stream) would
+  // be far above it.
+  expect(grew('rss'), figures).toBeLessThan(128);
 
   // Bounds a hang only: a leaked socket would hold the shutdown for the whole 20 s drain.
   expect(await rig.terminate()).toBeLessThan(8_000);
-  return trace;
+  return { base, mid, after, trace };
 }
