@@ -22,7 +22,7 @@ test('60 rounds of 8 vanishing downloads leave nothing behind, and RSS stops gro
   const { base, mid, after, trace } = await checkNoLeak(rig, { rounds: 60, streams: 8 });
   const mib = (n: number) => Math.round(n / 2 ** 20);
   const row = (m: Measure) =>
-    `rss ${mib(m.rss)} (malloc heap ${mib(m.brkHeap)}, rest ${mib(m.rss - m.brkHeap)}) heapUsed ${mib(m.heapUsed)} external ${mib(m.external)} arrayBuffers ${mib(m.arrayBuffers)} MiB, fds ${m.fds}, alive ${JSON.stringify(m.alive)}`;
+    `rss ${mib(m.rss)} (anonymous ${mib(m.anon)}: malloc heap ${mib(m.brkHeap)}, rest ${mib(m.anon - m.brkHeap)}) heapTotal ${mib(m.heapTotal)} heapUsed ${mib(m.heapUsed)} external ${mib(m.external)} arrayBuffers ${mib(m.arrayBuffers)} MiB, fds ${m.fds}, alive ${JSON.stringify(m.alive)}`;
   console.log(
     [
       `base:  ${row(base)}`,

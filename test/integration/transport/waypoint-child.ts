@@ -18,6 +18,8 @@ export type CensusKind = 'hboneSessions' | 'hboneStreams' | 'acceptedSockets' | 
 /** What the child reports for `'measure'` (bytes, except the counts). */
 export interface ChildMeasure {
   readonly rss: number;
+  /** Anonymous memory (/proc/self/smaps_rollup): RSS without the pages of files (code, mostly). */
+  readonly anon: number;
   /**
    * RSS of glibc malloc's main heap (the `[heap]` mapping; with MALLOC_ARENA_MAX=1 every thread
    * allocates there): chunks freed below its top stay resident until malloc_trim(3).
@@ -56,7 +58,7 @@ process.on('message', async (m) => {
   const mem = process.memoryUsage();
   const measure: ChildMeasure = {
     rss: mem.rss,
-    brkHeap: brkHeapRss(),
+    ...mallocHeap(),
     heapUsed: mem.heapUsed,
     heapTotal: mem.heapTotal,
     external: mem.external,
@@ -71,11 +73,12 @@ process.once('SIGTERM', () => {
   void wp.shutdown().then(() => process.exit(0));
 });
 
-/** RSS of the `[heap]` mapping in /proc/self/smaps (0 before glibc first grows it). */
-function brkHeapRss(): number {
+/** Anonymous RSS, and the RSS of the `[heap]` mapping (0 before glibc first grows it). */
+function mallocHeap(): { anon: number; brkHeap: number } {
+  const field = (text: string, name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)![1]) * 1024;
   const smaps = fs.readFileSync('/proc/self/smaps', 'utf8');
   const at = smaps.indexOf('[heap]');
-  return at < 0 ? 0 : Number(/^Rss:\s+(\d+) kB/m.exec(smaps.slice(at))![1]) * 1024;
+  return { anon: field(fs.readFileSync('/proc/self/smaps_rollup', 'utf8'), 'Anonymous'), brkHeap: at < 0 ? 0 : field(smaps.slice(at), 'Rss') };
 }
 
 /**
