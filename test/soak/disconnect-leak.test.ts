@@ -6,8 +6,8 @@
  * checkNoLeak). Prints the figures. Addresses: 127.0.230.x, those of the short version: `npm run
  * soak` and `npm test` must not run at the same time.
  */
-import { afterAll, beforeAll, test } from 'vitest';
-import { checkNoLeak, startRig, type DisconnectRig, type Measure } from '../integration/transport/disconnect-harness.ts';
+import { afterAll, beforeAll, expect, test } from 'vitest';
+import { checkNoLeak, pinned, RSS_SLACK, startRig, type DisconnectRig, type Measure } from '../integration/transport/disconnect-harness.ts';
 
 let rig: DisconnectRig;
 
@@ -20,6 +20,9 @@ afterAll(async () => {
 
 test('60 rounds of 8 vanishing downloads leave nothing behind, and RSS stops growing', { timeout: 600_000 }, async () => {
   const { base, mid, after, trace } = await checkNoLeak(rig, { rounds: 60, streams: 8 });
+  // What the stalled clients raised RSS by, kept for good, would exceed checkNoLeak's bound many
+  // times over (so that bound can tell a leak of it).
+  expect(pinned(base, trace, 'rss')).toBeGreaterThan(8 * RSS_SLACK);
   const mib = (n: number) => Math.round(n / 2 ** 20);
   const row = (m: Measure) =>
     `rss ${mib(m.rss)} (anonymous ${mib(m.anon)}: malloc heap ${mib(m.brkHeap)}, rest ${mib(m.anon - m.brkHeap)}) heapTotal ${mib(m.heapTotal)} heapUsed ${mib(m.heapUsed)} external ${mib(m.external)} arrayBuffers ${mib(m.arrayBuffers)} MiB, fds ${m.fds}, alive ${JSON.stringify(m.alive)}`;
