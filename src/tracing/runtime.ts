@@ -147,9 +147,7 @@ export class TracingRuntime {
     // As an OpenTelemetry SDK: the protocol from OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL, the endpoint,
     // headers and timeout read by the exporters themselves. The HTTP exporter sends OTLP/JSON.
     const protocol = this.env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? this.env.OTEL_EXPORTER_OTLP_PROTOCOL ?? 'http/protobuf';
-    return protocol.trim() === 'grpc'
-      ? new LazyExporter(async () => new (await grpcExporter()).Exporter({ credentials: (await grpcExporter()).grpc.credentials.createInsecure() }))
-      : new LazyExporter(async () => new (await import('@opentelemetry/exporter-trace-otlp-http')).OTLPTraceExporter());
+    return new LazyExporter(protocol.trim() === 'grpc' ? () => grpcExporter() : () => httpExporter());
   }
 
   private outcomes(provider: string): SpanOutcomes {
@@ -181,21 +179,29 @@ export function otlpEndpoint(o: OpenTelemetryProvider): string {
 }
 
 function providerExporter(o: OpenTelemetryProvider): SpanExporter {
-  const timeoutMillis = o.timeoutMs;
-  if (o.protocol === 'http') {
-    return new LazyExporter(async () => new (await import('@opentelemetry/exporter-trace-otlp-http')).OTLPTraceExporter({ url: otlpEndpoint(o), headers: { ...o.headers }, ...(timeoutMillis ? { timeoutMillis } : {}) }));
-  }
-  return new LazyExporter(async () => {
-    const { Exporter, grpc } = await grpcExporter();
-    const metadata = new grpc.Metadata();
-    for (const [k, v] of Object.entries(o.headers)) metadata.set(k, v);
-    return new Exporter({ url: `http://${formatHostPort(o.host, o.port)}`, credentials: grpc.credentials.createInsecure(), metadata, ...(timeoutMillis ? { timeoutMillis } : {}) });
-  });
+  const timeout = o.timeoutMs ? { timeoutMillis: o.timeoutMs } : {};
+  return new LazyExporter(
+    o.protocol === 'http'
+      ? () => httpExporter({ url: otlpEndpoint(o), headers: { ...o.headers }, ...timeout })
+      : () => grpcExporter({ url: `http://${formatHostPort(o.host, o.port)}`, ...timeout }, o.headers),
+  );
 }
 
-async function grpcExporter() {
-  const [{ OTLPTraceExporter: Exporter }, grpc] = await Promise.all([import('@opentelemetry/exporter-trace-otlp-grpc'), import('@grpc/grpc-js')]);
-  return { Exporter, grpc };
+/** The OTLP/HTTP (JSON) exporter, its module loaded when first needed. */
+async function httpExporter(config?: { url: string; headers: Record<string, string>; timeoutMillis?: number }): Promise<SpanExporter> {
+  const { OTLPTraceExporter } = await import('@opentelemetry/exporter-trace-otlp-http');
+  return new OTLPTraceExporter(config);
+}
+
+/** The OTLP/gRPC exporter (plaintext), its modules loaded when first needed; `headers` go as gRPC metadata. */
+async function grpcExporter(config: { url?: string; timeoutMillis?: number } = {}, headers?: Readonly<Record<string, string>>): Promise<SpanExporter> {
+  const [{ OTLPTraceExporter }, grpc] = await Promise.all([import('@opentelemetry/exporter-trace-otlp-grpc'), import('@grpc/grpc-js')]);
+  let metadata: InstanceType<typeof grpc.Metadata> | undefined;
+  if (headers) {
+    metadata = new grpc.Metadata();
+    for (const [k, v] of Object.entries(headers)) metadata.set(k, v);
+  }
+  return new OTLPTraceExporter({ ...config, credentials: grpc.credentials.createInsecure(), ...(metadata ? { metadata } : {}) });
 }
 
 /**
