@@ -47,44 +47,23 @@ function streamSet(stream: StreamContext, mesh: FilterEnv['mesh']): AttachedSet 
   return set;
 }
 
-/** Whether the current snapshot attaches nothing, read once per snapshot (the four slots share it). */
-class Dormancy {
-  private snapshot: MeshSnapshot | undefined = undefined;
-  private empty = false;
-  private readonly mesh: FilterEnv['mesh'];
-
-  constructor(mesh: FilterEnv['mesh']) {
-    this.mesh = mesh;
-  }
-
-  now(): boolean {
-    const current = this.mesh.current;
-    if (current !== this.snapshot) {
-      this.empty = extensionsFor(current).empty;
-      this.snapshot = current;
-    }
-    return this.empty;
-  }
-}
-
 class ExtensionSlot implements Filter {
   readonly name: string;
   private readonly phase: number;
   /** The unset phase's slot, last before the router: also runs the chosen route rule's later hooks. */
   private readonly last: boolean;
   private readonly mesh: FilterEnv['mesh'];
-  private readonly dormancy: Dormancy;
 
-  constructor(phase: number, mesh: FilterEnv['mesh'], dormancy: Dormancy) {
+  constructor(phase: number, mesh: FilterEnv['mesh']) {
     this.name = EXTENSION_SLOTS[phase];
     this.phase = phase;
     this.last = phase === EXTENSION_SLOTS.length - 1;
     this.mesh = mesh;
-    this.dormancy = dormancy;
   }
 
+  /** Dormant while the current snapshot attaches no WaypointFilter at all (a lookup of its compiled part). */
   dormant(): boolean {
-    return this.dormancy.now();
+    return extensionsFor(this.mesh.current).empty;
   }
 
   onConnection(conn: ConnectionContext): PhaseResult {
@@ -129,8 +108,7 @@ class ExtensionSlot implements Filter {
 
 /** The slot filters, in phase order, reading the current snapshot from `mesh` (place them with {@link withExtensionSlots}). */
 export function extensionSlots(mesh: FilterEnv['mesh']): Filter[] {
-  const dormancy = new Dormancy(mesh);
-  return EXTENSION_SLOTS.map((_, phase) => new ExtensionSlot(phase, mesh, dormancy));
+  return EXTENSION_SLOTS.map((_, phase) => new ExtensionSlot(phase, mesh));
 }
 
 /**
