@@ -4,9 +4,10 @@
  * null)`), uncaught, when the tunnel is closed with END_STREAM then RST_STREAM (Node's
  * `close(CANCEL)`) while one of the session's writes is still in flight on the tunnel and the
  * session has reset one of its streams meanwhile (hbone/js-stream-guard.ts has the whole path).
- * Driven step by step with hand-written frames: first against a plain Node server (no waypoint),
- * then against the waypoint (an upstream that fails mid-response while the tunnel's flow-control
- * window is full). Both fail (uncaught assertion) without the guard. Addresses: 127.0.212.x.
+ * Driven step by step with hand-written frames: against plain Node (an inner h2c server, and an
+ * inner h2c client as the waypoint's h2c upstreams), then against the waypoint (an upstream that
+ * fails mid-response while the tunnel's flow-control window is full). Each fails (uncaught
+ * assertion) without the guard. Addresses: 127.0.212.x.
  */
 import dc from 'node:diagnostics_channel';
 import http from 'node:http';
@@ -19,7 +20,7 @@ import { guardJsStreamShutdown } from '../../../src/hbone/index.ts';
 import { LocalCa } from '../../../src/identity/ca.ts';
 import { connect, hboneSession, type ClientIdentity } from '../../helpers/hbone-client.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
-import { ACK, FrameReader, FrameType, PREFACE, frame, headers, rstStream, settings, windowUpdate } from './raw-h2.ts';
+import { ACK, END_HEADERS, FrameReader, FrameType, PREFACE, frame, headerBlock, headers, rstStream, settings, windowUpdate } from './raw-h2.ts';
 
 const NET = 212;
 const VIP = `127.0.${NET}.100:80`;
@@ -97,6 +98,50 @@ test('plain Node: the inner session answers one request and resets another while
   } finally {
     socket.destroy();
     outer.close();
+  }
+});
+
+test('plain Node, client side: an inner h2c client resets one request and starts another while its SETTINGS ack is on the tunnel, and the peer cancels the tunnel', async () => {
+  // The peer: a hand-written HTTP/2 server on plain TCP.
+  let peer: net.Socket | undefined;
+  const server = net.createServer((s) => {
+    s.on('error', () => {});
+    peer = s;
+  });
+  await new Promise<void>((r) => server.listen(0, `127.0.${NET}.3`, r));
+  const outer = http2.connect(`http://127.0.${NET}.3:${(server.address() as net.AddressInfo).port}`);
+  outer.on('error', () => {});
+  try {
+    await vi.waitFor(() => expect(peer).toBeDefined(), { timeout: 5000 });
+    const rd = new FrameReader(peer!, 'server');
+    const tunnel = outer.request({ ':method': 'CONNECT', ':authority': 'x:80' });
+    tunnel.on('error', () => {});
+    await rd.until((f) => f.type === FrameType.Headers && f.streamId === 1);
+    const status = frame(FrameType.Headers, END_HEADERS, 1, headerBlock([[':status', '200']]));
+    peer!.write(Buffer.concat([frame(FrameType.Settings, 0, 0), frame(FrameType.Settings, ACK, 0), status, frame(FrameType.Data, 0, 1, frame(FrameType.Settings, 0, 0))]));
+    await new Promise((r) => tunnel.once('response', r));
+    // As the waypoint's h2c upstreams (src/upstream/h2-upstream.ts) run on HBONE CONNECT streams.
+    const session = guardJsStreamShutdown(http2.connect('http://inner', { createConnection: () => tunnel }));
+    session.on('error', () => {});
+    const a = session.request({ ':path': '/a' });
+    a.on('error', () => {});
+    // The client's preface, SETTINGS and request, on the tunnel.
+    await rd.until((f) => f.type === FrameType.Data && f.streamId === 1 && f.payload.length > PREFACE.length);
+    // On /a's response the client resets it (left pending behind the write in flight) and sends another request (queued).
+    a.once('response', () => {
+      a.close(NGHTTP2_INTERNAL_ERROR);
+      session.request({ ':path': '/b' }).on('error', () => {});
+    });
+    // One read for the client: an inner SETTINGS (its ack becomes the client's write in flight)
+    // and /a's response, then the tunnel's END_STREAM and RST_STREAM.
+    peer!.write(cancelTunnel(Buffer.concat([frame(FrameType.Settings, 0, 0), frame(FrameType.Headers, END_HEADERS, 1, headerBlock([[':status', '200']]))])));
+    await vi.waitFor(() => expect(session.closed && session.destroyed).toBe(true), { timeout: 5000 });
+    await new Promise((r) => setTimeout(r, 50));
+    expect(uncaught.map((e) => e.stack)).toEqual([]);
+  } finally {
+    outer.destroy();
+    peer?.destroy();
+    server.close();
   }
 });
 

@@ -71,16 +71,25 @@ export interface Frame {
   readonly payload: Buffer;
 }
 
-/** Reads frames off `socket` (after the client preface was sent); `until` resolves once a frame matching `pred` arrived. */
+/**
+ * Reads frames off `socket` (a server's reader skips the client's preface first); `until` resolves
+ * once a frame matching `pred` arrived.
+ */
 export class FrameReader {
   readonly frames: Frame[] = [];
   private buf = Buffer.alloc(0);
   private waiters: { pred: (f: Frame) => boolean; resolve: (f: Frame) => void }[] = [];
   closed = false;
 
-  constructor(socket: Duplex) {
+  constructor(socket: Duplex, side: 'client' | 'server' = 'client') {
+    let preface = side === 'server' ? PREFACE.length : 0;
     socket.on('data', (d: Buffer) => {
       this.buf = Buffer.concat([this.buf, d]);
+      if (preface > 0) {
+        const n = Math.min(preface, this.buf.length);
+        this.buf = this.buf.subarray(n);
+        preface -= n;
+      }
       while (this.buf.length >= 9) {
         const len = this.buf.readUIntBE(0, 3);
         if (this.buf.length < 9 + len) break;
