@@ -3,17 +3,18 @@
  * when an HTTP/2 session runs over a stream without a native handle: an h2c session inside an HBONE
  * CONNECT stream, which Node wraps in lib/internal/js_stream_socket.js (`JSStreamSocket`).
  *
- * Seen on Node 24.21. When the CONNECT stream is reset (the client's `close(CANCEL)`: END_STREAM,
- * then RST_STREAM) while a session write is still waiting on the tunnel (its flow-control window),
- * the END_STREAM leaves a shutdown pending behind that write and the reset closes the wrapper.
- * The wrapper's close (`doClose`, one `setImmediate` later) cancels the write; when the session
- * had reset one of its streams meanwhile (an upstream that failed mid-response), nghttp2's pending
- * RST_STREAM makes the session write again at once, from inside that cancellation
- * (src/node_http2.cc `ClearOutgoing`): the new write is recorded and the shutdown re-queued behind
- * it. The cancelled write's own callback (`done`, from the stream's destroy) then arrives in a later
- * `setImmediate`, completes that new write instead, and runs the shutdown: `doShutdown` meets a
- * closed handle (`assert(handle !== null)`). nodejs/node#49400 (for #48519) added the pending-close
- * state to `doShutdown` and `doWrite`, which covers the shutdown only while that close is pending.
+ * Seen on Node 24.21, server and client side. The tunnel is closed with END_STREAM then RST_STREAM
+ * (Node's `close(CANCEL)`) while one of the session's writes is still in flight on it (waiting on
+ * its flow-control window, or not yet flushed): the END_STREAM leaves a shutdown pending behind
+ * that write, the RST_STREAM closes the wrapper. Meanwhile the session reset one of its streams
+ * (an upstream lost mid-response), which Node leaves pending behind the write in flight
+ * (src/node_http2.cc `Http2Stream::SubmitRstStream`), and queued other frames. The wrapper's close
+ * (`doClose`, a `setImmediate` later) cancels the write; the pending reset makes the session send
+ * its queued frames at once, from inside that cancellation (node_http2.cc `ClearOutgoing`): the new
+ * write is kept and the shutdown re-queued behind it. The cancelled write's own callback (`done`,
+ * from the stream's destroy) then comes in a later `setImmediate`, completes the new write instead,
+ * and runs the shutdown: `doShutdown` meets the closed handle (`assert(handle !== null)`).
+ * nodejs/node#49400 (for #48519) made `doShutdown` wait while that close is pending, not after.
  *
  * The guard, per wrapper instance: a shutdown asked of an already closed wrapper completes at once
  * as cancelled (what `doClose` does with the shutdown it finds), instead of reaching the assertion.

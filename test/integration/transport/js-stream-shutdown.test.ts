@@ -17,8 +17,8 @@ import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { afterAll, afterEach, beforeAll, beforeEach, expect, test, vi } from 'vitest';
 import { guardJsStreamShutdown } from '../../../src/hbone/index.ts';
-import { LocalCa } from '../../../src/identity/ca.ts';
 import { connect, hboneSession, type ClientIdentity } from '../../helpers/hbone-client.ts';
+import { identityFrom } from '../../helpers/identity.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 import { ACK, END_HEADERS, FrameReader, FrameType, PREFACE, frame, headerBlock, headers, rstStream, settings, windowUpdate } from './raw-h2.ts';
 
@@ -172,9 +172,7 @@ beforeAll(async () => {
     apps.push(app);
   }
   topo = await startTestTopology(NET, { backends: false });
-  const ca = await LocalCa.load(topo.caDir);
-  const leaf = await ca.issue('spiffe://cluster.local/ns/demo/sa/client', 3600_000);
-  client = { certPem: leaf.certPem, keyPem: leaf.keyPem, caPem: ca.rootCertPem };
+  client = await identityFrom(topo.caDir);
 });
 afterAll(async () => {
   for (const a of apps) {
