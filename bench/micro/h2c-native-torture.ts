@@ -7,15 +7,20 @@
  *
  *   node bench/micro/h2c-native-torture.ts [tunnels=3000] [wrapper|native] [--tls]
  *
- * `wrapper`: Node's own way (its JS stream wrapper under each inner session), the waypoint's. On
- * Node 24.21 it can die too, from a client alone: with `TORTURE_PATHS=/big,/reset
- * TORTURE_CLIENT_CHAOS=0 TORTURE_PYTHON=0 TORTURE_SERVER_CHAOS=0 ... 1500 wrapper --tls` (a response
- * waiting on the tunnel's window, the server resetting another inner stream, the client closing its
- * CONNECT with `close(CANCEL)`: END_STREAM then RST_STREAM) the server's wrapper throws
- * ERR_INTERNAL_ASSERTION (lib/internal/js_stream_socket.js `doShutdown`, `assert(handle !== null)`):
- * a multi-buffer write cancelled by the stream's destroy calls its `done` once per buffer, each
- * error callback runs `finishWrite` again, and the second one completes the write the session had
- * issued meanwhile and runs the shutdown left pending behind it on a handle already closed.
+ * `wrapper`: Node's own way (its JS stream wrapper under each inner session), the waypoint's, with
+ * the waypoint's guard on every inner session (src/hbone/js-stream-guard.ts; `TORTURE_UNGUARDED=1`
+ * leaves Node's wrapper as it is). Without the guard, Node 24.21 dies from a client alone: with
+ * `TORTURE_PATHS=/big,/reset TORTURE_CLIENT_CHAOS=0 TORTURE_PYTHON=0 TORTURE_SERVER_CHAOS=0
+ * TORTURE_UNGUARDED=1 ... 1500 wrapper --tls` the server's wrapper throws ERR_INTERNAL_ASSERTION
+ * (lib/internal/js_stream_socket.js `doShutdown`, `assert(handle !== null)`) within a second or
+ * two. The path (test/integration/transport/js-stream-shutdown.test.ts drives it step by step): the
+ * client's requests, then its `close(CANCEL)` (END_STREAM, then RST_STREAM) reach the server in
+ * one read; the inner session's SETTINGS ack is its write in flight on the tunnel, the END_STREAM
+ * leaves a shutdown pending behind it, /reset's RST_STREAM is left pending by Node behind it, and
+ * /big's response is queued; the wrapper's close cancels the write, the pending RST_STREAM makes
+ * the session write /big at once (kept as the wrapper's current write, the shutdown re-queued
+ * behind it), and the cancelled write's own late callback completes that write and runs the
+ * shutdown on the closed handle.
  * `native`: both ends on the CONNECT stream's native handle (h2c-native.ts); on Node 24.21 this
  * aborts the process within a few thousand tunnels (exit code 134, `Http2Stream::ReadStop`
  * `CHECK(!this->is_destroyed())`). Passes when the process is alive at the end and no inner
@@ -29,6 +34,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
+import { guardJsStreamShutdown } from '../../src/hbone/index.ts';
 import { LocalCa } from '../../src/identity/ca.ts';
 import { attachNative, connectNative } from './h2c-native.ts';
 
@@ -48,7 +54,9 @@ const quiet = (e: { on(ev: 'error', f: () => void): unknown }) => e.on('error', 
 
 const stats = { clientNative: 0, outerOpen: 0, tunnelsOpen: 0, tunnels: 0, innerOpen: 0, innerOpened: 0, serverChaos: 0, requests: 0, native: 0 };
 const inner = http2.createServer({ settings: { maxConcurrentStreams: 200 } });
+const GUARD = MODE === 'wrapper' && process.env.TORTURE_UNGUARDED !== '1';
 inner.on('session', (s: ServerHttp2Session) => {
+  if (GUARD) guardJsStreamShutdown(s);
   stats.innerOpen++;
   stats.innerOpened++;
   quiet(s);
@@ -208,6 +216,7 @@ async function tunnel(own: { session: ClientHttp2Session; socket: net.Socket }, 
   }
   // Both ends on native handles in native mode: the clients' inner sessions too.
   const innerSession = (MODE === 'native' && connectNative(connect, 'http://inner')) || http2.connect('http://inner', { createConnection: () => connect });
+  if (GUARD) guardJsStreamShutdown(innerSession);
   quiet(innerSession);
   const reqs: ClientHttp2Stream[] = [];
   const n = 1 + rnd(6);
@@ -377,7 +386,7 @@ async function main(): Promise<void> {
   // Let every session close.
   for (let i = 0; i < 50 && stats.innerOpen > 0; i++) await sleep(100);
   const ms = Date.now() - t0;
-  process.stdout.write(`${MODE}${TLS ? ' (TLS)' : ''}: ${stats.tunnels} tunnels (${stats.native} on native handles), ${stats.requests} inner requests, ${stats.serverChaos} server-side chaos actions in ${ms} ms; inner sessions still open: ${stats.innerOpen} of ${stats.innerOpened} (tunnels open ${stats.tunnelsOpen}, outer sessions open ${stats.outerOpen})\n`);
+  process.stdout.write(`${MODE}${TLS ? ' (TLS)' : ''}${MODE === 'wrapper' ? (GUARD ? ' guarded' : ' unguarded') : ''}: ${stats.tunnels} tunnels (${stats.native} on native handles), ${stats.requests} inner requests, ${stats.serverChaos} server-side chaos actions in ${ms} ms; inner sessions still open: ${stats.innerOpen} of ${stats.innerOpened} (tunnels open ${stats.tunnelsOpen}, outer sessions open ${stats.outerOpen})\n`);
   server.close();
   process.exitCode = stats.innerOpen <= stats.tunnelsOpen ? 0 : 1;
   setTimeout(() => process.exit(), 200).unref();

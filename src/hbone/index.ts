@@ -9,5 +9,6 @@ export type { Http2Params, TlsMaterial } from './settings.ts';
 export { DEFAULT_HTTP2, http2Settings } from './settings.ts';
 export { joinWritev } from './writev-fix.ts';
 export { clearIdleTimer, clearTimerOnDestroy } from './stream-timer-fix.ts';
+export { guardJsStreamShutdown } from './js-stream-guard.ts';
 export { teardown, relay } from './relay.ts';
 export { resetStream, asHttp1Socket, endStreamReceived, resetOf, watchEndStream, type StreamReset } from './stream-end.ts';

@@ -19,7 +19,7 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import http2, { type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { clearIdleTimer, clearTimerOnDestroy, http2Settings, type Http2Params, joinWritev } from '../hbone/index.ts';
+import { clearIdleTimer, clearTimerOnDestroy, guardJsStreamShutdown, http2Settings, type Http2Params, joinWritev } from '../hbone/index.ts';
 import {
   FilterStatus,
   ResponseFlag,
@@ -148,7 +148,7 @@ export class InnerHttpServer {
       const ref = this.attaching;
       if (!ref) return session.destroy();
       session[kTunnel] = ref;
-      ref.session = clearTimerOnDestroy(session);
+      ref.session = clearTimerOnDestroy(guardJsStreamShutdown(session));
       session.on('error', (err) => log.debug({ err: err.message }, 'inner h2c session error'));
     });
     this.h2server.on('request', (req: Http2ServerRequest, res: Http2ServerResponse) => {

@@ -15,7 +15,7 @@
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders } from 'node:http2';
 import type { Duplex, Readable } from 'node:stream';
 import { WaypointError, log } from '../util/index.ts';
-import { http2Settings, type Http2Params, endStreamReceived, resetOf, resetStream, watchEndStream, type StreamReset, joinWritev } from '../hbone/index.ts';
+import { http2Settings, type Http2Params, endStreamReceived, guardJsStreamShutdown, resetOf, resetStream, watchEndStream, type StreamReset, joinWritev } from '../hbone/index.ts';
 import type { BufferHolder } from '../pipeline/index.ts';
 
 /** One request to send: flat header list without pseudo-headers or connection-specific ones. */
@@ -224,11 +224,13 @@ export class H2Upstream {
   private async open(): Promise<ClientHttp2Session> {
     // Node's writev onto an Http2Stream corrupts batched chunks (hbone/writev-fix.ts).
     const socket = joinWritev(await this.opts.open());
-    const session = http2.connect(`http://${this.opts.authority}`, {
-      createConnection: () => socket,
-      settings: http2Settings(this.opts.http2, false),
-      maxSessionMemory: this.opts.http2.maxSessionMemoryMb,
-    });
+    const session = guardJsStreamShutdown(
+      http2.connect(`http://${this.opts.authority}`, {
+        createConnection: () => socket,
+        settings: http2Settings(this.opts.http2, false),
+        maxSessionMemory: this.opts.http2.maxSessionMemoryMb,
+      }),
+    );
     session.on('error', (err) => log.debug({ err: err.message, endpoint: this.opts.authority }, 'upstream h2c session error'));
     // The peer's FIN (a server killed or restarted, a tunnel closed) ends the connection: nothing can
     // arrive on it any more. Node's http2 does not act on it when the transport is half-open (our TCP
