@@ -8,7 +8,7 @@
 import os from 'node:os';
 import path from 'node:path';
 import v8 from 'node:v8';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { Registry } from 'prom-client';
 import { routingConfigDump, AdminServer } from './admin/index.ts';
 import type { BootstrapConfig } from './config/index.ts';
@@ -70,6 +70,11 @@ export interface WaypointOptions {
    * takes the certificate its primary holds, pushed as PEM).
    */
   readonly issuer?: CertificateIssuer & { readonly trustDomain: string };
+  /**
+   * Do not bind the HBONE listener: another process owns it at this address and hands connections
+   * over with {@link Waypoint.acceptHbone} (src/workers: the primary).
+   */
+  readonly handedOverHbone?: AddressInfo;
 }
 
 /** Addresses actually bound (port 0 in the config becomes the chosen port here). */
@@ -299,7 +304,7 @@ export class Waypoint {
         extAuthzClient.prune(next);
       });
 
-      const hboneAddr = await hbone.listen(cfg.listeners.hbone);
+      const hboneAddr = opts.handedOverHbone ? hbone.serveHandedOver(opts.handedOverHbone) : await hbone.listen(cfg.listeners.hbone);
       cleanup.push(() => hbone.drain(0));
 
       self = new Waypoint({
@@ -325,6 +330,16 @@ export class Waypoint {
       for (const c of cleanup.reverse()) await Promise.resolve(c()).catch(() => {});
       throw err;
     }
+  }
+
+  /**
+   * Serve an HBONE connection accepted by the process that owns the listener
+   * (WaypointOptions.handedOverHbone); false, and the socket left alone, once the drain started.
+   */
+  acceptHbone(socket: Socket): boolean {
+    if (this.draining) return false;
+    this.hbone.accept(socket);
+    return true;
   }
 
   /**

@@ -70,6 +70,10 @@ export class HboneServer {
   /** Warnings a client can trigger at will (failed handshakes, refused identities, rejected streams), rate-limited. */
   private readonly warnings = new LogLimiter();
   private readonly peerLimits: PeerLimits | undefined;
+  /** Set by {@link drain}: sessions that finish their handshake from then on get GOAWAY at once. */
+  private draining = false;
+  /** Resolved when the last accepted socket closes (a drain of handed-over connections waits on it). */
+  private idleWaiter: (() => void) | undefined;
   /**
    * Listeners every stream shares: a waypoint holds thousands of idle tunnels, and a closure (with
    * Node's `once` wrapper) per stream and event cost more than the stream's own state.
@@ -112,6 +116,7 @@ export class HboneServer {
       socket.once('close', () => {
         this.sockets.delete(socket);
         this.peerLimits?.closed(ip);
+        if (this.sockets.size === 0) this.idleWaiter?.();
       });
     });
     // Around Node's own 'secureConnection' listener, which creates the session and emits 'session'
@@ -141,6 +146,22 @@ export class HboneServer {
     return bound;
   }
 
+  /**
+   * Serve connections another process accepted on `bound` (src/workers: the primary owns the
+   * listener and hands each connection over with {@link accept}) instead of listening here.
+   */
+  serveHandedOver(bound: AddressInfo): AddressInfo {
+    if (this.opts.metrics) this.stats = new HboneListenerStats(this.opts.metrics, formatHostPort(bound.address, bound.port));
+    return bound;
+  }
+
+  /** A TCP connection accepted elsewhere ({@link serveHandedOver}): served as one accepted here. */
+  accept(socket: Socket): void {
+    // As net.Server does for the sockets it accepts (`noDelay`): the primary's copy was not set up here.
+    socket.setNoDelay(true);
+    this.server.emit('connection', socket);
+  }
+
   /** Swap the certificate for new connections (rotation); live connections keep theirs. */
   updateMaterial(m: TlsMaterial): void {
     this.server.setSecureContext(hboneTlsOptions(m));
@@ -162,7 +183,11 @@ export class HboneServer {
    * session is gone.
    */
   async drain(timeoutMs: number, onTimeout?: () => void): Promise<void> {
-    const closed = new Promise<void>((r) => this.server.close(() => r()));
+    this.draining = true;
+    // A listening server closes once its connections are gone; handed-over ones are not its own.
+    const listening = this.server.listening;
+    const serverClosed = new Promise<void>((r) => this.server.close(() => r()));
+    const closed = listening ? serverClosed : this.sockets.size === 0 ? Promise.resolve() : new Promise<void>((r) => (this.idleWaiter = r));
     for (const s of this.sessions) s.close();
     if (this.sessions.size === 0 && this.sockets.size === 0) return closed;
     const timer = setTimeout(() => {
@@ -223,6 +248,8 @@ export class HboneServer {
     const state: SessionState = { peer: (svid as { id: SpiffeId }).id, remote, ip: parseHostPort(remote)?.ip ?? remote, lastStreamId: -1, closedStreams: 0, prematureResets: 0, rapidReset: false, closedBy: undefined };
     (session as TaggedSession)[kState] = state;
     this.sessions.add(session);
+    // Accepted just before the drain, authenticated after it: told to go elsewhere at once (GOAWAY).
+    if (this.draining) session.close();
     session.on('error', (err: Error & { code?: string }) => this.sessionError(state, err));
     session.once('close', () => this.sessions.delete(session));
     // Streams the HTTP/2 layer reset after the last one the waypoint saw are counted when the
