@@ -257,7 +257,8 @@ export class HboneServer {
     // (lib/internal/http2/core.js `socketOnClose`), or destroys it (the other ends).
     const countTail = () => {
       const last = session.destroyed ? undefined : session.state.lastProcStreamID;
-      if (last !== undefined && last > state.lastStreamId) this.skippedStreams(state, last + 2);
+      // 0: the client opened no stream.
+      if (last !== undefined && last > 0 && last > state.lastStreamId) this.skippedStreams(state, last + 2);
     };
     socket.prependListener('close', countTail);
     const destroy = session.destroy;
