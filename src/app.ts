@@ -70,11 +70,8 @@ export interface WaypointOptions {
    * takes the certificate its primary holds, pushed as PEM).
    */
   readonly issuer?: CertificateIssuer & { readonly trustDomain: string };
-  /**
-   * Do not bind the HBONE listener: another process owns it at this address and hands connections
-   * over with {@link Waypoint.acceptHbone} (src/workers: the primary).
-   */
-  readonly handedOverHbone?: AddressInfo;
+  /** src/workers: the primary owns the HBONE listener at `address`; `serve` gets the function its connections go to (false: draining). */
+  readonly handedOverHbone?: { readonly address: AddressInfo; serve(accept: (socket: Socket) => boolean): void; onPeerThrottled(ip: string, forMs: number): void };
 }
 
 /** Addresses actually bound (port 0 in the config becomes the chosen port here). */
@@ -284,6 +281,7 @@ export class Waypoint {
         http2: cfg.http2,
         tlsHandshakeTimeoutMs: cfg.limits.tlsHandshakeTimeoutMs,
         peerLimits: cfg.limits,
+        onPeerThrottled: opts.handedOverHbone?.onPeerThrottled,
         metrics,
         verifyPeer: (peer) => refuseDownstreamPeer(peer, mesh.current.meshConfig),
         onConnect: waypointConnectHandler({
@@ -304,7 +302,8 @@ export class Waypoint {
         extAuthzClient.prune(next);
       });
 
-      const hboneAddr = opts.handedOverHbone ? hbone.serveHandedOver(opts.handedOverHbone) : await hbone.listen(cfg.listeners.hbone);
+      const hboneAddr = opts.handedOverHbone ? hbone.serveHandedOver(opts.handedOverHbone.address) : await hbone.listen(cfg.listeners.hbone);
+      opts.handedOverHbone?.serve((socket) => hbone.accept(socket));
       cleanup.push(() => hbone.drain(0));
 
       self = new Waypoint({
@@ -330,16 +329,6 @@ export class Waypoint {
       for (const c of cleanup.reverse()) await Promise.resolve(c()).catch(() => {});
       throw err;
     }
-  }
-
-  /**
-   * Serve an HBONE connection accepted by the process that owns the listener
-   * (WaypointOptions.handedOverHbone); false, and the socket left alone, once the drain started.
-   */
-  acceptHbone(socket: Socket): boolean {
-    if (this.draining) return false;
-    this.hbone.accept(socket);
-    return true;
   }
 
   /**

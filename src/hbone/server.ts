@@ -19,9 +19,9 @@ import { LogLimiter, listenOn, log } from '../util/index.ts';
 import { startKeepalive } from './keepalive.ts';
 import { HboneListenerStats, type SessionClosure, type TlsFailure } from './listener-stats.ts';
 import { PeerLimits, type PeerLimitSettings } from './peer-limits.ts';
-import { tooManyPrematureResets } from './premature-resets.ts';
+import { dropped, loopTurn, tooManyPrematureResets } from './premature-resets.ts';
 import { destroySocketWithSession } from './session-socket.ts';
-import { bytesReceived, endStreamReceived, watchEndStream } from './stream-end.ts';
+import { watchEndStream } from './stream-end.ts';
 import { releaseTimerOnClose } from './stream-timer-fix.ts';
 import { hboneTlsOptions, http2SessionOptions, type Http2Params, type TlsMaterial } from './settings.ts';
 
@@ -51,6 +51,8 @@ export interface HboneServerOptions {
   readonly metrics?: Registry;
   /** Per-client limits (see peer-limits.ts); none when absent. */
   readonly peerLimits?: PeerLimitSettings;
+  /** Told when a client runs out of its stream budget, with how long its new connections are refused (ms; src/workers). */
+  onPeerThrottled?(ip: string, forMs: number): void;
   /** Decide whether a client identity may connect. Return a reason to refuse, undefined to accept. */
   verifyPeer(peer: SpiffeId): string | undefined;
   /** A valid CONNECT arrived. The handler must answer the stream (respond or close). */
@@ -98,7 +100,7 @@ export class HboneServer {
       // TCP_NODELAY as ztunnel sets it: frames are written whole, Nagle would only add latency.
       noDelay: true,
     });
-    this.peerLimits = opts.peerLimits && new PeerLimits(opts.peerLimits);
+    this.peerLimits = opts.peerLimits && new PeerLimits(opts.peerLimits, opts.onPeerThrottled && ((ip, ms) => opts.onPeerThrottled!(ip, ms)));
     // Before Node's TLS listener: a refused client costs no handshake.
     this.server.prependListener('connection', (socket: Socket) => {
       const ip = normalizeIp(socket.remoteAddress ?? '') ?? '';
@@ -155,11 +157,11 @@ export class HboneServer {
     return bound;
   }
 
-  /** A TCP connection accepted elsewhere ({@link serveHandedOver}): served as one accepted here. */
-  accept(socket: Socket): void {
-    // As net.Server does for the sockets it accepts (`noDelay`): the primary's copy was not set up here.
-    socket.setNoDelay(true);
+  /** A TCP connection accepted elsewhere ({@link serveHandedOver}), served as one accepted here; false once draining. */
+  accept(socket: Socket): boolean {
+    if (this.draining) return false;
     this.server.emit('connection', socket);
+    return true;
   }
 
   /** Swap the certificate for new connections (rotation); live connections keep theirs. */
@@ -433,33 +435,6 @@ function http2Closure(err: Error & { code?: string }): SessionClosure {
   if (err.message === 'The user callback function failed') return 'refused_streams';
   if (err.message.startsWith('Flooding was detected')) return 'flood';
   return 'protocol_error';
-}
-
-/**
- * Whether the client dropped `stream` (opened in event-loop turn `turn`) before it could see an
- * answer: Envoy's "reset before the response headers were sent". Node marks headers sent as soon
- * as they are queued, and the 200 of a CONNECT to an HTTP port is queued at once: a stream closed
- * in the turn it opened in was reset in the same read (no answer could have reached the client),
- * and a later close counts when no answer was queued. A stream that carried a byte or END_STREAM
- * from the client was used, whatever its fate.
- */
-function dropped(stream: ServerHttp2Stream, turn: number): boolean {
-  if (bytesReceived(stream) > 0 || endStreamReceived(stream)) return false;
-  return turn === currentTurn || !stream.headersSent;
-}
-
-/** Event-loop turns counted while streams open (one setImmediate per turn at most). */
-let currentTurn = 0;
-let turnPending = false;
-function loopTurn(): number {
-  if (!turnPending) {
-    turnPending = true;
-    setImmediate(() => {
-      currentTurn++;
-      turnPending = false;
-    });
-  }
-  return currentTurn;
 }
 
 /** Answer a CONNECT with an error status and a short text body, then close the stream. */

@@ -56,8 +56,8 @@ export class PrimaryListener {
 
   constructor(opts: PrimaryListenerOptions) {
     this.#opts = opts;
-    // Only the connection limits: streams are seen by the workers.
-    this.#limits = new PeerLimits({ ...opts.limits, peerStreamRate: 0 });
+    // The connection limits; the stream budgets are the workers' (they tell `throttled`).
+    this.#limits = new PeerLimits(opts.limits);
     // pauseOnConnect: the bytes are the worker's to read. noDelay is the socket's, whichever process holds it.
     this.#server = net.createServer({ pauseOnConnect: true, noDelay: true }, (socket) => this.#accepted(socket));
   }
@@ -128,6 +128,11 @@ export class PrimaryListener {
     if (!h || h.worker !== worker) return;
     this.#handed.delete(id);
     this.#limits.closed(h.ip);
+  }
+
+  /** A worker throttled client `ip`: its new connections are refused for `forMs`, whichever worker they would go to. */
+  throttled(ip: string, forMs: number): void {
+    this.#limits.block(ip, forMs);
   }
 
   /** A worker exited: its connections are gone; those it had not taken yet go to another worker. */

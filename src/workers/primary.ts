@@ -273,6 +273,7 @@ export class WaypointWorkers {
     worker.on('message', (m: FromWorker) => {
       if (m.t === 'conn-taken') return this.#listener?.taken(worker, m.id, m.taken);
       if (m.t === 'conn-closed') return this.#listener?.closed(worker, m.id);
+      if (m.t === 'peer-throttled') return this.#listener?.throttled(m.ip, m.forMs);
       if (m.t === 'reply') return this.#reply(m);
       if (m.t === 'loaded') return this.#send(worker, { t: 'start', start });
       if (m.t === 'mesh-applied') {

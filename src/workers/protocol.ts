@@ -59,6 +59,8 @@ export type FromWorker =
   | { readonly t: 'conn-taken'; readonly id: number; readonly taken: boolean }
   /** A connection the worker took closed (the primary's per-client count). */
   | { readonly t: 'conn-closed'; readonly id: number }
+  /** The worker throttled client `ip` (stream rate, rapid reset): the primary refuses its new connections for `forMs`. */
+  | { readonly t: 'peer-throttled'; readonly ip: string; readonly forMs: number }
   | { readonly t: 'failed'; readonly error: SerializedError }
   /** The `mesh` message `seq` (and every one before it) is applied: the worker serves with what the files said then. */
   | { readonly t: 'mesh-applied'; readonly seq: number }

@@ -26,6 +26,8 @@ const SIGNAL_GRACE_MS = 1_000;
 
 let wp: Waypoint | undefined;
 let startedWith: WorkerStart | undefined;
+/** Serves a connection the primary handed over (the waypoint's HBONE server); false once it drains. */
+let accept: ((socket: Socket) => boolean) | undefined;
 let issuer: PushedIssuer | undefined;
 let stopping: Promise<void> | undefined;
 /** The last mesh update received before the waypoint was started: applied (and answered) once it is. */
@@ -83,7 +85,11 @@ async function start(s: WorkerStart): Promise<void> {
       watch: false,
       issuer,
       extraFilters,
-      handedOverHbone: s.hbone,
+      handedOverHbone: {
+        address: s.hbone,
+        serve: (fn) => (accept = fn),
+        onPeerThrottled: (ip, forMs) => send({ t: 'peer-throttled', ip, forMs }),
+      },
     });
   } catch (err) {
     // Exit once the primary has the error (it reports it, as a single process would).
@@ -127,7 +133,7 @@ function stop(): Promise<void> {
 
 /** A connection the primary accepted: served here, or declined (not started, or draining) for the primary to hand on. */
 function takeConnection(id: number, socket: Socket | undefined): void {
-  const taken = socket !== undefined && !stopping && wp !== undefined && wp.acceptHbone(socket);
+  const taken = socket !== undefined && !stopping && accept !== undefined && accept(socket);
   send({ t: 'conn-taken', id, taken });
   // Declined: this process's descriptor only (the primary's copy keeps the connection open).
   if (!taken) socket?.destroy();

@@ -3,7 +3,9 @@
  * the HBONE listener and counts a client's connections and connection rate once for both workers,
  * so a client gets `limits.maxConnectionsPerPeer` and `peerConnectionBurst` in all, not per worker
  * (its connections are handed to the workers in turn); a closed connection frees its place; the
- * refusals are counted in the one `/stats/prometheus`. Addresses: 127.0.2.x.
+ * refusals are counted in the one `/stats/prometheus`. The stream rate is each worker's, but a
+ * client a worker throttles has its new connections refused whichever worker they would go to.
+ * Addresses: 127.0.2.x.
  */
 import type { ClientHttp2Session } from 'node:http2';
 import { afterAll, beforeAll, expect, test } from 'vitest';
@@ -17,6 +19,8 @@ const NET = 2;
 const WP = `127.0.${NET}.1`;
 const AUTHORITY = `127.0.${NET}.100:80`;
 const BURST = 3;
+/** A client's streams per worker before it is throttled (its new connections then wait (STREAM_BURST / 2) s at 1/s). */
+const STREAM_BURST = 6;
 let topo: TestTopology;
 let id: ClientIdentity;
 const open: ClientHttp2Session[] = [];
@@ -25,7 +29,7 @@ beforeAll(async () => {
   topo = await startTestTopology(NET, {
     concurrency: 2,
     tunnel: false,
-    bootstrap: { limits: { maxConnectionsPerPeer: 2, peerConnectionRate: 1, peerConnectionBurst: BURST } },
+    bootstrap: { limits: { maxConnectionsPerPeer: 2, peerConnectionRate: 1, peerConnectionBurst: BURST, peerStreamRate: 1, peerStreamBurst: STREAM_BURST } },
   });
   id = await identityFrom(topo.caDir);
 }, 30_000);
@@ -88,4 +92,21 @@ test('the peer connection rate is one budget across the workers', { timeout: 30_
   expect(served).toBeGreaterThanOrEqual(BURST);
   expect(served).toBeLessThan(2 * BURST);
   expect((await refusals()).peer_connection_rate).toBeGreaterThanOrEqual(1);
+});
+
+test('a client one worker throttled (over its stream rate) has its new connections refused by the primary, for every worker', { timeout: 30_000 }, async () => {
+  const client = `127.0.${NET}.53`;
+  const s = await session(client);
+  expect(s).not.toBe('refused');
+  const flood = s as ClientHttp2Session;
+  const closed = new Promise<void>((r) => flood.once('close', () => r()));
+  // More CONNECTs at once than the worker's stream budget: refused, and the session closed.
+  for (let i = 0; i < STREAM_BURST + 2 && !flood.closed && !flood.destroyed; i++) {
+    flood.request({ ':method': 'CONNECT', ':authority': AUTHORITY }, { endStream: false }).on('error', () => {});
+  }
+  await closed;
+  await sleep(100);
+  // Handed to the workers in turn, the next two would reach both: the primary refuses both.
+  expect([await session(client), await session(client)]).toEqual(['refused', 'refused']);
+  expect((await refusals()).peer_stream_rate).toBeGreaterThanOrEqual(2);
 });
