@@ -8,7 +8,7 @@
 import os from 'node:os';
 import path from 'node:path';
 import v8 from 'node:v8';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { Registry } from 'prom-client';
 import { routingConfigDump, AdminServer } from './admin/index.ts';
 import type { BootstrapConfig } from './config/index.ts';
@@ -70,6 +70,8 @@ export interface WaypointOptions {
    * takes the certificate its primary holds, pushed as PEM).
    */
   readonly issuer?: CertificateIssuer & { readonly trustDomain: string };
+  /** src/workers: the primary owns the HBONE listener at `address`; `serve` gets the function its connections go to (false: draining). */
+  readonly handedOverHbone?: { readonly address: AddressInfo; serve(accept: (socket: Socket) => boolean): void; onPeerThrottled(ip: string, forMs: number): void };
 }
 
 /** Addresses actually bound (port 0 in the config becomes the chosen port here). */
@@ -279,6 +281,7 @@ export class Waypoint {
         http2: cfg.http2,
         tlsHandshakeTimeoutMs: cfg.limits.tlsHandshakeTimeoutMs,
         peerLimits: cfg.limits,
+        onPeerThrottled: opts.handedOverHbone?.onPeerThrottled,
         metrics,
         verifyPeer: (peer) => refuseDownstreamPeer(peer, mesh.current.meshConfig),
         onConnect: waypointConnectHandler({
@@ -299,7 +302,8 @@ export class Waypoint {
         extAuthzClient.prune(next);
       });
 
-      const hboneAddr = await hbone.listen(cfg.listeners.hbone);
+      const hboneAddr = opts.handedOverHbone ? hbone.serveHandedOver(opts.handedOverHbone.address) : await hbone.listen(cfg.listeners.hbone);
+      opts.handedOverHbone?.serve((socket) => hbone.accept(socket));
       cleanup.push(() => hbone.drain(0));
 
       self = new Waypoint({

@@ -5,6 +5,8 @@
  */
 export { HboneSessionPool, HboneConnectError } from './pool.ts';
 export { HboneServer, type HboneRequest, respondAndClose } from './server.ts';
+export { HboneListenerStats } from './listener-stats.ts';
+export { PeerLimits, type PeerLimitSettings } from './peer-limits.ts';
 export type { Http2Params, TlsMaterial } from './settings.ts';
 export { DEFAULT_HTTP2, http2Settings } from './settings.ts';
 export { joinWritev } from './writev-fix.ts';

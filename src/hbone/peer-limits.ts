@@ -7,6 +7,11 @@
  * connections are refused before the TLS handshake until its stream budget is half full again.
  * Envoy has no per-client equivalent by default (its connection_limit and local_ratelimit filters
  * are per listener); 0 turns a limit off.
+ *
+ * Under `--concurrency N` (src/workers) the primary accepts the connections and counts them with
+ * its own PeerLimits for all the workers; each worker keeps the stream budgets of the connections
+ * it holds and tells the primary when it throttles a client ({@link PeerLimits.onThrottle}), which
+ * then refuses that client's new connections for as long ({@link PeerLimits.block}).
  */
 
 /** The limits (counts, per second); 0 disables one. */
@@ -32,6 +37,8 @@ interface Peer {
   streams: Bucket;
   /** The stream budget ran out: connections are refused until it is half full again. */
   throttled: boolean;
+  /** Connections are refused until then (performance.now() ms): throttled by another process ({@link PeerLimits.block}). */
+  blockedUntil: number;
   lastUsed: number;
 }
 
@@ -41,14 +48,18 @@ const MAX_PEERS = 65_536;
 export class PeerLimits {
   private readonly s: PeerLimitSettings;
   private readonly peers = new Map<string, Peer>();
+  /** Told when a client gets throttled, with how long until its stream budget is half full again (ms). */
+  private readonly onThrottle: ((ip: string, forMs: number) => void) | undefined;
 
-  constructor(settings: PeerLimitSettings) {
+  constructor(settings: PeerLimitSettings, onThrottle?: (ip: string, forMs: number) => void) {
     this.s = settings;
+    this.onThrottle = onThrottle;
   }
 
   /** A TCP connection from `ip` was accepted: undefined to keep it (call {@link closed} later), else why to refuse it. */
   opened(ip: string, now = performance.now()): PeerRefusal | undefined {
     const p = this.peer(ip, now);
+    if (now < p.blockedUntil) return 'peer_stream_rate';
     if (p.throttled) {
       refill(p.streams, this.s.peerStreamRate, this.s.peerStreamBurst, now);
       if (p.streams.tokens < this.s.peerStreamBurst / 2) return 'peer_stream_rate';
@@ -71,7 +82,7 @@ export class PeerLimits {
     if (this.s.peerStreamRate <= 0) return true;
     const p = this.peer(ip, now);
     if (take(p.streams, this.s.peerStreamRate, this.s.peerStreamBurst, now)) return true;
-    p.throttled = true;
+    if (!p.throttled) this.throttled(ip, p);
     return false;
   }
 
@@ -85,8 +96,20 @@ export class PeerLimits {
     const p = this.peer(ip, now);
     refill(p.streams, this.s.peerStreamRate, this.s.peerStreamBurst, now);
     p.streams.tokens = 0;
-    p.throttled = true;
+    this.throttled(ip, p);
     return true;
+  }
+
+  /** Refuse `ip`'s new connections for `forMs` (another process throttled it: src/workers). */
+  block(ip: string, forMs: number, now = performance.now()): void {
+    const p = this.peer(ip, now);
+    p.blockedUntil = Math.max(p.blockedUntil, now + forMs);
+  }
+
+  private throttled(ip: string, p: Peer): void {
+    p.throttled = true;
+    const s = this.s;
+    this.onThrottle?.(ip, (Math.max(0, s.peerStreamBurst / 2 - p.streams.tokens) / s.peerStreamRate) * 1000);
   }
 
   private peer(ip: string, now: number): Peer {
@@ -98,6 +121,7 @@ export class PeerLimits {
         conn: { tokens: this.s.peerConnectionBurst, at: now },
         streams: { tokens: this.s.peerStreamBurst, at: now },
         throttled: false,
+        blockedUntil: 0,
         lastUsed: now,
       };
       this.peers.set(ip, p);
@@ -107,8 +131,8 @@ export class PeerLimits {
   }
 
   /** Drop the peers without connections (their buckets would be full again soon anyway). */
-  private forget(): void {
-    for (const [ip, p] of this.peers) if (p.connections === 0 && !p.throttled) this.peers.delete(ip);
+  private forget(now = performance.now()): void {
+    for (const [ip, p] of this.peers) if (p.connections === 0 && !p.throttled && p.blockedUntil <= now) this.peers.delete(ip);
   }
 }
 

@@ -19,9 +19,9 @@ import { LogLimiter, listenOn, log } from '../util/index.ts';
 import { startKeepalive } from './keepalive.ts';
 import { HboneListenerStats, type SessionClosure, type TlsFailure } from './listener-stats.ts';
 import { PeerLimits, type PeerLimitSettings } from './peer-limits.ts';
-import { tooManyPrematureResets } from './premature-resets.ts';
+import { dropped, loopTurn, tooManyPrematureResets } from './premature-resets.ts';
 import { destroySocketWithSession } from './session-socket.ts';
-import { bytesReceived, endStreamReceived, watchEndStream } from './stream-end.ts';
+import { watchEndStream } from './stream-end.ts';
 import { releaseTimerOnClose } from './stream-timer-fix.ts';
 import { hboneTlsOptions, http2SessionOptions, type Http2Params, type TlsMaterial } from './settings.ts';
 
@@ -51,6 +51,8 @@ export interface HboneServerOptions {
   readonly metrics?: Registry;
   /** Per-client limits (see peer-limits.ts); none when absent. */
   readonly peerLimits?: PeerLimitSettings;
+  /** Told when a client runs out of its stream budget, with how long its new connections are refused (ms; src/workers). */
+  onPeerThrottled?(ip: string, forMs: number): void;
   /** Decide whether a client identity may connect. Return a reason to refuse, undefined to accept. */
   verifyPeer(peer: SpiffeId): string | undefined;
   /** A valid CONNECT arrived. The handler must answer the stream (respond or close). */
@@ -70,6 +72,10 @@ export class HboneServer {
   /** Warnings a client can trigger at will (failed handshakes, refused identities, rejected streams), rate-limited. */
   private readonly warnings = new LogLimiter();
   private readonly peerLimits: PeerLimits | undefined;
+  /** Set by {@link drain}: sessions that finish their handshake from then on get GOAWAY at once. */
+  private draining = false;
+  /** Resolved when the last accepted socket closes (a drain of handed-over connections waits on it). */
+  private idleWaiter: (() => void) | undefined;
   /**
    * Listeners every stream shares: a waypoint holds thousands of idle tunnels, and a closure (with
    * Node's `once` wrapper) per stream and event cost more than the stream's own state.
@@ -94,7 +100,7 @@ export class HboneServer {
       // TCP_NODELAY as ztunnel sets it: frames are written whole, Nagle would only add latency.
       noDelay: true,
     });
-    this.peerLimits = opts.peerLimits && new PeerLimits(opts.peerLimits);
+    this.peerLimits = opts.peerLimits && new PeerLimits(opts.peerLimits, opts.onPeerThrottled && ((ip, ms) => opts.onPeerThrottled!(ip, ms)));
     // Before Node's TLS listener: a refused client costs no handshake.
     this.server.prependListener('connection', (socket: Socket) => {
       const ip = normalizeIp(socket.remoteAddress ?? '') ?? '';
@@ -112,6 +118,7 @@ export class HboneServer {
       socket.once('close', () => {
         this.sockets.delete(socket);
         this.peerLimits?.closed(ip);
+        if (this.sockets.size === 0) this.idleWaiter?.();
       });
     });
     // Around Node's own 'secureConnection' listener, which creates the session and emits 'session'
@@ -141,6 +148,22 @@ export class HboneServer {
     return bound;
   }
 
+  /**
+   * Serve connections another process accepted on `bound` (src/workers: the primary owns the
+   * listener and hands each connection over with {@link accept}) instead of listening here.
+   */
+  serveHandedOver(bound: AddressInfo): AddressInfo {
+    if (this.opts.metrics) this.stats = new HboneListenerStats(this.opts.metrics, formatHostPort(bound.address, bound.port));
+    return bound;
+  }
+
+  /** A TCP connection accepted elsewhere ({@link serveHandedOver}), served as one accepted here; false once draining. */
+  accept(socket: Socket): boolean {
+    if (this.draining) return false;
+    this.server.emit('connection', socket);
+    return true;
+  }
+
   /** Swap the certificate for new connections (rotation); live connections keep theirs. */
   updateMaterial(m: TlsMaterial): void {
     this.server.setSecureContext(hboneTlsOptions(m));
@@ -162,7 +185,11 @@ export class HboneServer {
    * session is gone.
    */
   async drain(timeoutMs: number, onTimeout?: () => void): Promise<void> {
-    const closed = new Promise<void>((r) => this.server.close(() => r()));
+    this.draining = true;
+    // A listening server closes once its connections are gone; handed-over ones are not its own.
+    const listening = this.server.listening;
+    const serverClosed = new Promise<void>((r) => this.server.close(() => r()));
+    const closed = listening ? serverClosed : this.sockets.size === 0 ? Promise.resolve() : new Promise<void>((r) => (this.idleWaiter = r));
     for (const s of this.sessions) s.close();
     if (this.sessions.size === 0 && this.sockets.size === 0) return closed;
     const timer = setTimeout(() => {
@@ -223,6 +250,8 @@ export class HboneServer {
     const state: SessionState = { peer: (svid as { id: SpiffeId }).id, remote, ip: parseHostPort(remote)?.ip ?? remote, lastStreamId: -1, closedStreams: 0, prematureResets: 0, rapidReset: false, closedBy: undefined };
     (session as TaggedSession)[kState] = state;
     this.sessions.add(session);
+    // Accepted just before the drain, authenticated after it: told to go elsewhere at once (GOAWAY).
+    if (this.draining) session.close();
     session.on('error', (err: Error & { code?: string }) => this.sessionError(state, err));
     session.once('close', () => this.sessions.delete(session));
     // Streams the HTTP/2 layer reset after the last one the waypoint saw are counted when the
@@ -230,7 +259,8 @@ export class HboneServer {
     // (lib/internal/http2/core.js `socketOnClose`), or destroys it (the other ends).
     const countTail = () => {
       const last = session.destroyed ? undefined : session.state.lastProcStreamID;
-      if (last !== undefined && last > state.lastStreamId) this.skippedStreams(state, last + 2);
+      // 0: the client opened no stream.
+      if (last !== undefined && last > 0 && last > state.lastStreamId) this.skippedStreams(state, last + 2);
     };
     socket.prependListener('close', countTail);
     const destroy = session.destroy;
@@ -405,33 +435,6 @@ function http2Closure(err: Error & { code?: string }): SessionClosure {
   if (err.message === 'The user callback function failed') return 'refused_streams';
   if (err.message.startsWith('Flooding was detected')) return 'flood';
   return 'protocol_error';
-}
-
-/**
- * Whether the client dropped `stream` (opened in event-loop turn `turn`) before it could see an
- * answer: Envoy's "reset before the response headers were sent". Node marks headers sent as soon
- * as they are queued, and the 200 of a CONNECT to an HTTP port is queued at once: a stream closed
- * in the turn it opened in was reset in the same read (no answer could have reached the client),
- * and a later close counts when no answer was queued. A stream that carried a byte or END_STREAM
- * from the client was used, whatever its fate.
- */
-function dropped(stream: ServerHttp2Stream, turn: number): boolean {
-  if (bytesReceived(stream) > 0 || endStreamReceived(stream)) return false;
-  return turn === currentTurn || !stream.headersSent;
-}
-
-/** Event-loop turns counted while streams open (one setImmediate per turn at most). */
-let currentTurn = 0;
-let turnPending = false;
-function loopTurn(): number {
-  if (!turnPending) {
-    turnPending = true;
-    setImmediate(() => {
-      currentTurn++;
-      turnPending = false;
-    });
-  }
-  return currentTurn;
 }
 
 /** Answer a CONNECT with an error status and a short text body, then close the stream. */

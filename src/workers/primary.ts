@@ -1,9 +1,10 @@
 /**
  * The primary of `waypoint run --concurrency N`: the process that holds the configuration, the mesh
- * files (watched), the identity (the CA and the renewing certificate) and the admin and readiness
- * servers, and runs N worker processes (node:cluster) that each serve a share of the HBONE
- * connections on the one listener they share. Like Envoy's workers, each worker owns the
- * connections it accepted; a long-lived HBONE connection stays on one worker (istio/istio#51305).
+ * files (watched), the identity (the CA and the renewing certificate), the HBONE listener and the
+ * admin and readiness servers, and runs N worker processes (node:cluster) to which it hands the
+ * HBONE connections in turn (listener.ts, where the per-client connection limits are counted for
+ * all of them). Like Envoy's workers, each worker owns the connections it was handed; a long-lived
+ * HBONE connection stays on one worker (istio/istio#51305).
  *
  * What goes to the workers is source, not compiled state: the bootstrap, the mesh files' paths
  * (each worker compiles them, again whenever the primary's snapshot changes) and the certificate as
@@ -11,34 +12,24 @@
  * an update, so it passes on only what the workers take; `reload` resolves once every worker has
  * applied it. One scrape of the primary's `/stats/prometheus` shows the sum over the workers
  * (metrics.ts); `/config_dump` is a worker's. A worker that dies is replaced, the others and their
- * tunnels untouched; one that keeps dying is restarted less and less often. `shutdown` drains every
- * worker (each as a single waypoint drains), then stops.
- *
- * Known limits: the per-client limits (`limits.maxConnectionsPerPeer`, the peer connection and
- * stream rates) are kept by each worker, so a client gets up to N times them; and node:cluster's
- * round-robin primary leaves a connection it handed to the last worker just as that worker closed
- * its listener (the end of `drain.delayMs`) open and unserved until the primary exits, where one
- * process would have refused it. Both need the primary to own the HBONE listener.
+ * tunnels untouched; one that keeps dying is restarted less and less often. `shutdown` drains as one
+ * waypoint does: new tunnels for `drain.delayMs`, then the primary closes the listener and every
+ * worker sends GOAWAY and finishes what is in flight. The peer stream rate is each worker's own.
  */
 import cluster, { type Worker } from 'node:cluster';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AdminServer } from '../admin/index.ts';
-import { RequestAuthn } from '../authn/index.ts';
-import { AUTHZ } from '../authz/index.ts';
 import type { BootstrapConfig } from '../config/index.ts';
-import { EXT_AUTHZ_PROVIDERS } from '../ext-authz/index.ts';
 import { addr, checkCaTrustDomain, meshCa, type SourceOrigin } from '../app.ts';
 import { refuseIdentityChange } from '../sources.ts';
 import { parseTtl, WorkloadCertificate } from '../identity/index.ts';
-import { NETWORK_POLICIES } from '../netpol/index.ts';
-import { compileDestinationRules, DESTINATION_RULES, ROUTES, type LbAlgorithm } from '../routing/index.ts';
-import { MeshStore, type MeshPart } from '../state/index.ts';
+import { MeshStore } from '../state/index.ts';
 import { createMetricsRegistry } from '../telemetry/index.ts';
-import { TELEMETRY } from '../tracing/index.ts';
-import { PEER_AUTHENTICATION } from '../ztunnel/index.ts';
 import { log } from '../util/index.ts';
+import { PrimaryListener } from './listener.ts';
+import { primaryParts } from './primary-parts.ts';
 import { WorkersRegistry, type WorkerMetrics } from './metrics.ts';
 import { deserializeError, type FromWorker, type PushedCertificate, type ToWorker, type WorkerStart } from './protocol.ts';
 
@@ -108,8 +99,11 @@ export class WaypointWorkers {
   #admin: AdminServer | undefined;
   #readiness: AdminServer | undefined;
   #draining = false;
+  /** The workers were told to drain (after `drain.delayMs`): one that becomes ready now drains too. */
+  #stopping = false;
+  #listener: PrimaryListener | undefined;
   #stopped: Promise<void> | undefined;
-  /** The HBONE address the workers share, as the first one to serve reported it. */
+  /** The address of the HBONE listener (the primary's). */
   #hbone: AddressInfo | undefined;
   /** Sequence number of the last mesh update sent to the workers. */
   #meshSeq = 0;
@@ -230,13 +224,20 @@ export class WaypointWorkers {
     });
     this.mesh.subscribe(() => this.#sendMesh());
     cluster.setupPrimary({ exec: WORKER_ENTRY, args: [], silent: false });
+    const own = createMetricsRegistry();
+    this.#listener = new PrimaryListener({
+      limits: opts.bootstrap.limits,
+      metrics: own,
+      serving: () => this.#slots.flatMap((s) => (s.ready && s.worker?.isConnected() ? [s.worker] : [])),
+    });
+    this.#hbone = await this.#listener.listen(opts.bootstrap.listeners.hbone);
 
     // The first worker alone first: a configuration error is then reported once, by one worker.
     await new Promise<void>((resolve, reject) => this.#fork(0, { resolve, reject }));
     const rest = Array.from({ length: opts.concurrency - 1 }, (_, i) => i + 1);
     await Promise.all(rest.map((i) => new Promise<void>((resolve, reject) => this.#fork(i, { resolve, reject }))));
 
-    const metrics = new WorkersRegistry(createMetricsRegistry(), () => this.#collectMetrics());
+    const metrics = new WorkersRegistry(own, () => this.#collectMetrics());
     const ready = () => !this.#draining && this.readyWorkers > 0;
     this.#admin = new AdminServer({ ready, metrics, configDump: () => this.#configDump() });
     const admin = await this.#admin.listen(opts.bootstrap.listeners.admin);
@@ -267,8 +268,12 @@ export class WaypointWorkers {
       certificate: pushed(this.#certificate.current),
       logLevel: log.level,
       filterModules: this.#opts.filterModules ?? [],
+      hbone: { address: this.#hbone!.address, family: this.#hbone!.family, port: this.#hbone!.port },
     };
     worker.on('message', (m: FromWorker) => {
+      if (m.t === 'conn-taken') return this.#listener?.taken(worker, m.id, m.taken);
+      if (m.t === 'conn-closed') return this.#listener?.closed(worker, m.id);
+      if (m.t === 'peer-throttled') return this.#listener?.throttled(m.ip, m.forMs);
       if (m.t === 'reply') return this.#reply(m);
       if (m.t === 'loaded') return this.#send(worker, { t: 'start', start });
       if (m.t === 'mesh-applied') {
@@ -277,9 +282,9 @@ export class WaypointWorkers {
       }
       if (m.t === 'ready') {
         slot.ready = true;
-        this.#hbone ??= { address: m.hbone.address, family: m.hbone.family, port: m.hbone.port };
         // Started while draining (a restart racing a SIGTERM): drain it too.
-        if (this.#draining) this.#send(worker, { t: 'shutdown' });
+        if (this.#stopping) this.#send(worker, { t: 'shutdown' });
+        else this.#listener?.workerReady();
         if (starting) starting.resolve();
         else log.info({ worker: index + 1, pid: worker.process.pid }, 'worker restarted and ready');
       } else if (m.t === 'failed') {
@@ -295,6 +300,7 @@ export class WaypointWorkers {
     worker.once('exit', (code, signal) => {
       slot.ready = false;
       if (slot.worker === worker) slot.worker = undefined;
+      this.#listener?.workerGone(worker);
       this.#settleMeshWaiters();
       if (starting) {
         starting.reject(new Error(`worker ${index + 1} exited (${signal ?? `code ${code}`}) before it was ready`));
@@ -358,16 +364,18 @@ export class WaypointWorkers {
   }
 
   /**
-   * Graceful stop (SIGTERM): readiness turns 503 at once, every worker drains as a single waypoint
-   * does (new tunnels for `drain.delayMs`, then GOAWAY and `drain.timeoutMs` for what is in
-   * flight), then the primary stops. Idempotent.
+   * Graceful stop (SIGTERM): readiness turns 503 at once; new tunnels are still handed to the
+   * workers for `drain.delayMs`; then the listener closes and every worker drains as a single
+   * waypoint does (GOAWAY, `drain.timeoutMs` for what is in flight); then the primary stops. Idempotent.
    */
   shutdown(): Promise<void> {
     this.#stopped ??= (async () => {
       this.#draining = true;
       const { delayMs, timeoutMs } = this.#opts.bootstrap.drain;
       log.info({ delayMs, timeoutMs, workers: this.#slots.length }, 'draining');
-      await this.#stopWorkers(delayMs + timeoutMs + 5_000);
+      if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs));
+      this.#listener?.close();
+      await this.#stopWorkers(timeoutMs + 5_000);
       await this.#teardown();
       this.#certificate.close();
       this.mesh.close();
@@ -378,6 +386,7 @@ export class WaypointWorkers {
 
   /** Ask every worker to drain; kill those still running after `graceMs`. */
   async #stopWorkers(graceMs: number): Promise<void> {
+    this.#stopping = true;
     const exits: Promise<void>[] = [];
     for (const s of this.#slots) {
       if (s.timer) clearTimeout(s.timer);
@@ -401,6 +410,8 @@ export class WaypointWorkers {
   /** Stop the workers at once (a failed start) and close the primary's servers. */
   async #teardown(): Promise<void> {
     this.#draining = true;
+    this.#stopping = true;
+    this.#listener?.close();
     for (const s of this.#slots) {
       if (s.timer) clearTimeout(s.timer);
       if (s.worker && !s.worker.isDead()) s.worker.process.kill('SIGKILL');
@@ -410,28 +421,6 @@ export class WaypointWorkers {
     this.#settleMeshWaiters(true);
     await Promise.all([this.#admin?.close(), this.#readiness?.close()]);
   }
-}
-
-/**
- * The parts the primary compiles the mesh with: those of a waypoint (app.ts waypointParts) that
- * decide whether an update is taken, without the state a worker binds its own to (the cluster
- * table's pools and timers, the tracing runtime's collectors, WaypointFilter modules, which only
- * the workers import). So the primary publishes, and sends its workers, the updates they take (an
- * invalid AuthorizationPolicy or DestinationRule is refused here, once, as in one process), and
- * its snapshot answers routing and policy questions as theirs do.
- */
-function primaryParts(fallback: LbAlgorithm): MeshPart<unknown>[] {
-  return [
-    AUTHZ,
-    // Its JWKS cache is only read by requests: none here.
-    new RequestAuthn().part,
-    NETWORK_POLICIES,
-    PEER_AUTHENTICATION,
-    ROUTES,
-    DESTINATION_RULES.with({ compile: (s) => compileDestinationRules(s, fallback) }),
-    EXT_AUTHZ_PROVIDERS,
-    TELEMETRY,
-  ];
 }
 
 /** The PEM material as it crosses to a worker. */

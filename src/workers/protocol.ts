@@ -26,6 +26,8 @@ export interface WorkerStart {
   readonly trustDomain: string;
   readonly certificate: PushedCertificate;
   readonly logLevel: string;
+  /** The HBONE address the primary listens on: the worker serves the connections it is handed (`conn`) and binds none. */
+  readonly hbone: { readonly address: string; readonly family: string; readonly port: number };
   /** Modules whose `filterFactories` export the worker adds to its filters (WorkersOptions.filterModules in primary.ts). */
   readonly filterModules: readonly string[];
 }
@@ -37,7 +39,12 @@ export type ToWorker =
   | { readonly t: 'certificate'; readonly certificate: PushedCertificate }
   /** The mesh files changed (the primary published a new snapshot): read and compile them again, then answer `mesh-applied` with `seq`. */
   | { readonly t: 'mesh'; readonly seq: number }
-  /** Graceful stop: drain, then exit. */
+  /**
+   * An HBONE connection the primary accepted, sent with the message (its socket; the primary keeps
+   * its copy until the answer `conn-taken`).
+   */
+  | { readonly t: 'conn'; readonly id: number }
+  /** Graceful stop: drain (at once: the primary waited `drain.delayMs` and closed the listener), then exit. */
   | { readonly t: 'shutdown' }
   /** Requests answered by `reply` with the same id. */
   | { readonly t: 'metrics'; readonly id: number }
@@ -47,7 +54,13 @@ export type ToWorker =
 export type FromWorker =
   /** The worker's code is loaded and listens for messages (sooner, 'online', the `start` would be lost). */
   | { readonly t: 'loaded' }
-  | { readonly t: 'ready'; readonly hbone: { readonly address: string; readonly family: string; readonly port: number } }
+  | { readonly t: 'ready' }
+  /** Answer to `conn`: `taken` when the worker serves it, false when it cannot (draining): the primary hands it to another or closes it. */
+  | { readonly t: 'conn-taken'; readonly id: number; readonly taken: boolean }
+  /** A connection the worker took closed (the primary's per-client count). */
+  | { readonly t: 'conn-closed'; readonly id: number }
+  /** The worker throttled client `ip` (stream rate, rapid reset): the primary refuses its new connections for `forMs`. */
+  | { readonly t: 'peer-throttled'; readonly ip: string; readonly forMs: number }
   | { readonly t: 'failed'; readonly error: SerializedError }
   /** The `mesh` message `seq` (and every one before it) is applied: the worker serves with what the files said then. */
   | { readonly t: 'mesh-applied'; readonly seq: number }
