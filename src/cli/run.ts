@@ -73,7 +73,7 @@ export function runCommand(): Command {
         drain: { delayMs: o.drainDelay, timeoutMs: o.drainTimeout },
       });
       const cluster = o.cluster ? clusterSettingsFromEnv({ tokenFile: o.tokenFile, rootCert: o.rootCert, gateway: o.gateway }) : undefined;
-      // Several workers (src/workers) share the HBONE listener under this process, the primary.
+      // Several workers (src/workers) serve the HBONE connections this process, the primary, accepts.
       // In a cluster one process for now: workers would each need istiod's and the API server's state.
       const concurrency = cluster ? 1 : o.concurrency === undefined ? defaultConcurrency() : parseConcurrency(o.concurrency);
       const file = { bootstrap, meshFile: o.mesh!, meshConfigFile: o.meshConfig, gateway: o.gateway, caDir: o.caDir, configFile: o.config };
