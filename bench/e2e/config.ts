@@ -9,8 +9,10 @@ import type { TopologyOptions } from '../../src/demo/topology.ts';
  * `istio.stats` filter in its chain (its own topology and waypoint process); it runs only when
  * asked for (`--stats`, BENCH_STATS=1, or named in BENCH_PATHS). `waypoint-workers` is the waypoint
  * path again with a waypoint of BENCH_WORKERS (2) workers (`--workers`, or named in BENCH_PATHS).
+ * `floor` is the same chain with bare Node in the waypoint's place (bench/micro/floor-relay.ts: the
+ * least Node needs for the waypoint's job; `--floor`, BENCH_FLOOR=1, or named in BENCH_PATHS).
  */
-export const PATHS = ['direct', 'l4-relay', 'waypoint', 'waypoint-stats', 'waypoint-workers'] as const;
+export const PATHS = ['direct', 'l4-relay', 'waypoint', 'waypoint-stats', 'waypoint-workers', 'floor'] as const;
 export type PathName = (typeof PATHS)[number];
 /** The paths run by default. */
 export const DEFAULT_PATHS: readonly PathName[] = ['direct', 'l4-relay', 'waypoint'];
@@ -18,6 +20,11 @@ export const DEFAULT_PATHS: readonly PathName[] = ['direct', 'l4-relay', 'waypoi
 /** The waypoint paths (L7 filter chain), for the columns and ratios that concern them. */
 export function isWaypointPath(p: PathName): boolean {
   return p === 'waypoint' || p === 'waypoint-stats' || p === 'waypoint-workers';
+}
+
+/** The paths that terminate HTTP between the tunnels (the waypoints and the floor), for the L7 ratios. */
+export function isL7Path(p: PathName): boolean {
+  return isWaypointPath(p) || p === 'floor';
 }
 
 /**
@@ -45,7 +52,8 @@ export interface BenchService {
 /**
  * The meshed topologies: one HTTP service port (full filter chain), one TCP port (L4 relay), and
  * the HTTP one again for a waypoint whose chain also has `istio.stats` (only started when the
- * `waypoint-stats` path runs), and once more for a waypoint running workers (`waypoint-workers`).
+ * `waypoint-stats` path runs), once more for a waypoint running workers (`waypoint-workers`), and
+ * once more with the floor relay in the waypoint's place (`floor`).
  */
 export interface TopologySpec {
   readonly key: TopologyKey;
@@ -57,7 +65,7 @@ export interface TopologySpec {
   readonly filters?: readonly string[];
 }
 
-export type TopologyKey = 'http' | 'tcp' | 'http-stats' | 'http-workers';
+export type TopologyKey = 'http' | 'tcp' | 'http-stats' | 'http-workers' | 'http-floor';
 
 const HBONE_PORT = 15008;
 
@@ -164,12 +172,46 @@ export const TOPOLOGIES: readonly TopologySpec[] = [
       grpc: { name: 'bench-grpc', vip: ip(134), portName: 'grpc', tunnelListen: `${ip(53)}:18083` },
     },
   },
+  {
+    // The floor (bench/micro/floor-relay.ts) as this topology's waypoint: the same Services, ports named as the waypoint's.
+    key: 'http-floor',
+    options: {
+      waypointIp: ip(5),
+      hbonePort: HBONE_PORT,
+      vip: ip(140),
+      servicePort: 80,
+      podIps: [ip(61)],
+      targetPort: 8080,
+      clientIp: ip(54),
+      tunnelListen: `${ip(54)}:18080`,
+      admin: `${ip(5)}:15920`,
+      readiness: '',
+      startWaypoint: false,
+      portName: 'http',
+    },
+    bench: {
+      h1: { name: 'bench-h1', vip: ip(142), portName: 'http', tunnelListen: `${ip(54)}:18081` },
+      h2: { name: 'bench-h2', vip: ip(143), portName: 'http2', tunnelListen: `${ip(54)}:18082` },
+      grpc: { name: 'bench-grpc', vip: ip(144), portName: 'grpc', tunnelListen: `${ip(54)}:18083` },
+    },
+  },
 ];
+
+/** The program a topology's waypoint process runs instead of bin/waypoint.js (same arguments), if any. */
+export const WAYPOINT_STAND_INS: Readonly<Partial<Record<TopologyKey, string>>> = { 'http-floor': 'bench/micro/floor-relay.ts' };
+
+const TOPOLOGY_OF: Readonly<Record<Exclude<PathName, 'direct'>, TopologyKey>> = {
+  'l4-relay': 'tcp',
+  waypoint: 'http',
+  'waypoint-stats': 'http-stats',
+  'waypoint-workers': 'http-workers',
+  floor: 'http-floor',
+};
 
 /** The topology (and so the waypoint process) a path goes through; undefined for `direct`. */
 export function topologyOf(path: PathName): TopologyKey | undefined {
   if (path === 'direct') return undefined;
-  return path === 'l4-relay' ? 'tcp' : path === 'waypoint' ? 'http' : path === 'waypoint-stats' ? 'http-stats' : 'http-workers';
+  return TOPOLOGY_OF[path];
 }
 
 function spec(key: TopologyKey): TopologySpec {
@@ -276,7 +318,7 @@ export interface BenchSettings {
   readonly hboneConnections: number;
 }
 
-const USAGE = `npm run bench [-- --only ${SCENARIOS.join(',')}] [--stats] [--workers] [--concurrency N]`;
+const USAGE = `npm run bench [-- --only ${SCENARIOS.join(',')}] [--stats] [--workers] [--floor] [--concurrency N]`;
 
 /** The value of `--name V` / `--name=V` in argv (the last one), else undefined. */
 function argValue(argv: readonly string[], name: string): string | undefined {
@@ -294,7 +336,7 @@ function onlyScenarios(argv: readonly string[]): ScenarioName[] {
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--only' || a === '--concurrency') i++;
-    else if (a.startsWith('--only=') || a.startsWith('--concurrency=') || a === '--stats' || a === '--workers') continue;
+    else if (a.startsWith('--only=') || a.startsWith('--concurrency=') || a === '--stats' || a === '--workers' || a === '--floor') continue;
     else if (a === '--help' || a === '-h') {
       process.stdout.write(`usage: ${USAGE}   (knobs: bench/README.md)\n`);
       process.exit(0);
@@ -314,6 +356,8 @@ export function loadSettings(argv: readonly string[] = process.argv.slice(2)): B
   if ((argv.includes('--stats') || process.env.BENCH_STATS === '1') && paths.includes('waypoint') && !paths.includes('waypoint-stats')) paths.push('waypoint-stats');
   // `--workers`: the waypoint path once more with a waypoint running workers, for the workers ratio.
   if (argv.includes('--workers') && paths.includes('waypoint') && !paths.includes('waypoint-workers')) paths.push('waypoint-workers');
+  // `--floor` / BENCH_FLOOR=1: the floor relay in the waypoint's place, for the floor column of every aim.
+  if ((argv.includes('--floor') || process.env.BENCH_FLOOR === '1') && !paths.includes('floor')) paths.push('floor');
   for (const p of paths) if (!(PATHS as readonly string[]).includes(p)) throw new Error(`BENCH_PATHS: unknown path "${p}" (known: ${PATHS.join(', ')})`);
   const concurrency = concurrencyOf(argv);
   const workers = Math.max(2, num('BENCH_WORKERS', 2));
