@@ -54,7 +54,16 @@ export interface PathReport {
   waypointPid: number | null;
   warm: WarmResult | undefined;
   idle: IdleReport | null;
-  rate: (RateResult & { cpu: CpuByProcess; waypointCores: number | null; waypointUsPerReq: number | null; vcpuPer1000: number | null }) | undefined;
+  rate:
+    | (RateResult & {
+        cpu: CpuByProcess;
+        waypointCores: number | null;
+        waypointUsPerReq: number | null;
+        vcpuPer1000: number | null;
+        /** The waypoint's cores in each second of the run from the start of its warm-up (null on `direct`). */
+        waypointCoresPerSecond?: number[] | null;
+      })
+    | undefined;
   saturation: (SaturateResult & { cpu: CpuByProcess; waypointUsPerReq: number | null; waypointCores: number | null }) | undefined;
   /** Waypoint RSS when it first answered ready, after the 500-request warm-up, and after the saturation run. */
   waypointRssAtReadyKiB?: number;
@@ -233,6 +242,19 @@ function coreTable(
   out.push(line('', cols));
   out.push('-'.repeat(w0 + cw * cols.length));
   for (const [label, fn] of rows) out.push(line(label, cols.map((c) => (r.paths[c] ? fn(c) : '(skipped)'))));
+  // The fixed-rate run's warm-up: a flat series means the measured window is past the JIT's warm-up.
+  const series = cols.flatMap((c) => {
+    const ps = r.paths[c]?.rate?.waypointCoresPerSecond;
+    if (!ps || ps.length === 0) return [];
+    const w: string[] = [];
+    for (let i = 0; i < ps.length; i += 5) w.push(f(ps.slice(i, i + 5).reduce((x, y) => x + y, 0) / ps.slice(i, i + 5).length, 2));
+    return [`${c} ${w.join(' ')}`];
+  });
+  if (series.length > 0) {
+    out.push('');
+    out.push(`fixed rate: waypoint cores per 5 s from the start of the ${s.rateWarmupS} s warm-up (measured from ${s.rateWarmupS} s on)`);
+    for (const x of series) out.push(`  ${x}`);
+  }
   out.push('');
   const q = r.ratios;
   const a = r.aims;

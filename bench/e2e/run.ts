@@ -579,10 +579,22 @@ async function runPath(
   // (ii) Fixed rate, 1 KiB POSTs, µs latency, waypoint vCPU.
   out.quiet.rate = await waitQuiet(load.pids, s.quietWaitS, `[${p}] fixed rate`);
   log(`[${p}] fixed rate: ${s.rate} req/s for ${s.rateWarmupS}+${s.rateDurationS} s`);
-  const rate = await load.call<RateResult>(
-    { type: 'rate', url: target.url, rate: s.rate, connections: s.rateConnections, warmupS: s.rateWarmupS, durationS: s.rateDurationS, bodyBytes: s.bodyBytes },
-    (s.rateWarmupS + s.rateDurationS) * 1000 + 60_000,
-  );
+  // The waypoint's cores in each second of the run, warm-up included: shows whether the measured window is past the JIT's warm-up.
+  const perSecond: number[] = [];
+  let prev = wpPid ? snapshot({ waypoint: wpPid }) : undefined;
+  const sampler = prev
+    ? setInterval(() => {
+        const now = snapshot({ waypoint: wpPid! });
+        perSecond.push(round(cpuBetween(prev!, now, 0).waypoint?.cores ?? NaN, 3));
+        prev = now;
+      }, 1_000)
+    : undefined;
+  const rate = await load
+    .call<RateResult>(
+      { type: 'rate', url: target.url, rate: s.rate, connections: s.rateConnections, warmupS: s.rateWarmupS, durationS: s.rateDurationS, bodyBytes: s.bodyBytes },
+      (s.rateWarmupS + s.rateDurationS) * 1000 + 60_000,
+    )
+    .finally(() => clearInterval(sampler));
   const rateCpu = rate.marks.start && rate.marks.end ? cpuBetween(rate.marks.start, rate.marks.end, rate.result.completed) : {};
   const wpRate = rateCpu.waypoint;
   out.rate = {
@@ -591,6 +603,7 @@ async function runPath(
     waypointCores: wpRate ? wpRate.cores : null,
     waypointUsPerReq: wpRate ? wpRate.usPerReq : null,
     vcpuPer1000: wpRate && rate.result.achievedRps > 0 ? round(wpRate.cores / (rate.result.achievedRps / 1000), 4) : null,
+    waypointCoresPerSecond: wpPid ? perSecond : null,
   };
 
   // (i) Saturation (closed loop).
