@@ -172,10 +172,9 @@ function onH1Request(req: IncomingMessage, res: ServerResponse): void {
   const declared = req.headers['content-length'];
   const length = declared === undefined ? -1 : Number(declared);
   const send = (body: Buffer | Readable | null) => h1Pool(target).dispatch({ method: req.method!, path: req.url!, headers, body }, ex);
-  if (length === 0 || (length < 0 && req.headers['transfer-encoding'] === undefined)) {
-    req.resume();
-    send(null);
-  } else if (length > 0 && length <= SMALL_BODY) {
+  // No body (Node's server reads the request's end itself once the response is done).
+  if (length === 0 || (length < 0 && req.headers['transfer-encoding'] === undefined)) send(null);
+  else if (length > 0 && length <= SMALL_BODY) {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => send(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks)));
