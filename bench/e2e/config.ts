@@ -82,119 +82,45 @@ function benchNet(raw: string | undefined): number {
 }
 const ip = (host: number): string => `127.0.${BENCH_NET}.${host}`;
 
+/**
+ * One meshed topology: its waypoint (`.w`), one pod (`.pod`), the tunnel roles' client IP (`.client`),
+ * the echo Service's VIP and the scenarios' VIPs (`.bench`, `.bench+1`, `.bench+2`). `tcp`: the
+ * Service ports are `tcp…` (the L4 relay), else named for their protocol (`http`, `http2`, `grpc`).
+ */
+function topology(key: TopologyKey, h: { w: number; pod: number; client: number; vip: number; bench: number }, tcp = false, filters?: readonly string[]): TopologySpec {
+  const entry = (port: number) => `${ip(h.client)}:${port}`;
+  return {
+    key,
+    options: {
+      waypointIp: ip(h.w),
+      hbonePort: HBONE_PORT,
+      vip: ip(h.vip),
+      servicePort: 80,
+      podIps: [ip(h.pod)],
+      targetPort: 8080,
+      clientIp: ip(h.client),
+      tunnelListen: entry(18080),
+      admin: `${ip(h.w)}:15920`,
+      readiness: '',
+      startWaypoint: false,
+      portName: tcp ? 'tcp' : 'http',
+    },
+    bench: {
+      h1: { name: 'bench-h1', vip: ip(h.bench), portName: tcp ? 'tcp' : 'http', tunnelListen: entry(18081) },
+      h2: { name: 'bench-h2', vip: ip(h.bench + 1), portName: tcp ? 'tcp-h2' : 'http2', tunnelListen: entry(18082) },
+      grpc: { name: 'bench-grpc', vip: ip(h.bench + 2), portName: tcp ? 'tcp-grpc' : 'grpc', tunnelListen: entry(18083) },
+    },
+    ...(filters ? { filters } : {}),
+  };
+}
+
 export const TOPOLOGIES: readonly TopologySpec[] = [
-  {
-    key: 'http',
-    options: {
-      waypointIp: ip(1),
-      hbonePort: HBONE_PORT,
-      vip: ip(100),
-      servicePort: 80,
-      podIps: [ip(11)],
-      targetPort: 8080,
-      clientIp: ip(50),
-      tunnelListen: `${ip(50)}:18080`,
-      admin: `${ip(1)}:15920`,
-      readiness: '',
-      startWaypoint: false,
-      portName: 'http',
-    },
-    bench: {
-      h1: { name: 'bench-h1', vip: ip(102), portName: 'http', tunnelListen: `${ip(50)}:18081` },
-      h2: { name: 'bench-h2', vip: ip(103), portName: 'http2', tunnelListen: `${ip(50)}:18082` },
-      grpc: { name: 'bench-grpc', vip: ip(104), portName: 'grpc', tunnelListen: `${ip(50)}:18083` },
-    },
-  },
-  {
-    key: 'tcp',
-    options: {
-      waypointIp: ip(2),
-      hbonePort: HBONE_PORT,
-      vip: ip(101),
-      servicePort: 80,
-      podIps: [ip(21)],
-      targetPort: 8080,
-      clientIp: ip(51),
-      tunnelListen: `${ip(51)}:18080`,
-      admin: `${ip(2)}:15920`,
-      readiness: '',
-      startWaypoint: false,
-      portName: 'tcp',
-    },
-    bench: {
-      h1: { name: 'bench-h1', vip: ip(112), portName: 'tcp', tunnelListen: `${ip(51)}:18081` },
-      h2: { name: 'bench-h2', vip: ip(113), portName: 'tcp-h2', tunnelListen: `${ip(51)}:18082` },
-      grpc: { name: 'bench-grpc', vip: ip(114), portName: 'tcp-grpc', tunnelListen: `${ip(51)}:18083` },
-    },
-  },
-  {
-    key: 'http-stats',
-    options: {
-      waypointIp: ip(3),
-      hbonePort: HBONE_PORT,
-      vip: ip(120),
-      servicePort: 80,
-      podIps: [ip(31)],
-      targetPort: 8080,
-      clientIp: ip(52),
-      tunnelListen: `${ip(52)}:18080`,
-      admin: `${ip(3)}:15920`,
-      readiness: '',
-      startWaypoint: false,
-      portName: 'http',
-    },
-    bench: {
-      h1: { name: 'bench-h1', vip: ip(122), portName: 'http', tunnelListen: `${ip(52)}:18081` },
-      h2: { name: 'bench-h2', vip: ip(123), portName: 'http2', tunnelListen: `${ip(52)}:18082` },
-      grpc: { name: 'bench-grpc', vip: ip(124), portName: 'grpc', tunnelListen: `${ip(52)}:18083` },
-    },
-    filters: ['istio.stats'],
-  },
-  {
-    key: 'http-workers',
-    options: {
-      waypointIp: ip(4),
-      hbonePort: HBONE_PORT,
-      vip: ip(130),
-      servicePort: 80,
-      podIps: [ip(41)],
-      targetPort: 8080,
-      clientIp: ip(53),
-      tunnelListen: `${ip(53)}:18080`,
-      admin: `${ip(4)}:15920`,
-      readiness: '',
-      startWaypoint: false,
-      portName: 'http',
-    },
-    bench: {
-      h1: { name: 'bench-h1', vip: ip(132), portName: 'http', tunnelListen: `${ip(53)}:18081` },
-      h2: { name: 'bench-h2', vip: ip(133), portName: 'http2', tunnelListen: `${ip(53)}:18082` },
-      grpc: { name: 'bench-grpc', vip: ip(134), portName: 'grpc', tunnelListen: `${ip(53)}:18083` },
-    },
-  },
-  {
-    // The floor (bench/micro/floor-relay.ts) as this topology's waypoint: the same Services, ports named as the waypoint's.
-    key: 'http-floor',
-    options: {
-      waypointIp: ip(5),
-      hbonePort: HBONE_PORT,
-      vip: ip(140),
-      servicePort: 80,
-      podIps: [ip(61)],
-      targetPort: 8080,
-      clientIp: ip(54),
-      tunnelListen: `${ip(54)}:18080`,
-      admin: `${ip(5)}:15920`,
-      readiness: '',
-      startWaypoint: false,
-      portName: 'http',
-    },
-    bench: {
-      h1: { name: 'bench-h1', vip: ip(142), portName: 'http', tunnelListen: `${ip(54)}:18081` },
-      h2: { name: 'bench-h2', vip: ip(143), portName: 'http2', tunnelListen: `${ip(54)}:18082` },
-      grpc: { name: 'bench-grpc', vip: ip(144), portName: 'grpc', tunnelListen: `${ip(54)}:18083` },
-    },
-  },
+  topology('http', { w: 1, pod: 11, client: 50, vip: 100, bench: 102 }),
+  topology('tcp', { w: 2, pod: 21, client: 51, vip: 101, bench: 112 }, true),
+  topology('http-stats', { w: 3, pod: 31, client: 52, vip: 120, bench: 122 }, false, ['istio.stats']),
+  topology('http-workers', { w: 4, pod: 41, client: 53, vip: 130, bench: 132 }),
+  // The floor (bench/micro/floor-relay.ts) as this topology's waypoint: the same Services, ports named as the waypoint's.
+  topology('http-floor', { w: 5, pod: 61, client: 54, vip: 140, bench: 142 }),
 ];
 
 /** The program a topology's waypoint process runs instead of bin/waypoint.js (same arguments), if any. */
