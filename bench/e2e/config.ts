@@ -9,8 +9,10 @@ import type { TopologyOptions } from '../../src/demo/topology.ts';
  * `istio.stats` filter in its chain (its own topology and waypoint process); it runs only when
  * asked for (`--stats`, BENCH_STATS=1, or named in BENCH_PATHS). `waypoint-workers` is the waypoint
  * path again with a waypoint of BENCH_WORKERS (2) workers (`--workers`, or named in BENCH_PATHS).
+ * `floor` is the same chain with bare Node in the waypoint's place (bench/micro/floor-relay.ts: the
+ * least Node needs for the waypoint's job; `--floor`, BENCH_FLOOR=1, or named in BENCH_PATHS).
  */
-export const PATHS = ['direct', 'l4-relay', 'waypoint', 'waypoint-stats', 'waypoint-workers'] as const;
+export const PATHS = ['direct', 'l4-relay', 'waypoint', 'waypoint-stats', 'waypoint-workers', 'floor'] as const;
 export type PathName = (typeof PATHS)[number];
 /** The paths run by default. */
 export const DEFAULT_PATHS: readonly PathName[] = ['direct', 'l4-relay', 'waypoint'];
@@ -18,6 +20,11 @@ export const DEFAULT_PATHS: readonly PathName[] = ['direct', 'l4-relay', 'waypoi
 /** The waypoint paths (L7 filter chain), for the columns and ratios that concern them. */
 export function isWaypointPath(p: PathName): boolean {
   return p === 'waypoint' || p === 'waypoint-stats' || p === 'waypoint-workers';
+}
+
+/** The paths that terminate HTTP between the tunnels (the waypoints and the floor), for the L7 ratios. */
+export function isL7Path(p: PathName): boolean {
+  return isWaypointPath(p) || p === 'floor';
 }
 
 /**
@@ -45,7 +52,8 @@ export interface BenchService {
 /**
  * The meshed topologies: one HTTP service port (full filter chain), one TCP port (L4 relay), and
  * the HTTP one again for a waypoint whose chain also has `istio.stats` (only started when the
- * `waypoint-stats` path runs), and once more for a waypoint running workers (`waypoint-workers`).
+ * `waypoint-stats` path runs), once more for a waypoint running workers (`waypoint-workers`), and
+ * once more with the floor relay in the waypoint's place (`floor`).
  */
 export interface TopologySpec {
   readonly key: TopologyKey;
@@ -57,7 +65,7 @@ export interface TopologySpec {
   readonly filters?: readonly string[];
 }
 
-export type TopologyKey = 'http' | 'tcp' | 'http-stats' | 'http-workers';
+export type TopologyKey = 'http' | 'tcp' | 'http-stats' | 'http-workers' | 'http-floor';
 
 const HBONE_PORT = 15008;
 
@@ -74,102 +82,62 @@ function benchNet(raw: string | undefined): number {
 }
 const ip = (host: number): string => `127.0.${BENCH_NET}.${host}`;
 
+/**
+ * One meshed topology: its waypoint (`.w`), one pod (`.pod`), the tunnel roles' client IP (`.client`),
+ * the echo Service's VIP and the scenarios' VIPs (`.bench`, `.bench+1`, `.bench+2`). `tcp`: the
+ * Service ports are `tcp…` (the L4 relay), else named for their protocol (`http`, `http2`, `grpc`).
+ */
+function topology(key: TopologyKey, h: { w: number; pod: number; client: number; vip: number; bench: number }, tcp = false, filters?: readonly string[]): TopologySpec {
+  const entry = (port: number) => `${ip(h.client)}:${port}`;
+  return {
+    key,
+    options: {
+      waypointIp: ip(h.w),
+      hbonePort: HBONE_PORT,
+      vip: ip(h.vip),
+      servicePort: 80,
+      podIps: [ip(h.pod)],
+      targetPort: 8080,
+      clientIp: ip(h.client),
+      tunnelListen: entry(18080),
+      admin: `${ip(h.w)}:15920`,
+      readiness: '',
+      startWaypoint: false,
+      portName: tcp ? 'tcp' : 'http',
+    },
+    bench: {
+      h1: { name: 'bench-h1', vip: ip(h.bench), portName: tcp ? 'tcp' : 'http', tunnelListen: entry(18081) },
+      h2: { name: 'bench-h2', vip: ip(h.bench + 1), portName: tcp ? 'tcp-h2' : 'http2', tunnelListen: entry(18082) },
+      grpc: { name: 'bench-grpc', vip: ip(h.bench + 2), portName: tcp ? 'tcp-grpc' : 'grpc', tunnelListen: entry(18083) },
+    },
+    ...(filters ? { filters } : {}),
+  };
+}
+
 export const TOPOLOGIES: readonly TopologySpec[] = [
-  {
-    key: 'http',
-    options: {
-      waypointIp: ip(1),
-      hbonePort: HBONE_PORT,
-      vip: ip(100),
-      servicePort: 80,
-      podIps: [ip(11)],
-      targetPort: 8080,
-      clientIp: ip(50),
-      tunnelListen: `${ip(50)}:18080`,
-      admin: `${ip(1)}:15920`,
-      readiness: '',
-      startWaypoint: false,
-      portName: 'http',
-    },
-    bench: {
-      h1: { name: 'bench-h1', vip: ip(102), portName: 'http', tunnelListen: `${ip(50)}:18081` },
-      h2: { name: 'bench-h2', vip: ip(103), portName: 'http2', tunnelListen: `${ip(50)}:18082` },
-      grpc: { name: 'bench-grpc', vip: ip(104), portName: 'grpc', tunnelListen: `${ip(50)}:18083` },
-    },
-  },
-  {
-    key: 'tcp',
-    options: {
-      waypointIp: ip(2),
-      hbonePort: HBONE_PORT,
-      vip: ip(101),
-      servicePort: 80,
-      podIps: [ip(21)],
-      targetPort: 8080,
-      clientIp: ip(51),
-      tunnelListen: `${ip(51)}:18080`,
-      admin: `${ip(2)}:15920`,
-      readiness: '',
-      startWaypoint: false,
-      portName: 'tcp',
-    },
-    bench: {
-      h1: { name: 'bench-h1', vip: ip(112), portName: 'tcp', tunnelListen: `${ip(51)}:18081` },
-      h2: { name: 'bench-h2', vip: ip(113), portName: 'tcp-h2', tunnelListen: `${ip(51)}:18082` },
-      grpc: { name: 'bench-grpc', vip: ip(114), portName: 'tcp-grpc', tunnelListen: `${ip(51)}:18083` },
-    },
-  },
-  {
-    key: 'http-stats',
-    options: {
-      waypointIp: ip(3),
-      hbonePort: HBONE_PORT,
-      vip: ip(120),
-      servicePort: 80,
-      podIps: [ip(31)],
-      targetPort: 8080,
-      clientIp: ip(52),
-      tunnelListen: `${ip(52)}:18080`,
-      admin: `${ip(3)}:15920`,
-      readiness: '',
-      startWaypoint: false,
-      portName: 'http',
-    },
-    bench: {
-      h1: { name: 'bench-h1', vip: ip(122), portName: 'http', tunnelListen: `${ip(52)}:18081` },
-      h2: { name: 'bench-h2', vip: ip(123), portName: 'http2', tunnelListen: `${ip(52)}:18082` },
-      grpc: { name: 'bench-grpc', vip: ip(124), portName: 'grpc', tunnelListen: `${ip(52)}:18083` },
-    },
-    filters: ['istio.stats'],
-  },
-  {
-    key: 'http-workers',
-    options: {
-      waypointIp: ip(4),
-      hbonePort: HBONE_PORT,
-      vip: ip(130),
-      servicePort: 80,
-      podIps: [ip(41)],
-      targetPort: 8080,
-      clientIp: ip(53),
-      tunnelListen: `${ip(53)}:18080`,
-      admin: `${ip(4)}:15920`,
-      readiness: '',
-      startWaypoint: false,
-      portName: 'http',
-    },
-    bench: {
-      h1: { name: 'bench-h1', vip: ip(132), portName: 'http', tunnelListen: `${ip(53)}:18081` },
-      h2: { name: 'bench-h2', vip: ip(133), portName: 'http2', tunnelListen: `${ip(53)}:18082` },
-      grpc: { name: 'bench-grpc', vip: ip(134), portName: 'grpc', tunnelListen: `${ip(53)}:18083` },
-    },
-  },
+  topology('http', { w: 1, pod: 11, client: 50, vip: 100, bench: 102 }),
+  topology('tcp', { w: 2, pod: 21, client: 51, vip: 101, bench: 112 }, true),
+  topology('http-stats', { w: 3, pod: 31, client: 52, vip: 120, bench: 122 }, false, ['istio.stats']),
+  topology('http-workers', { w: 4, pod: 41, client: 53, vip: 130, bench: 132 }),
+  // The floor (bench/micro/floor-relay.ts) as this topology's waypoint: the same Services, ports named as the waypoint's.
+  topology('http-floor', { w: 5, pod: 61, client: 54, vip: 140, bench: 142 }),
 ];
+
+/** The program a topology's waypoint process runs instead of bin/waypoint.js (same arguments), if any. */
+export const WAYPOINT_STAND_INS: Readonly<Partial<Record<TopologyKey, string>>> = { 'http-floor': 'bench/micro/floor-relay.ts' };
+
+const TOPOLOGY_OF: Readonly<Record<Exclude<PathName, 'direct'>, TopologyKey>> = {
+  'l4-relay': 'tcp',
+  waypoint: 'http',
+  'waypoint-stats': 'http-stats',
+  'waypoint-workers': 'http-workers',
+  floor: 'http-floor',
+};
 
 /** The topology (and so the waypoint process) a path goes through; undefined for `direct`. */
 export function topologyOf(path: PathName): TopologyKey | undefined {
   if (path === 'direct') return undefined;
-  return path === 'l4-relay' ? 'tcp' : path === 'waypoint' ? 'http' : path === 'waypoint-stats' ? 'http-stats' : 'http-workers';
+  return TOPOLOGY_OF[path];
 }
 
 function spec(key: TopologyKey): TopologySpec {
@@ -276,7 +244,7 @@ export interface BenchSettings {
   readonly hboneConnections: number;
 }
 
-const USAGE = `npm run bench [-- --only ${SCENARIOS.join(',')}] [--stats] [--workers] [--concurrency N]`;
+const USAGE = `npm run bench [-- --only ${SCENARIOS.join(',')}] [--stats] [--workers] [--floor] [--concurrency N]`;
 
 /** The value of `--name V` / `--name=V` in argv (the last one), else undefined. */
 function argValue(argv: readonly string[], name: string): string | undefined {
@@ -294,7 +262,7 @@ function onlyScenarios(argv: readonly string[]): ScenarioName[] {
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--only' || a === '--concurrency') i++;
-    else if (a.startsWith('--only=') || a.startsWith('--concurrency=') || a === '--stats' || a === '--workers') continue;
+    else if (a.startsWith('--only=') || a.startsWith('--concurrency=') || a === '--stats' || a === '--workers' || a === '--floor') continue;
     else if (a === '--help' || a === '-h') {
       process.stdout.write(`usage: ${USAGE}   (knobs: bench/README.md)\n`);
       process.exit(0);
@@ -314,6 +282,8 @@ export function loadSettings(argv: readonly string[] = process.argv.slice(2)): B
   if ((argv.includes('--stats') || process.env.BENCH_STATS === '1') && paths.includes('waypoint') && !paths.includes('waypoint-stats')) paths.push('waypoint-stats');
   // `--workers`: the waypoint path once more with a waypoint running workers, for the workers ratio.
   if (argv.includes('--workers') && paths.includes('waypoint') && !paths.includes('waypoint-workers')) paths.push('waypoint-workers');
+  // `--floor` / BENCH_FLOOR=1: the floor relay in the waypoint's place, for the floor column of every aim.
+  if ((argv.includes('--floor') || process.env.BENCH_FLOOR === '1') && !paths.includes('floor')) paths.push('floor');
   for (const p of paths) if (!(PATHS as readonly string[]).includes(p)) throw new Error(`BENCH_PATHS: unknown path "${p}" (known: ${PATHS.join(', ')})`);
   const concurrency = concurrencyOf(argv);
   const workers = Math.max(2, num('BENCH_WORKERS', 2));
@@ -324,7 +294,8 @@ export function loadSettings(argv: readonly string[] = process.argv.slice(2)): B
     connections: num('BENCH_CONNECTIONS', 50),
     rate: num('BENCH_RATE', 1000),
     rateDurationS: num('BENCH_RATE_DURATION_S', 8),
-    rateWarmupS: num('BENCH_RATE_WARMUP_S', 2),
+    // V8 is still compiling for the first 15-20 s at 1000 req/s (bench/README.md, the fixed-rate flow).
+    rateWarmupS: num('BENCH_RATE_WARMUP_S', 20),
     rateConnections: num('BENCH_RATE_CONNECTIONS', 16),
     bodyBytes: num('BENCH_BODY_BYTES', 1024),
     idleTunnels: num('BENCH_IDLE_TUNNELS', 1000),

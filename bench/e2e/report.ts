@@ -1,7 +1,7 @@
 /**
  * The bench report: JSON shape and the printed table.
  */
-import { isWaypointPath, type AIMS, type BenchSettings, type PathName } from './config.ts';
+import { isL7Path, type AIMS, type BenchSettings, type PathName } from './config.ts';
 import { PART } from './proc.ts';
 import type { RemoteMemory } from './inspector.ts';
 import type { RateResult, SaturateResult, WarmResult } from './protocol.ts';
@@ -54,7 +54,16 @@ export interface PathReport {
   waypointPid: number | null;
   warm: WarmResult | undefined;
   idle: IdleReport | null;
-  rate: (RateResult & { cpu: CpuByProcess; waypointCores: number | null; waypointUsPerReq: number | null; vcpuPer1000: number | null }) | undefined;
+  rate:
+    | (RateResult & {
+        cpu: CpuByProcess;
+        waypointCores: number | null;
+        waypointUsPerReq: number | null;
+        vcpuPer1000: number | null;
+        /** The waypoint's cores in each second of the run from the start of its warm-up (null on `direct`). */
+        waypointCoresPerSecond?: number[] | null;
+      })
+    | undefined;
   saturation: (SaturateResult & { cpu: CpuByProcess; waypointUsPerReq: number | null; waypointCores: number | null }) | undefined;
   /** Waypoint RSS when it first answered ready, after the 500-request warm-up, and after the saturation run. */
   waypointRssAtReadyKiB?: number;
@@ -110,29 +119,40 @@ function perProcess(cpu: CpuByProcess | undefined): string {
 /**
  * The issue's aims that come from the scenarios and the fixed rate, for the JSON's `ratios` and
  * the aims table: waypoint CPU/req ÷ the l4-relay's per case, the h2c one-tunnel µs/req ÷ the
- * HTTP/1.1 many-tunnels µs/req, and p99 at the fixed rate ÷ the l4-relay's.
+ * HTTP/1.1 many-tunnels µs/req, and p99 at the fixed rate ÷ the l4-relay's. When the floor ran
+ * (`--floor`), the same figures for it, prefixed `floor` (`floorH2OneTunnelCpuPerReqVsL4`, ...).
  */
 export function aimRatios(scenarios: readonly ScenarioReport[], paths: Partial<Record<PathName, PathReport>>): Record<string, number | null> {
   const byId = new Map(scenarios.map((sc) => [sc.case.id, sc]));
-  const cpu = (id: string) => byId.get(id)?.ratios.waypointCpuPerReqVsL4 ?? null;
-  const h2one = byId.get('h2-one')?.runs.waypoint;
-  const h1 = (byId.get('h1-many') ?? byId.get('h1-1k'))?.runs.waypoint;
-  const us = (x: typeof h1) => (x?.status === 'ok' ? x.waypointUsPerReq : null);
+  const div = (a: number | null | undefined, b: number | null | undefined) => (a != null && b != null && b > 0 ? Math.round((a / b) * 1000) / 1000 : null);
   const p99 = (p: PathName) => paths[p]?.rate?.latencyUs.p99 ?? null;
-  const div = (a: number | null, b: number | null) => (a !== null && b !== null && b > 0 ? Math.round((a / b) * 1000) / 1000 : null);
-  return {
-    h2OneTunnelCpuPerReqVsL4: cpu('h2-one'),
-    h2ManyTunnelsCpuPerReqVsL4: cpu('h2-many'),
-    grpcUnaryCpuPerReqVsL4: cpu('grpc-unary'),
-    h1LargeCpuPerReqVsL4: cpu('h1-64k'),
-    h2OneTunnelUsPerReqVsH1: div(us(h2one), us(h1)),
-    waypointP99VsL4AtRate: div(p99('waypoint'), p99('l4-relay')),
+  /** The waypoint process's CPU µs/req of path `p` in case `id`, when that run is ok. */
+  const us = (id: string, p: PathName) => {
+    const run = byId.get(id)?.runs[p];
+    return run?.status === 'ok' ? run.waypointUsPerReq : null;
   };
+  const of = (p: PathName) => {
+    const cpu = (id: string) => div(us(id, p), us(id, 'l4-relay'));
+    return {
+      h2OneTunnelCpuPerReqVsL4: cpu('h2-one'),
+      h2ManyTunnelsCpuPerReqVsL4: cpu('h2-many'),
+      grpcUnaryCpuPerReqVsL4: cpu('grpc-unary'),
+      h1LargeCpuPerReqVsL4: cpu('h1-64k'),
+      h2OneTunnelUsPerReqVsH1: div(us('h2-one', p), us(byId.has('h1-many') ? 'h1-many' : 'h1-1k', p)),
+      P99VsL4AtRate: div(p99(p), p99('l4-relay')),
+    };
+  };
+  const { P99VsL4AtRate, ...wp } = of('waypoint');
+  const out: Record<string, number | null> = { ...wp, waypointP99VsL4AtRate: P99VsL4AtRate };
+  if (paths.floor || scenarios.some((sc) => sc.runs.floor)) {
+    for (const [k, v] of Object.entries(of('floor'))) out[`floor${k[0].toUpperCase()}${k.slice(1)}`] = v;
+  }
+  return out;
 }
 
 export function printReport(r: BenchReport): void {
   // `waypoint-stats` (the waypoint with istio.stats) and `waypoint-workers` get a column only when they ran.
-  const cols: PathName[] = ['direct', 'l4-relay', 'waypoint', ...(['waypoint-stats', 'waypoint-workers'] as const).filter((p) => r.paths[p])];
+  const cols: PathName[] = ['direct', 'l4-relay', 'waypoint', ...(['waypoint-stats', 'waypoint-workers', 'floor'] as const).filter((p) => r.paths[p])];
   const P = (p: PathName) => r.paths[p];
   const s = r.settings;
   const withWorkers = s.concurrency > 1 || r.paths['waypoint-workers'] !== undefined;
@@ -222,36 +242,60 @@ function coreTable(
   out.push(line('', cols));
   out.push('-'.repeat(w0 + cw * cols.length));
   for (const [label, fn] of rows) out.push(line(label, cols.map((c) => (r.paths[c] ? fn(c) : '(skipped)'))));
+  // The fixed-rate run's warm-up: a flat series means the measured window is past the JIT's warm-up.
+  const series = cols.flatMap((c) => {
+    const ps = r.paths[c]?.rate?.waypointCoresPerSecond;
+    if (!ps || ps.length === 0) return [];
+    const w: string[] = [];
+    for (let i = 0; i < ps.length; i += 5) w.push(f(ps.slice(i, i + 5).reduce((x, y) => x + y, 0) / ps.slice(i, i + 5).length, 2));
+    return [`${c} ${w.join(' ')}`];
+  });
+  if (series.length > 0) {
+    out.push('');
+    out.push(`fixed rate: waypoint cores per 5 s from the start of the ${s.rateWarmupS} s warm-up (measured from ${s.rateWarmupS} s on)`);
+    for (const x of series) out.push(`  ${x}`);
+  }
   out.push('');
   const q = r.ratios;
   const a = r.aims;
-  out.push('Ratios and aims');
-  out.push(`  waypoint CPU/req ÷ l4-relay CPU/req, saturation   ${f(q.waypointCpuPerReqVsL4Saturation, 2)}×  (aim ≤ ${a.cpuRatioVsL4}×)${verdict(q.waypointCpuPerReqVsL4Saturation === null ? null : q.waypointCpuPerReqVsL4Saturation <= a.cpuRatioVsL4)}`);
-  out.push(`  waypoint CPU/req ÷ l4-relay CPU/req, at ${f(s.rate)}/s     ${f(q.waypointCpuPerReqVsL4AtRate, 2)}×  (aim ≤ ${a.cpuRatioVsL4AtRate}×)${verdict(q.waypointCpuPerReqVsL4AtRate === null ? null : q.waypointCpuPerReqVsL4AtRate <= a.cpuRatioVsL4AtRate)}`);
+  // One row per aim: the waypoint's figure, the aim and whether it is met, and with `--floor` the
+  // floor's figure for the same aim (what bare Node needs for the job: "met", or "floor is X, we are Y").
+  const fl = r.paths.floor !== undefined || r.scenarios.some((sc) => sc.runs.floor);
+  const labelW = 52;
+  out.push(`${'Ratios and aims'.padEnd(labelW)}${'waypoint'.padStart(10)}  ${'aim'.padEnd(10)}${''.padEnd(8)}${fl ? 'floor'.padStart(10) : ''}`);
+  const aim = (label: string, v: number | null | undefined, digits: number, unit: string, aimText: string, ok: boolean | null, floor?: number | null, note = '') => {
+    const cell = (x: number | null | undefined) => (x == null ? NA : `${f(x, digits)}${unit}`);
+    out.push(`  ${label.padEnd(labelW - 2)}${cell(v).padStart(10)}  ${aimText.padEnd(10)}${verdict(ok).padEnd(8)}${fl ? (floor === undefined ? '' : cell(floor)).padStart(10) : ''}${note ? `  ${note}` : ''}`);
+  };
+  const max = (v: number | null | undefined, m: number) => (v == null ? null : v <= m);
+  const min = (v: number | null | undefined, m: number) => (v == null ? null : v >= m);
+  const F = r.paths.floor;
   const vcpu = r.paths.waypoint?.rate?.vcpuPer1000 ?? null;
-  out.push(`  waypoint vCPU per 1000 req/s                      ${f(vcpu, 3)}  (aim ≤ ${a.vcpuPer1000}; Envoy waypoint ≈ ${a.envoyVcpuPer1000}: ${f(q.waypointVcpuPer1000VsEnvoy, 2)}× Envoy)${verdict(vcpu === null ? null : vcpu <= a.vcpuPer1000)}`);
-  const l4vcpu = r.paths['l4-relay']?.rate?.vcpuPer1000 ?? null;
-  out.push(`  l4-relay vCPU per 1000 req/s                      ${f(l4vcpu, 3)}  (lab: Node HBONE passthrough ≈ 0.09)`);
-  const kib = r.paths.waypoint?.idle?.kibPerTunnel ?? null;
-  out.push(`  waypoint KiB per idle tunnel (RSS)                ${f(kib, 2)}  (aim ≤ ${a.kibPerIdleTunnel})${verdict(kib === null ? null : kib <= a.kibPerIdleTunnel)}`);
-  out.push(`  req/s waypoint ÷ l4-relay                         ${f(q.waypointReqPerSecVsL4, 2)}  (aim ≥ ${a.reqPerSecVsL4})${verdict(q.waypointReqPerSecVsL4 == null ? null : q.waypointReqPerSecVsL4 >= a.reqPerSecVsL4)}`);
-  out.push(`  p99 at ${f(s.rate)}/s, waypoint ÷ l4-relay               ${f(q.waypointP99VsL4AtRate, 2)}×  (aim ≤ ${a.p99VsL4AtRate}×)${verdict(q.waypointP99VsL4AtRate == null ? null : q.waypointP99VsL4AtRate <= a.p99VsL4AtRate)}`);
-  out.push(`  req/s waypoint ÷ direct, l4-relay ÷ direct        ${f(q.waypointReqPerSecVsDirect, 2)}, ${f(q.l4ReqPerSecVsDirect, 2)}`);
-  out.push(`  added p50 µs: l4-relay vs direct, waypoint vs l4  ${f(q.addedP50UsL4VsDirect)}, ${f(q.addedP50UsWaypointVsL4)}`);
+  aim('vCPU per 1000 req/s (fixed rate)', vcpu, 3, '', `≤ ${a.vcpuPer1000}`, max(vcpu, a.vcpuPer1000), F?.rate?.vcpuPer1000 ?? null, `Envoy waypoint ≈ ${a.envoyVcpuPer1000}: ${f(q.waypointVcpuPer1000VsEnvoy, 2)}× Envoy`);
+  aim('CPU/req ÷ l4-relay CPU/req, saturation', q.waypointCpuPerReqVsL4Saturation, 2, '×', `≤ ${a.cpuRatioVsL4}×`, max(q.waypointCpuPerReqVsL4Saturation, a.cpuRatioVsL4), q.floorCpuPerReqVsL4Saturation);
+  aim(`CPU/req ÷ l4-relay CPU/req, at ${f(s.rate)}/s`, q.waypointCpuPerReqVsL4AtRate, 2, '×', `≤ ${a.cpuRatioVsL4AtRate}×`, max(q.waypointCpuPerReqVsL4AtRate, a.cpuRatioVsL4AtRate), q.floorCpuPerReqVsL4AtRate);
+  aim('req/s ÷ l4-relay, saturation', q.waypointReqPerSecVsL4, 2, '', `≥ ${a.reqPerSecVsL4}`, min(q.waypointReqPerSecVsL4, a.reqPerSecVsL4), q.floorReqPerSecVsL4);
+  aim(`p99 at ${f(s.rate)}/s ÷ l4-relay`, q.waypointP99VsL4AtRate, 2, '×', `≤ ${a.p99VsL4AtRate}×`, max(q.waypointP99VsL4AtRate, a.p99VsL4AtRate), q.floorP99VsL4AtRate);
   if (r.scenarios.length > 0) {
-    const aim = (label: string, v: number | null | undefined, max: number) => out.push(`  ${label.padEnd(48)}${f(v, 2)}×  (aim ≤ ${max}×)${verdict(v == null ? null : v <= max)}`);
-    aim('h2c 1 tunnel × N streams: wp CPU/req ÷ l4', q.h2OneTunnelCpuPerReqVsL4, a.h2CpuRatioVsL4);
-    aim('  its µs/req ÷ HTTP/1.1 many tunnels µs/req', q.h2OneTunnelUsPerReqVsH1, 1);
-    aim('h2c N tunnels × 1 stream: wp CPU/req ÷ l4', q.h2ManyTunnelsCpuPerReqVsL4, a.h2CpuRatioVsL4);
-    aim('gRPC unary: wp CPU/req ÷ l4', q.grpcUnaryCpuPerReqVsL4, a.h2CpuRatioVsL4);
-    aim('HTTP/1.1 64 KiB GET: wp CPU/req ÷ l4', q.h1LargeCpuPerReqVsL4, a.h1LargeCpuRatioVsL4);
+    aim('h2c 1 tunnel × N streams: CPU/req ÷ l4', q.h2OneTunnelCpuPerReqVsL4, 2, '×', `≤ ${a.h2CpuRatioVsL4}×`, max(q.h2OneTunnelCpuPerReqVsL4, a.h2CpuRatioVsL4), q.floorH2OneTunnelCpuPerReqVsL4);
+    aim('  its µs/req ÷ HTTP/1.1 many tunnels µs/req', q.h2OneTunnelUsPerReqVsH1, 2, '×', '≤ 1×', max(q.h2OneTunnelUsPerReqVsH1, 1), q.floorH2OneTunnelUsPerReqVsH1);
+    aim('h2c N tunnels × 1 stream: CPU/req ÷ l4', q.h2ManyTunnelsCpuPerReqVsL4, 2, '×', `≤ ${a.h2CpuRatioVsL4}×`, max(q.h2ManyTunnelsCpuPerReqVsL4, a.h2CpuRatioVsL4), q.floorH2ManyTunnelsCpuPerReqVsL4);
+    aim('gRPC unary: CPU/req ÷ l4', q.grpcUnaryCpuPerReqVsL4, 2, '×', `≤ ${a.h2CpuRatioVsL4}×`, max(q.grpcUnaryCpuPerReqVsL4, a.h2CpuRatioVsL4), q.floorGrpcUnaryCpuPerReqVsL4);
+    aim('HTTP/1.1 64 KiB GET: CPU/req ÷ l4', q.h1LargeCpuPerReqVsL4, 2, '×', `≤ ${a.h1LargeCpuRatioVsL4}×`, max(q.h1LargeCpuPerReqVsL4, a.h1LargeCpuRatioVsL4), q.floorH1LargeCpuPerReqVsL4);
   }
-  if (s.concurrency > 1) out.push(`  waypoint processes: a primary and ${s.concurrency} workers (--concurrency ${s.concurrency}); the CPU figures are their sum`);
+  const kib = r.paths.waypoint?.idle?.kibPerTunnel ?? null;
+  aim('KiB per idle tunnel (RSS)', kib, 2, '', `≤ ${a.kibPerIdleTunnel}`, max(kib, a.kibPerIdleTunnel), F?.idle?.kibPerTunnel ?? null);
   if (r.paths['waypoint-workers']) {
     const w = q.workersReqPerSecVsWaypoint;
-    out.push(`  req/s ${s.workers} workers ÷ 1 worker, saturation (contended: ${r.host.cpus} cores shared with load generator and fixture)  ${f(w, 2)}  (aim ≥ ${a.workersReqPerSecRatio})${verdict(w == null ? null : w >= a.workersReqPerSecRatio)}`);
+    aim(`req/s ${s.workers} workers ÷ 1 worker, saturation (contended)`, w, 2, '', `≥ ${a.workersReqPerSecRatio}`, min(w, a.workersReqPerSecRatio), fl ? null : undefined, `${r.host.cpus} cores shared with load generator and fixture`);
     out.push(`    waypoint CPU/req ${s.workers} workers ÷ 1 worker ${f(q.workersCpuPerReqVsWaypoint, 2)}×; tunnel roles spread over ${s.hboneConnections} HBONE connections each (BENCH_HBONE_CONNECTIONS)`);
   }
+  const l4vcpu = r.paths['l4-relay']?.rate?.vcpuPer1000 ?? null;
+  out.push(`  l4-relay vCPU per 1000 req/s                      ${f(l4vcpu, 3)}  (lab: Node HBONE passthrough ≈ 0.09)`);
+  out.push(`  req/s waypoint ÷ direct, l4-relay ÷ direct        ${f(q.waypointReqPerSecVsDirect, 2)}, ${f(q.l4ReqPerSecVsDirect, 2)}`);
+  out.push(`  added p50 µs: l4-relay vs direct, waypoint vs l4  ${f(q.addedP50UsL4VsDirect)}, ${f(q.addedP50UsWaypointVsL4)}`);
+  if (F) out.push(`  waypoint CPU/req ÷ floor CPU/req                  ${f(q.waypointCpuPerReqVsFloorSaturation, 2)}× saturation, ${f(q.waypointCpuPerReqVsFloorAtRate, 2)}× at ${f(s.rate)}/s (what the waypoint spends over bare Node)`);
+  if (s.concurrency > 1) out.push(`  waypoint processes: a primary and ${s.concurrency} workers (--concurrency ${s.concurrency}); the CPU figures are their sum`);
   if (r.paths['waypoint-stats']) {
     out.push(`  istio.stats: waypoint-stats ÷ waypoint CPU/req      ${f(q.statsCpuPerReqVsWaypointSaturation, 3)}× saturation (${f(q.statsAddedUsPerReqSaturation, 1)} µs/req), ${f(q.statsCpuPerReqVsWaypointAtRate, 3)}× at ${f(s.rate)}/s (${f(q.statsAddedUsPerReqAtRate, 1)} µs/req)`);
     out.push(`  istio.stats: req/s waypoint-stats ÷ waypoint       ${f(q.statsReqPerSecVsWaypoint, 3)}`);
@@ -295,7 +339,7 @@ function scenarioTable(r: BenchReport): string[] {
     out.push(sc.case.label);
     const q = sc.ratios;
     const notes: string[] = [];
-    for (const p of ['direct', 'l4-relay', 'waypoint', 'waypoint-stats', 'waypoint-workers'] as const) {
+    for (const p of ['direct', 'l4-relay', 'waypoint', 'waypoint-stats', 'waypoint-workers', 'floor'] as const) {
       const run = sc.runs[p];
       if (!run) continue;
       if (run.status === 'skipped') {
@@ -311,13 +355,13 @@ function scenarioTable(r: BenchReport): string[] {
           f(res.latencyUs.p99),
           f(run.waypointUsPerReq, 1),
           f(run.fixtureUsPerReq, 1),
-          p === 'waypoint' ? f(q.reqPerSecWaypointVsL4, 2) : isWaypointPath(p) ? f(vsOk(sc, p, 'l4-relay', (x) => x.result?.reqPerSec), 2) : '',
-          p === 'waypoint' ? f(q.reqPerSecWaypointVsDirect, 2) : p === 'l4-relay' ? f(q.reqPerSecL4VsDirect, 2) : isWaypointPath(p) ? f(vsOk(sc, p, 'direct', (x) => x.result?.reqPerSec), 2) : '',
-          p === 'waypoint' ? f(q.waypointCpuPerReqVsL4, 2) : isWaypointPath(p) ? f(vsOk(sc, p, 'l4-relay', (x) => x.waypointUsPerReq), 2) : '',
+          p === 'waypoint' ? f(q.reqPerSecWaypointVsL4, 2) : isL7Path(p) ? f(vsOk(sc, p, 'l4-relay', (x) => x.result?.reqPerSec), 2) : '',
+          p === 'waypoint' ? f(q.reqPerSecWaypointVsDirect, 2) : p === 'l4-relay' ? f(q.reqPerSecL4VsDirect, 2) : isL7Path(p) ? f(vsOk(sc, p, 'direct', (x) => x.result?.reqPerSec), 2) : '',
+          p === 'waypoint' ? f(q.waypointCpuPerReqVsL4, 2) : isL7Path(p) ? f(vsOk(sc, p, 'l4-relay', (x) => x.waypointUsPerReq), 2) : '',
           http2Cell(run.http2),
         ]) + (errs > 0 ? `  (${errs} errors)` : ''),
       );
-      if (isWaypointPath(p) && run.http2 === 'relayed') notes.push('the waypoint relayed these HTTP/2 bytes without terminating them: L4 figures, not L7');
+      if (isL7Path(p) && run.http2 === 'relayed') notes.push('the waypoint relayed these HTTP/2 bytes without terminating them: L4 figures, not L7');
       if ((s.concurrency > 1 || p === 'waypoint-workers') && p !== 'direct') out.push(`    waypoint cores per process (primary, workers): ${perProcess(run.cpu)}`);
     }
     for (const n of notes) out.push(`  note: ${n}`);
@@ -333,7 +377,7 @@ function scenarioTable(r: BenchReport): string[] {
     const one = byId.get(oneId);
     if (!many || !one) continue;
     const cells: string[] = [];
-    for (const p of ['direct', 'l4-relay', 'waypoint'] as const) {
+    for (const p of ['direct', 'l4-relay', 'waypoint', 'floor'] as const) {
       const m = many.runs[p];
       const o = one.runs[p];
       if (!m || !o) continue;

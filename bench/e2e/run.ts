@@ -21,7 +21,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { stringify } from 'yaml';
 import { topologyBootstrap } from '../../src/demo/topology.ts';
-import { AIMS, TOPOLOGIES, loadSettings, pathTarget, type BenchSettings, type PathName } from './config.ts';
+import { AIMS, TOPOLOGIES, WAYPOINT_STAND_INS, loadSettings, pathTarget, type BenchSettings, type PathName, type TopologyKey } from './config.ts';
 import { clockTicks, cpuBetween, fdCount, round, rssKiB, snapshot, type CpuSnapshot } from './proc.ts';
 import type { ClosedResult, IdleCloseResult, IdleOpenResult, LoadCommand, LoadMessage, RateResult, SaturateResult, WarmResult } from './protocol.ts';
 import { runScenarios, scenarioCases, scenarioPortsNote, scenarioWarnings, type ScenarioReport } from './scenarios.ts';
@@ -254,8 +254,8 @@ function logFindings(file: string): { warnings: number; errors: number; other: n
       } catch {
         // not JSON after all
       }
-    } else if (/^(waypoint |  CA:|  HBONE:|  admin:|  readiness:|  mesh:)/.test(line) || /ExperimentalWarning|--trace-warnings|Debugger listening|Debugger ending|For help, see|Debugger attached|Waiting for the debugger/.test(line)) {
-      continue; // `waypoint run` banner, Node's experimental notices
+    } else if (/^(waypoint |  CA:|  HBONE:|  admin:|  readiness:|  mesh:|floor-relay: HBONE)/.test(line) || /ExperimentalWarning|--trace-warnings|Debugger listening|Debugger ending|For help, see|Debugger attached|Waiting for the debugger/.test(line)) {
+      continue; // `waypoint run` and floor-relay banners, Node's experimental notices
     } else {
       other++;
     }
@@ -303,9 +303,9 @@ async function main(): Promise<void> {
   log(`scenario groups: ${settings.only.join(', ')}${cases.length > 0 ? ` (${cases.length} closed-loop cases × ${settings.paths.length} paths, ${settings.scenarioWarmupS}+${settings.scenarioDurationS} s each; ${scenarioPortsNote()})` : ''}`);
   log(`work dir ${work}; paths: ${settings.paths.join(', ')}; saturation ${settings.warmupS}+${settings.durationS} s c=${settings.connections}; rate ${settings.rate}/s ${settings.rateWarmupS}+${settings.rateDurationS} s, ${settings.bodyBytes} B bodies, ${settings.rateConnections} connections; ${settings.idleTunnels} idle tunnels`);
   try {
-    // Fixture: tunnel + inbound + backends for the http and tcp topologies (and http-stats, http-workers when their paths run).
+    // Fixture: tunnel + inbound + backends for the http and tcp topologies (and http-stats, http-workers, http-floor when their paths run).
     const needed = new Set(settings.paths.map((p) => pathTarget(p).topology).filter((t) => t !== undefined));
-    const fixtureTopologies = ['http', 'tcp', ...(['http-stats', 'http-workers'] as const).filter((k) => needed.has(k))];
+    const fixtureTopologies = ['http', 'tcp', ...(['http-stats', 'http-workers', 'http-floor'] as const).filter((k) => needed.has(k))];
     const fx = openLog(logs, 'fixture');
     const fixtureProc = fork(path.join(ROOT, 'bench/e2e/fixture.ts'), [work, fixtureTopologies.join(',')], {
       cwd: ROOT,
@@ -579,10 +579,22 @@ async function runPath(
   // (ii) Fixed rate, 1 KiB POSTs, µs latency, waypoint vCPU.
   out.quiet.rate = await waitQuiet(load.pids, s.quietWaitS, `[${p}] fixed rate`);
   log(`[${p}] fixed rate: ${s.rate} req/s for ${s.rateWarmupS}+${s.rateDurationS} s`);
-  const rate = await load.call<RateResult>(
-    { type: 'rate', url: target.url, rate: s.rate, connections: s.rateConnections, warmupS: s.rateWarmupS, durationS: s.rateDurationS, bodyBytes: s.bodyBytes },
-    (s.rateWarmupS + s.rateDurationS) * 1000 + 60_000,
-  );
+  // The waypoint's cores in each second of the run, warm-up included: shows whether the measured window is past the JIT's warm-up.
+  const perSecond: number[] = [];
+  let prev = wpPid ? snapshot({ waypoint: wpPid }) : undefined;
+  const sampler = prev
+    ? setInterval(() => {
+        const now = snapshot({ waypoint: wpPid! });
+        perSecond.push(round(cpuBetween(prev!, now, 0).waypoint?.cores ?? NaN, 3));
+        prev = now;
+      }, 1_000)
+    : undefined;
+  const rate = await load
+    .call<RateResult>(
+      { type: 'rate', url: target.url, rate: s.rate, connections: s.rateConnections, warmupS: s.rateWarmupS, durationS: s.rateDurationS, bodyBytes: s.bodyBytes },
+      (s.rateWarmupS + s.rateDurationS) * 1000 + 60_000,
+    )
+    .finally(() => clearInterval(sampler));
   const rateCpu = rate.marks.start && rate.marks.end ? cpuBetween(rate.marks.start, rate.marks.end, rate.result.completed) : {};
   const wpRate = rateCpu.waypoint;
   out.rate = {
@@ -591,6 +603,7 @@ async function runPath(
     waypointCores: wpRate ? wpRate.cores : null,
     waypointUsPerReq: wpRate ? wpRate.usPerReq : null,
     vcpuPer1000: wpRate && rate.result.achievedRps > 0 ? round(wpRate.cores / (rate.result.achievedRps / 1000), 4) : null,
+    waypointCoresPerSecond: wpPid ? perSecond : null,
   };
 
   // (i) Saturation (closed loop).
@@ -625,6 +638,7 @@ function buildReport(
   const wp = paths.waypoint;
   const wpStats = paths['waypoint-stats'];
   const wpWorkers = paths['waypoint-workers'];
+  const floor = paths.floor;
   const l4 = paths['l4-relay'];
   const direct = paths.direct;
   const ratio = (a: number | null | undefined, b: number | null | undefined) => (a != null && b != null && b > 0 ? round(a / b, 3) : null);
@@ -683,6 +697,16 @@ function buildReport(
       // Workers vs one process (only when the waypoint-workers path ran): contended, as everything shares the machine's cores.
       workersReqPerSecVsWaypoint: ratio(wpWorkers?.saturation?.reqPerSec, wp?.saturation?.reqPerSec),
       workersCpuPerReqVsWaypoint: ratio(wpWorkers?.saturation?.waypointUsPerReq, wp?.saturation?.waypointUsPerReq),
+      // The floor (only when the floor path ran): bare Node doing the same job (bench/micro/floor-relay.ts).
+      ...(floor
+        ? {
+            floorCpuPerReqVsL4Saturation: ratio(floor.saturation?.waypointUsPerReq, l4?.saturation?.waypointUsPerReq),
+            floorCpuPerReqVsL4AtRate: ratio(floor.rate?.waypointUsPerReq, l4?.rate?.waypointUsPerReq),
+            floorReqPerSecVsL4: ratio(floor.saturation?.reqPerSec, l4?.saturation?.reqPerSec),
+            waypointCpuPerReqVsFloorSaturation: ratio(wp?.saturation?.waypointUsPerReq, floor.saturation?.waypointUsPerReq),
+            waypointCpuPerReqVsFloorAtRate: ratio(wp?.rate?.waypointUsPerReq, floor.rate?.waypointUsPerReq),
+          }
+        : {}),
       ...aimRatios(scenarios, paths),
     },
     scenarios,
@@ -708,12 +732,13 @@ function fdLimit(): number | undefined {
 }
 
 /**
- * The program run as the waypoint of topology `key`: bin/waypoint.js, or for the `http` topology
- * BENCH_WAYPOINT_SCRIPT (a stand-in taking the same arguments, e.g. bench/micro/h2c-floor-relay.ts).
+ * The program run as the waypoint of topology `key`: bin/waypoint.js, the topology's stand-in (the
+ * floor relay for `http-floor`), or for the `http` topology BENCH_WAYPOINT_SCRIPT (a stand-in
+ * taking the same arguments, e.g. bench/micro/floor-relay.ts).
  */
-function waypointScript(key: string): string {
-  const alt = process.env.BENCH_WAYPOINT_SCRIPT;
-  return key === 'http' && alt ? path.resolve(ROOT, alt) : path.join(ROOT, 'bin/waypoint.js');
+function waypointScript(key: TopologyKey): string {
+  const alt = key === 'http' ? process.env.BENCH_WAYPOINT_SCRIPT : WAYPOINT_STAND_INS[key];
+  return alt ? path.resolve(ROOT, alt) : path.join(ROOT, 'bin/waypoint.js');
 }
 
 function log(msg: string): void {

@@ -1,7 +1,7 @@
 /**
  * Experiment, not used by the waypoint (it aborts Node: see below): an inner h2c session served or
  * opened directly on an HBONE CONNECT stream's native handle, instead of Node's JS stream wrapper.
- * `H2C_FLOOR_INNER=native` makes bench/micro/h2c-floor-relay.ts use it on both sides, and
+ * `H2C_FLOOR_INNER=native` makes bench/micro/floor-relay.ts use it on both sides, and
  * bench/micro/h2c-native-torture.ts shows it aborting.
  *
  * Node wraps any socket without a native StreamBase handle in a `JSStreamSocket` (nodejs/node
