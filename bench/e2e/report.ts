@@ -289,6 +289,7 @@ function coreTable(
     const w = q.workersReqPerSecVsWaypoint;
     aim(`req/s ${s.workers} workers ÷ 1 worker, saturation (contended)`, w, 2, '', `≥ ${a.workersReqPerSecRatio}`, min(w, a.workersReqPerSecRatio), fl ? null : undefined, `${r.host.cpus} cores shared with load generator and fixture`);
     out.push(`    waypoint CPU/req ${s.workers} workers ÷ 1 worker ${f(q.workersCpuPerReqVsWaypoint, 2)}×; tunnel roles spread over ${s.hboneConnections} HBONE connections each (BENCH_HBONE_CONNECTIONS)`);
+    out.push(`    ceiling on this machine: ${r.host.cpus} cores ÷ (waypoint + fixture + load generator CPU/req of the 1-worker run) = ${f(q.workersCeilingVsWaypoint, 2)}× the 1-worker req/s (no number of workers can show more here)`);
   }
   const l4vcpu = r.paths['l4-relay']?.rate?.vcpuPer1000 ?? null;
   out.push(`  l4-relay vCPU per 1000 req/s                      ${f(l4vcpu, 3)}  (lab: Node HBONE passthrough ≈ 0.09)`);

@@ -697,6 +697,9 @@ function buildReport(
       // Workers vs one process (only when the waypoint-workers path ran): contended, as everything shares the machine's cores.
       workersReqPerSecVsWaypoint: ratio(wpWorkers?.saturation?.reqPerSec, wp?.saturation?.reqPerSec),
       workersCpuPerReqVsWaypoint: ratio(wpWorkers?.saturation?.waypointUsPerReq, wp?.saturation?.waypointUsPerReq),
+      // The most any number of workers could show here: the machine's cores divided by what one request
+      // costs the waypoint, the fixture and the load generator together, ÷ the one-process req/s.
+      workersCeilingVsWaypoint: wpWorkers ? ratio(ceilingReqPerSec(wp?.saturation?.cpu, os.cpus().length), wp?.saturation?.reqPerSec) : null,
       // The floor (only when the floor path ran): bare Node doing the same job (bench/micro/floor-relay.ts).
       ...(floor
         ? {
@@ -712,6 +715,13 @@ function buildReport(
     scenarios,
     logs,
   };
+}
+
+/** cores × 10⁶ ÷ (waypoint + fixture + load generator CPU µs per request): req/s if every core were busy. */
+function ceilingReqPerSec(cpu: { [k: string]: { usPerReq?: number | null } | undefined } | undefined, cores: number): number | null {
+  const parts = [cpu?.waypoint?.usPerReq, cpu?.fixture?.usPerReq, cpu?.load?.usPerReq];
+  if (parts.some((x) => x == null || !(x > 0))) return null;
+  return (cores * 1e6) / parts.reduce((a, b) => a! + b!, 0)!;
 }
 
 function gitCommit(): string | null {
