@@ -21,7 +21,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Http2ServerRequest } from 'node:http2';
-import { HeaderList, isHopByHop, namesMoreHeaders, ResponseFlag, stripHopByHop, type ResponseFlagName, type DownstreamRequest, type RequestHead, type StreamContext } from '../pipeline/index.ts';
+import { HeaderList, isHopByHop, namesMoreHeaders, ResponseFlag, sendLocalReply, stripHopByHop, type ResponseFlagName, type DownstreamRequest, type RequestHead, type StreamContext } from '../pipeline/index.ts';
 import { clusterName, type Target } from '../state/index.ts';
 
 /**
@@ -170,6 +170,15 @@ export function admitRequest(stream: StreamContext, opts: ConnManagerOptions): R
     stream.path = normalized;
   }
   return undefined;
+}
+
+/**
+ * CONNECT inside a tunnel: the waypoint does not proxy a second tunnel (Envoy's HCM has no
+ * CONNECT route inside the waypoint's chains); answered 405, flag `DPE`.
+ */
+export function refuseConnect(stream: StreamContext): void {
+  prepareStream(stream);
+  sendLocalReply(stream, 405, '', ResponseFlag.DownstreamProtocolError, 'method_not_allowed');
 }
 
 function refuse(details: string, body = BAD_REQUEST): Refusal {
