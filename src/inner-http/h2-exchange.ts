@@ -78,6 +78,8 @@ export class H2Response implements Http2DownstreamResponse {
     const s = this.stream;
     if (this.ended || s.destroyed) return false;
     if (!s.headersSent) this.sendHead(undefined, false);
+    // Node ended the stream on the head (HEAD request, 204, 304): the body is dropped.
+    if (s.writableEnded) return true;
     return s.write(chunk);
   }
 
@@ -91,7 +93,7 @@ export class H2Response implements Http2DownstreamResponse {
       this.sendHead(undefined, chunk === undefined);
       if (s.destroyed || s.writableEnded) return;
     }
-    if (chunk === undefined) s.end();
+    if (chunk === undefined || s.writableEnded) s.end();
     else s.end(chunk);
   }
 

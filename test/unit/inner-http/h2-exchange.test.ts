@@ -145,3 +145,22 @@ test('writeContinue sends a 100 before the final answer; state reads follow the 
   expect(seen.status).toBe(204);
   expect(states).toEqual([false, false, true, true]);
 });
+
+test('a body written to a response that has none (HEAD, 204) is dropped, the stream is not reset', async () => {
+  let wrote: boolean | undefined;
+  const head = await exchange(
+    (_rq, res) => {
+      res.writeHead(200, ['content-length', '5']);
+      // true: a writer waiting for 'drain' would wait for ever.
+      wrote = res.write('hello');
+      res.end('hello');
+    },
+    { ':method': 'HEAD' },
+  );
+  expect([head.seen.status, head.seen.body, head.seen.rstCode, wrote]).toEqual([200, '', 0, true]);
+  const noContent = await exchange((_rq, res) => {
+    res.writeHead(204);
+    res.end('x');
+  });
+  expect([noContent.seen.status, noContent.seen.body, noContent.seen.rstCode]).toEqual([204, '', 0]);
+});
