@@ -1,7 +1,8 @@
 /**
  * The HTTP servers that run inside HBONE tunnels: one `http.Server` for HTTP/1.x and one
  * `http2.Http2Server` (h2c with prior knowledge) for HTTP/2, neither listening; each is fed the
- * CONNECT streams the listener hands it through its `connection` event. Every request becomes a
+ * CONNECT streams the listener hands it through its `connection` event; h2c streams are served on
+ * Node's core stream API with a lean request/response of our own (h2-exchange.ts). Every request becomes a
  * {@link StreamContext}, passes the connection manager's checks (conn-manager.ts) and runs the
  * filter chain the tunnel captured, then the router; so do HTTP/1.1 WebSocket upgrades (`upgrade`
  * event) and `Expect: 100-continue` requests (`checkContinue`, so that Node does not answer 100

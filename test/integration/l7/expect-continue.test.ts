@@ -277,3 +277,25 @@ test('an HTTP/2 client with Expect gets Node’s 100 and its request through', a
     session.close();
   }
 });
+
+test('an HTTP/2 client with another expectation is proxied as an ordinary request (no 417 of Node’s)', async () => {
+  const session = http2.connect(`http://${topo.entry.host}:${topo.entry.port}`);
+  try {
+    const req = session.request({ ':method': 'POST', ':path': '/h2other', expect: 'x-something', 'content-type': 'text/plain' });
+    req.end('five!');
+    const [status, body] = await new Promise<[number, string]>((resolve, reject) => {
+      let st = 0;
+      let b = '';
+      req.on('response', (h) => (st = Number(h[':status'])));
+      req.setEncoding('utf8');
+      req.on('data', (d: string) => (b += d));
+      req.on('end', () => resolve([st, b]));
+      req.on('error', reject);
+      setTimeout(() => reject(new Error('no h2 response')), 5000);
+    });
+    expect(status).toBe(200);
+    expect(body).toBe('got 5 at /h2other');
+  } finally {
+    session.close();
+  }
+});
