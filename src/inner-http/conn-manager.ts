@@ -20,8 +20,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import type { Http2ServerRequest } from 'node:http2';
-import { HeaderList, isHopByHop, namesMoreHeaders, ResponseFlag, stripHopByHop, type ResponseFlagName, type DownstreamRequest, type RequestHead, type StreamContext } from '../pipeline/index.ts';
+import { HeaderList, isHopByHop, namesMoreHeaders, ResponseFlag, sendLocalReply, stripHopByHop, type ResponseFlagName, type DownstreamRequest, type Http2DownstreamRequest, type RequestHead, type StreamContext } from '../pipeline/index.ts';
 import { clusterName, type Target } from '../state/index.ts';
 
 /**
@@ -59,7 +58,7 @@ const TE_TRAILERS = /(?:^|[\s,])trailers(?:$|[\s,;])/i;
 
 /** Read the head of a request once (see the module comment). */
 export function requestHead(req: DownstreamRequest): RequestHead {
-  if (req.httpVersion === '2.0') return h2Head(req as Http2ServerRequest);
+  if (req.httpVersion === '2.0') return h2Head(req as Http2DownstreamRequest);
   const raw = req.rawHeaders;
   let host: string | undefined;
   let connection: string | undefined;
@@ -89,7 +88,7 @@ export function requestHead(req: DownstreamRequest): RequestHead {
 }
 
 /** HTTP/2: pseudo-headers to fields; `:authority`, else a `host` field, is the authority. */
-function h2Head(req: Http2ServerRequest): RequestHead {
+function h2Head(req: Http2DownstreamRequest): RequestHead {
   const raw = req.rawHeaders;
   const out: string[] = [];
   let method = '';
@@ -170,6 +169,15 @@ export function admitRequest(stream: StreamContext, opts: ConnManagerOptions): R
     stream.path = normalized;
   }
   return undefined;
+}
+
+/**
+ * CONNECT inside a tunnel: the waypoint does not proxy a second tunnel (Envoy's HCM has no
+ * CONNECT route inside the waypoint's chains); answered 405, flag `DPE`.
+ */
+export function refuseConnect(stream: StreamContext): void {
+  prepareStream(stream);
+  sendLocalReply(stream, 405, '', ResponseFlag.DownstreamProtocolError, 'method_not_allowed');
 }
 
 function refuse(details: string, body = BAD_REQUEST): Refusal {

@@ -3,4 +3,5 @@
  * listener) and the HTTP connection manager's checks every inner request passes before the filters.
  */
 export { InnerHttpServer } from './server.ts';
+export { H2Request, H2Response } from './h2-exchange.ts';
 export { admitRequest, requestHead } from './conn-manager.ts';

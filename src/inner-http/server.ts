@@ -1,7 +1,8 @@
 /**
  * The HTTP servers that run inside HBONE tunnels: one `http.Server` for HTTP/1.x and one
  * `http2.Http2Server` (h2c with prior knowledge) for HTTP/2, neither listening; each is fed the
- * CONNECT streams the listener hands it through its `connection` event. Every request becomes a
+ * CONNECT streams the listener hands it through its `connection` event; h2c streams are served on
+ * Node's core stream API with a lean request/response of our own (h2-exchange.ts). Every request becomes a
  * {@link StreamContext}, passes the connection manager's checks (conn-manager.ts) and runs the
  * filter chain the tunnel captured, then the router; so do HTTP/1.1 WebSocket upgrades (`upgrade`
  * event) and `Expect: 100-continue` requests (`checkContinue`, so that Node does not answer 100
@@ -16,7 +17,7 @@
  * handed to the HTTP/1 server gets the `_writev` fix first.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
-import http2, { type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
+import http2, { type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { clearIdleTimer, clearTimerOnDestroy, guardJsStreamShutdown, http2Settings, type Http2Params, joinWritev } from '../hbone/index.ts';
@@ -33,8 +34,9 @@ import {
   type RequestHead,
 } from '../pipeline/index.ts';
 import { log } from '../util/index.ts';
-import { closeThisTunnel, closeTunnel, destroyThis, type IdleClock, KeepAliveIdle, onTunnelEnd } from './streams.ts';
-import { admitRequest, codecError, isWebSocketUpgrade, prepareStream, requestHead, unreadableHead, type ConnManagerOptions, type PathNormalizer, type Refusal } from './conn-manager.ts';
+import { closeThisTunnel, closeTunnel, destroyThis, type IdleClock, KeepAliveIdle, onTunnelEnd, ownResponse } from './streams.ts';
+import { H2Request, H2Response } from './h2-exchange.ts';
+import { admitRequest, codecError, isWebSocketUpgrade, refuseConnect, requestHead, unreadableHead, type ConnManagerOptions, type PathNormalizer, type Refusal } from './conn-manager.ts';
 
 /** Limits of the HTTP/1.x server inside tunnels (bytes, ms). */
 export interface InnerHttpOptions {
@@ -74,9 +76,9 @@ interface TunnelRef {
 const kCodecFailed = Symbol('waypoint.codecFailed');
 type TaggedSocket = Duplex & { [kTunnel]?: TunnelRef; [kCodecFailed]?: boolean; _httpMessage?: ServerResponse | null };
 type TaggedSession = ServerHttp2Session & { [kTunnel]?: TunnelRef };
-/** A response's exchange (and kTunnel its tunnel), for the one shared 'close' listener: no closure per request. */
+/** A response's (HTTP/2: its stream's) exchange and tunnel, for the one shared 'close' listener: no closure per request. */
 const kExchange = Symbol('waypoint.exchange');
-type TaggedResponse = (ServerResponse | Http2ServerResponse) & { [kExchange]?: StreamContext; [kTunnel]?: TunnelRef };
+type TaggedResponse = (ServerResponse | ServerHttp2Stream) & { [kExchange]?: StreamContext; [kTunnel]?: TunnelRef };
 
 /** Serves HTTP/1.x and h2c on tunnels handed to {@link InnerHttpServer.attach}; one instance per waypoint. */
 export class InnerHttpServer {
@@ -151,16 +153,21 @@ export class InnerHttpServer {
       ref.session = clearTimerOnDestroy(guardJsStreamShutdown(session));
       session.on('error', (err) => log.debug({ err: err.message }, 'inner h2c session error'));
     });
-    this.h2server.on('request', (req: Http2ServerRequest, res: Http2ServerResponse) => {
-      const ref = (req.stream.session as TaggedSession | undefined)?.[kTunnel];
-      if (!ref) return req.stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+    // Streams on Node's core API with our lean request/response (h2-exchange.ts), not its compatibility layer.
+    this.h2server.on('stream', (h2: ServerHttp2Stream, headers: IncomingHttpHeaders, _flags: number, raw: string[]) => {
+      // A reset stream errors; its exchange ends on 'close' (onResponseClose).
+      h2.on('error', ignoreError);
+      const ref = (h2.session as TaggedSession | undefined)?.[kTunnel];
+      if (!ref) return h2.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+      const req = new H2Request(h2, headers, raw);
+      const res = new H2Response(h2);
+      if (req.method === 'CONNECT') return refuseConnect(begin(ref, req, res, requestHead(req)));
+      // Answered at once as Node's compatibility layer does (the router relays no 100 to HTTP/2
+      // clients); any other expectation is an ordinary request, as on HTTP/1 (Envoy acts on 100-continue only).
+      if (headers.expect === '100-continue') res.writeContinue();
       const s = onRequest(req, res, ref);
       // Envoy's stream_idle_timeout per h2 stream: 408 `SI` before the response, else a reset.
-      if (s && this.streamIdleTimeoutMs > 0) clearTimerOnDestroy(req.stream).setTimeout(this.streamIdleTimeoutMs, () => onStreamTimeout(s));
-    });
-    this.h2server.on('connect', (req: Http2ServerRequest, res: Http2ServerResponse) => {
-      const ref = (req.stream.session as TaggedSession | undefined)?.[kTunnel];
-      return ref ? refuseConnect(begin(ref, req, res, requestHead(req))) : req.stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+      if (this.streamIdleTimeoutMs > 0) clearTimerOnDestroy(h2).setTimeout(this.streamIdleTimeoutMs, () => onStreamTimeout(s));
     });
     // An h2c session with no activity at all for the keep-alive idle time is closed (GOAWAY).
     if (opts.idleTimeoutMs > 0) {
@@ -242,7 +249,7 @@ function onAttachedEnd(this: TaggedSocket): void {
   onTunnelEnd(this[kTunnel]!);
 }
 
-function onRequest(req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, ref: TunnelRef): StreamContext {
+function onRequest(req: IncomingMessage | H2Request, res: ServerResponse | H2Response, ref: TunnelRef): StreamContext {
   const chain = ref.chain.forStream();
   const stream = begin(ref, req, res, requestHead(req), true, chain);
   if (stream.http2 && ref.owner.draining) ref.session?.close();
@@ -277,7 +284,7 @@ function onRequest(req: IncomingMessage | Http2ServerRequest, res: ServerRespons
  * false: a refused request that leaves an earlier response in flight), completed when its
  * response closes.
  */
-function begin(ref: TunnelRef, req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, head: RequestHead, track = true, chain: FilterChain = ref.chain.forStream()): StreamContext {
+function begin(ref: TunnelRef, req: IncomingMessage | H2Request, res: ServerResponse | H2Response, head: RequestHead, track = true, chain: FilterChain = ref.chain.forStream()): StreamContext {
   const stream = new StreamContext(ref.conn, chain, req, res, head);
   ref.conn.requestCount++;
   ref.active++;
@@ -290,9 +297,10 @@ function begin(ref: TunnelRef, req: IncomingMessage | Http2ServerRequest, res: S
     ref.lastKeepAlive = (res as ServerResponse).shouldKeepAlive;
     if (ref.owner.draining) (res as ServerResponse).shouldKeepAlive = false;
   }
-  (res as TaggedResponse)[kExchange] = stream;
-  (res as TaggedResponse)[kTunnel] = ref;
-  res.on('close', onResClose);
+  const closing: TaggedResponse = stream.http2 ? (res as H2Response).stream : (res as ServerResponse);
+  closing[kExchange] = stream;
+  closing[kTunnel] = ref;
+  closing.on('close', onResClose);
   return stream;
 }
 
@@ -307,19 +315,6 @@ function refuse(stream: StreamContext, r: Refusal): void {
 }
 
 /**
- * A response of our own on an HTTP/1 tunnel Node's parser let go of (CONNECT) or failed on (codec
- * error): a ServerResponse over the tunnel as Node builds one for requests, closing the tunnel
- * once written.
- */
-function ownResponse(req: IncomingMessage, socket: Duplex): ServerResponse {
-  const res = new http.ServerResponse(req);
-  res.shouldKeepAlive = false;
-  res.assignSocket(socket as Socket);
-  res.once('finish', () => closeTunnel(socket));
-  return res;
-}
-
-/**
  * CONNECT inside a tunnel: the waypoint does not proxy a second tunnel (Envoy's HCM has no
  * CONNECT route inside the waypoint's chains); answered 405, flag `DPE`, and the tunnel closed
  * (on h2c only the stream is answered, by our own 405, not Node's that no log or metric would see).
@@ -328,11 +323,6 @@ function onConnectRequest(req: IncomingMessage, socket: Duplex): void {
   const ref = (socket as TaggedSocket)[kTunnel];
   if (!ref) return void socket.destroy();
   refuseConnect(begin(ref, req, ownResponse(req, socket), requestHead(req)));
-}
-
-function refuseConnect(stream: StreamContext): void {
-  prepareStream(stream);
-  sendLocalReply(stream, 405, '', ResponseFlag.DownstreamProtocolError, 'method_not_allowed');
 }
 
 /**
@@ -443,6 +433,8 @@ function onResponseClose(stream: StreamContext, ref: TunnelRef): void {
   }
   stream.chain.completeStream(stream);
 }
+
+function ignoreError(): void {}
 
 function filterFailed(stream: StreamContext, err: unknown): void {
   log.error({ err }, 'filter failed; answering 500');

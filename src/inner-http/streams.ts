@@ -2,7 +2,9 @@
  * Closing the streams the inner HTTP servers run on (their idle timers: hbone/stream-timer-fix.ts),
  * an HTTP/1 tunnel the client half-closed, and the keep-alive idle timeout of HTTP/1 tunnels.
  */
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import http2 from 'node:http2';
+import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { StreamContext } from '../pipeline/index.ts';
 
@@ -20,6 +22,19 @@ export function closeTunnel(tunnel: Duplex): void {
   if (tunnel.writableFinished || tunnel.destroyed) return close();
   tunnel.once('finish', close);
   tunnel.end();
+}
+
+/**
+ * A response of our own on an HTTP/1 tunnel Node's parser let go of (CONNECT) or failed on (codec
+ * error): a ServerResponse over the tunnel as Node builds one for requests, closing the tunnel
+ * once written.
+ */
+export function ownResponse(req: IncomingMessage, socket: Duplex): ServerResponse {
+  const res = new http.ServerResponse(req);
+  res.shouldKeepAlive = false;
+  res.assignSocket(socket as Socket);
+  res.once('finish', () => closeTunnel(socket));
+  return res;
 }
 
 /** {@link closeTunnel} as a method of the tunnel (one function for every tunnel: its `destroySoon`). */

@@ -6,7 +6,7 @@
  * shape (fastify's stable-shape rule); filter data lives in slots (see slots.ts).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Http2ServerRequest, Http2ServerResponse, IncomingHttpHeaders } from 'node:http2';
+import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
 import type { SpiffeId } from '../identity/index.ts';
 import type { Endpoint, MeshSnapshot, PortProtocol, Target } from '../state/index.ts';
 import { ResponseFlag, type ResponseFlagName } from './response-flags.ts';
@@ -132,10 +132,48 @@ export class ConnectionContext {
   }
 }
 
-/** A downstream request as Node's HTTP/1 server or HTTP/2 compatibility layer hands it over. */
-export type DownstreamRequest = IncomingMessage | Http2ServerRequest;
-/** The matching response object (both expose writeHead/write/end/addTrailers/'drain'). */
-export type DownstreamResponse = ServerResponse | Http2ServerResponse;
+/**
+ * An HTTP/2 downstream request as the inner h2c server hands it over (src/inner-http serves h2
+ * streams on Node's core stream API, not its compatibility layer): the head as received, and the
+ * server stream, which is also the request body (a Readable; see request-body.ts `requestBody`).
+ */
+export interface Http2DownstreamRequest {
+  readonly httpVersion: '2.0';
+  /** `:method` and `:path` as received. */
+  readonly method: string;
+  readonly url: string;
+  /** The header block as Node's http2 core parsed it (pseudo-headers included), and as sent. */
+  readonly headers: IncomingHttpHeaders;
+  readonly rawHeaders: string[];
+  readonly stream: ServerHttp2Stream;
+}
+
+/** The answer to an {@link Http2DownstreamRequest}: what the router, filters and local replies use of a response. */
+export interface Http2DownstreamResponse {
+  readonly stream: ServerHttp2Stream;
+  readonly headersSent: boolean;
+  /** `end()` was called. */
+  readonly writableEnded: boolean;
+  readonly writableFinished: boolean;
+  readonly writableNeedDrain: boolean;
+  readonly destroyed: boolean;
+  /** Status and header list (flat `[name, value, ...]` pairs or a record). */
+  writeHead(status: number, headers?: readonly string[] | Readonly<Record<string, string>>): void;
+  write(chunk: Buffer | string): boolean;
+  end(chunk?: Buffer | string): void;
+  /** Trailers sent when the response ends (HTTP/2 HEADERS with END_STREAM after the body). */
+  addTrailers(trailers: Readonly<Record<string, string>>): void;
+  destroy(err?: Error): void;
+  /** 'close' (the stream closed: answered, reset or gone) and 'drain' (the stream's). */
+  on(event: 'close' | 'drain', listener: () => void): void;
+  once(event: 'close' | 'drain', listener: () => void): void;
+  off(event: 'close' | 'drain', listener: () => void): void;
+}
+
+/** A downstream request: Node's HTTP/1 message, or an HTTP/2 stream's head and body. */
+export type DownstreamRequest = IncomingMessage | Http2DownstreamRequest;
+/** The matching response (both expose writeHead/write/end/addTrailers and 'close'/'drain'). */
+export type DownstreamResponse = ServerResponse | Http2DownstreamResponse;
 
 /**
  * The request line and header block of one inner request, as the HTTP connection manager

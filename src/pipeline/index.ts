@@ -20,13 +20,15 @@ export {
   type ConnectInfo,
   type DownstreamRequest,
   type DownstreamResponse,
+  type Http2DownstreamRequest,
+  type Http2DownstreamResponse,
   type RequestHead,
   type StreamPhases,
 } from './context.ts';
 export { HeaderList, isHopByHop, namesMoreHeaders, stripHopByHop } from './headers.ts';
 export { defineSlot, type Slot } from './slots.ts';
 export { downstreamClosed, grpcMessageEncode, httpToGrpcStatus, resetDownstream, respond, responseComplete, sendLocalReply } from './local-reply.ts';
-export { asksForContinue, bodyAfterBuffer, bufferRequestBody, discardUnreadBody, requestHasBody } from './request-body.ts';
+export { asksForContinue, bodyAfterBuffer, bufferRequestBody, discardUnreadBody, requestBody, requestHasBody } from './request-body.ts';
 export { FilterChain } from './chain.ts';
 export { heldBy, OverloadManager, RelayAccount, OVERLOAD_BODY, OVERLOAD_DETAILS, type BufferAccount, type BufferHolder, type OverloadSettings } from './overload.ts';
 export { FilterRegistry } from './registry.ts';

@@ -5,9 +5,8 @@
  * the connection manager (src/inner-http); the stream context only records what was sent.
  */
 import type { ServerResponse } from 'node:http';
-import type { Http2ServerResponse } from 'node:http2';
 import { LOCAL_REPLY_BODY, LOCAL_REPLY_STATUS, type ResponseFlagName } from './response-flags.ts';
-import type { StreamContext } from './context.ts';
+import type { Http2DownstreamResponse, StreamContext } from './context.ts';
 import { HeaderList } from './headers.ts';
 
 /**
@@ -20,7 +19,7 @@ export function respond(stream: StreamContext, status: number, statusText: strin
   if (res.headersSent || downstreamClosed(stream)) return false;
   stream.responseCode = status;
   stream.chain.runResponseHeaders(stream, headers);
-  if (stream.http2) (res as Http2ServerResponse).writeHead(status, headers.raw as unknown as Record<string, string>);
+  if (stream.http2) (res as Http2DownstreamResponse).writeHead(status, headers.raw);
   else if (statusText) (res as ServerResponse).writeHead(status, statusText, headers.raw);
   else (res as ServerResponse).writeHead(status, headers.raw);
   return true;
@@ -62,22 +61,22 @@ export function sendLocalReply(stream: StreamContext, status: number | undefined
 
 /** Reset the downstream exchange (HTTP/1: close the connection; HTTP/2: RST_STREAM INTERNAL_ERROR). */
 export function resetDownstream(stream: StreamContext): void {
-  if (stream.http2) (stream.res as Http2ServerResponse).stream.close(0x2 /* INTERNAL_ERROR */);
+  if (stream.http2) (stream.res as Http2DownstreamResponse).stream.close(0x2 /* INTERNAL_ERROR */);
   else (stream.res as ServerResponse).destroy();
 }
 
 /** True once the downstream stream or connection is gone (nothing more can be written). */
 export function downstreamClosed(stream: StreamContext): boolean {
-  return stream.http2 ? (stream.res as Http2ServerResponse).stream.destroyed : (stream.res as ServerResponse).destroyed;
+  return stream.http2 ? (stream.res as Http2DownstreamResponse).stream.destroyed : (stream.res as ServerResponse).destroyed;
 }
 
 /**
  * True when the whole response was written and delivered (not cut by a reset). HTTP/2 needs its
- * own test: Node's compatibility response reports `writableFinished` after a client RST_STREAM.
+ * own test: a stream's writable side reports finished after a client RST_STREAM.
  */
 export function responseComplete(stream: StreamContext): boolean {
   if (!stream.http2) return (stream.res as ServerResponse).writableFinished;
-  const res = stream.res as Http2ServerResponse;
+  const res = stream.res as Http2DownstreamResponse;
   return res.writableEnded && !(res.stream.rstCode > 0);
 }
 

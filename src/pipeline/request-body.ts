@@ -6,9 +6,9 @@
  * them first, then what is still unread in `stream.req` ({@link bodyAfterBuffer}), so the upstream
  * receives the body untouched.
  */
-import type { ServerResponse } from 'node:http';
-import type { Http2ServerRequest } from 'node:http2';
-import type { BufferedBody, StreamContext } from './context.ts';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Readable } from 'node:stream';
+import type { BufferedBody, Http2DownstreamRequest, StreamContext } from './context.ts';
 
 export type { BufferedBody };
 
@@ -27,12 +27,23 @@ export function asksForContinue(stream: StreamContext): boolean {
 }
 
 /**
+ * The request body as a stream: the HTTP/1 message itself, or the HTTP/2 server stream (whose
+ * readable side is the body).
+ */
+export function requestBody(stream: StreamContext): Readable {
+  return stream.http2 ? (stream.req as Http2DownstreamRequest).stream : (stream.req as IncomingMessage);
+}
+
+/**
  * Whether the request carries a body at all: an HTTP/2 request whose HEADERS did not end the
  * stream, an HTTP/1.x request with Transfer-Encoding or a non-zero Content-Length (RFC 9112 §6.3).
  */
 export function requestHasBody(stream: StreamContext): boolean {
   const req = stream.req;
-  if (stream.http2) return !(req as Http2ServerRequest).stream.endAfterHeaders && !req.readableEnded;
+  if (stream.http2) {
+    const h2 = (req as Http2DownstreamRequest).stream;
+    return !h2.endAfterHeaders && !h2.readableEnded;
+  }
   if (req.headers['transfer-encoding'] !== undefined) return true;
   const cl = req.headers['content-length'];
   return cl !== undefined && cl !== '0';
@@ -48,7 +59,7 @@ export function requestHasBody(stream: StreamContext): boolean {
  * @throws (rejects) when the downstream request is aborted before that.
  */
 export function bufferRequestBody(stream: StreamContext, limit: number): Promise<BufferedBody> {
-  const req = stream.req;
+  const req = requestBody(stream);
   if (asksForContinue(stream)) (stream.res as ServerResponse).writeContinue();
   return new Promise<BufferedBody>((resolve, reject) => {
     const chunks: Buffer[] = [];
@@ -90,7 +101,7 @@ export async function* bodyAfterBuffer(stream: StreamContext): AsyncGenerator<Bu
   const pre = stream.bufferedBody;
   if (pre && pre.data.length > 0) yield pre.data;
   if (pre?.complete) return;
-  for await (const chunk of stream.req as AsyncIterable<Buffer>) yield chunk;
+  for await (const chunk of requestBody(stream) as AsyncIterable<Buffer>) yield chunk;
 }
 
 /**
@@ -102,5 +113,5 @@ export function discardUnreadBody(stream: StreamContext): void {
   const pre = stream.bufferedBody;
   if (!pre || pre.complete) return;
   if (!stream.http2) (stream.res as ServerResponse).shouldKeepAlive = false;
-  stream.req.resume();
+  requestBody(stream).resume();
 }

@@ -13,7 +13,6 @@
  * attempt's upstream connection; reset as Envoy's `reset_high_memory_stream` (flag `OM`).
  */
 import type { IncomingMessage } from 'node:http';
-import type { Http2ServerRequest } from 'node:http2';
 import { Readable } from 'node:stream';
 import { replyIfAllRefused } from '../netpol/index.ts';
 import type { HeaderModifier } from '../routing/index.ts';
@@ -23,10 +22,12 @@ import {
   bodyAfterBuffer,
   downstreamClosed,
   type BufferAccount,
+  type Http2DownstreamRequest,
   type HeaderList,
   heldBy,
   type OverloadManager,
   OVERLOAD_DETAILS,
+  requestBody,
   resetDownstream,
   type StreamContext,
 } from '../pipeline/index.ts';
@@ -115,7 +116,7 @@ export class RequestForwarder implements AttemptOwner, BufferAccount {
     }
     // Envoy's route timeout runs from the end of the downstream request to the end of the
     // response: a slow upload does not count against it.
-    const req = this.stream.req;
+    const req = requestBody(this.stream);
     if (!isStream(body) || req.readableEnded) this.armTimeout();
     else req.once('end', () => this.armTimeout());
     this.overload?.open(this);
@@ -125,10 +126,11 @@ export class RequestForwarder implements AttemptOwner, BufferAccount {
   /** Bytes this request holds: downstream request and transport, streamed body, current attempt upstream. */
   bufferedBytes(): number {
     const s = this.stream;
-    const req = s.req;
-    const transport = s.http2 ? (req as Http2ServerRequest).stream : (req as IncomingMessage).socket;
+    // HTTP/2: the stream is both the request body and the transport.
+    const own = s.http2 ? 0 : (s.req as IncomingMessage).readableLength;
+    const transport = s.http2 ? (s.req as Http2DownstreamRequest).stream : (s.req as IncomingMessage).socket;
     const body = this.body;
-    return req.readableLength + heldBy(transport) + (isStream(body) ? body.readableLength : 0) + (this.current?.bufferedBytes ?? 0);
+    return own + heldBy(transport) + (isStream(body) ? body.readableLength : 0) + (this.current?.bufferedBytes ?? 0);
   }
 
   /** The overload manager resets this request (Envoy's `reset_high_memory_stream`): flag `OM`, the downstream reset, the attempt cancelled. */
@@ -291,10 +293,10 @@ function nextAttempt(f: RequestForwarder): void {
  * back-pressure holds.
  */
 export function forwardWithBody(stream: StreamContext, f: RequestForwarder): void {
-  const req = stream.req;
+  const req = requestBody(stream);
   // A filter may have read the start of the body already (ext_authz with the body): it goes first.
   const pre = stream.bufferedBody;
-  const length = pre ? (pre.complete ? pre.data.length : -1) : bodyLength(req, stream.http2);
+  const length = pre ? (pre.complete ? pre.data.length : -1) : bodyLength(stream);
   if (length === 0) return f.send(null);
   if (pre?.complete) return sendGathered(pre.data, f);
   if (length > 0 && length <= SMALL_BODY_BYTES) return collectBody(req, f);
@@ -307,11 +309,12 @@ export function forwardWithBody(stream: StreamContext, f: RequestForwarder): voi
 }
 
 /** Declared body size: 0 none, -1 unknown (chunked / streamed h2: stream it), else Content-Length. */
-function bodyLength(req: IncomingMessage | Http2ServerRequest, http2: boolean): number {
+function bodyLength(stream: StreamContext): number {
+  const req = stream.req;
   const cl = req.headers['content-length'];
-  if (http2) {
+  if (stream.http2) {
     // HEADERS with END_STREAM: no body at all.
-    if ((req as Http2ServerRequest).stream.endAfterHeaders) return 0;
+    if ((req as Http2DownstreamRequest).stream.endAfterHeaders) return 0;
     if (cl === undefined) return -1;
   } else {
     if (req.headers['transfer-encoding'] !== undefined) return -1;
@@ -321,7 +324,7 @@ function bodyLength(req: IncomingMessage | Http2ServerRequest, http2: boolean): 
   return Number.isSafeInteger(n) && n >= 0 ? n : -1;
 }
 
-function collectBody(req: IncomingMessage | Http2ServerRequest, f: RequestForwarder): void {
+function collectBody(req: Readable, f: RequestForwarder): void {
   const chunks: Buffer[] = [];
   req.on('data', (c: Buffer) => chunks.push(c));
   // An aborted upload never ends: the downstream close handler cancels the stream.

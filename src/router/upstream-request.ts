@@ -177,8 +177,8 @@ export class UpstreamRequest implements UpstreamHandler, Dispatcher.DispatchHand
     if (s.isGrpcWeb) this.webTrailer = grpcWebAnswer(s, headers);
     else if (s.http2) {
       // gRPC trailers-only (grpc-status among the headers, which the gRPC protocol allows only
-      // there): Node's compatibility API cannot send HEADERS with END_STREAM, so send the
-      // equivalent headers + trailers (every gRPC client reads the status from either).
+      // there): the head goes out before the body is known to be empty, so send the equivalent
+      // headers + trailers (every gRPC client reads the status from either).
       const split = splitTrailersOnly(headers);
       headers = split.headers;
       this.pendingTrailers = split.trailers;
@@ -301,10 +301,10 @@ function grpcWebAnswer(s: StreamContext, headers: readonly string[]): GrpcWebTra
 }
 
 /** Keep `content-type` in the headers and move the rest of a trailers-only answer to trailers. */
-function splitTrailersOnly(raw: readonly string[]): { headers: string[]; trailers: string[] | null } {
+function splitTrailersOnly(raw: string[]): { headers: string[]; trailers: string[] | null } {
   let grpc = false;
-  for (let i = 0; i < raw.length; i += 2) if (raw[i].toLowerCase() === 'grpc-status') grpc = true;
-  if (!grpc) return { headers: [...raw], trailers: null };
+  for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 11 && raw[i].toLowerCase() === 'grpc-status') grpc = true;
+  if (!grpc) return { headers: raw, trailers: null };
   const headers: string[] = [];
   const trailers: string[] = [];
   for (let i = 0; i < raw.length; i += 2) {

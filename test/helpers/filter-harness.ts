@@ -20,7 +20,7 @@ import { duplexPair } from 'node:stream';
 import { pino } from 'pino';
 import { Registry } from 'prom-client';
 import { normalizeRequestPath } from '../../src/authz/index.ts';
-import { admitRequest, requestHead } from '../../src/inner-http/index.ts';
+import { admitRequest, H2Request, H2Response, requestHead } from '../../src/inner-http/index.ts';
 import {
   ConnectionContext,
   FilterChain,
@@ -274,7 +274,13 @@ export class FilterHarness {
   async h2Stream(conn: ConnectionContext = this.connection(), r: Omit<RequestSpec, 'version'> & { grpc?: boolean } = {}): Promise<StreamContext> {
     const [clientSide, serverSide] = duplexPair();
     const server = http2.createServer();
-    const arrived = new Promise<[http2.Http2ServerRequest, http2.Http2ServerResponse]>((resolve) => server.once('request', (req, res) => resolve([req, res])));
+    // As the inner h2c server serves streams (src/inner-http/h2-exchange.ts).
+    const arrived = new Promise<[H2Request, H2Response]>((resolve) =>
+      server.once('stream', (s, h, _flags, raw: string[]) => {
+        s.on('error', () => {});
+        resolve([new H2Request(s, h, raw), new H2Response(s)]);
+      }),
+    );
     server.emit('connection', serverSide);
     const client = http2.connect('http://harness.test', { createConnection: () => clientSide });
     this.#sessions.push({ close: () => (client.destroy(), server.close(), clientSide.destroy(), serverSide.destroy()) });

@@ -4,13 +4,13 @@
  * references to what each request held at the waypoint (request, HTTP/1 tunnel, h2c session),
  * forced GC, and the ways a download gets cancelled.
  */
-import http from 'node:http';
+import http, { type IncomingMessage } from 'node:http';
 import http2 from 'node:http2';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import v8 from 'node:v8';
 import vm from 'node:vm';
-import { FilterStatus, type FilterFactory, type StreamContext } from '../../src/pipeline/index.ts';
+import { FilterStatus, type FilterFactory, type Http2DownstreamRequest, type StreamContext } from '../../src/pipeline/index.ts';
 import { connect, hboneSession, type ClientIdentity } from '../helpers/hbone-client.ts';
 import { identityFrom } from '../helpers/identity.ts';
 import { recorder } from '../helpers/recorder.ts';
@@ -82,8 +82,8 @@ export async function startRig(net4: number): Promise<Rig> {
       name: 'test.weakrefs',
       onRequestHeaders(s: StreamContext) {
         held.stream.push(new WeakRef(s));
-        if (s.http2) held.session.push(new WeakRef((s.req as http2.Http2ServerRequest).stream.session!));
-        else held.tunnel.push(new WeakRef(s.req.socket));
+        if (s.http2) held.session.push(new WeakRef((s.req as Http2DownstreamRequest).stream.session!));
+        else held.tunnel.push(new WeakRef((s.req as IncomingMessage).socket));
         return FilterStatus.Continue;
       },
     }),

@@ -260,16 +260,7 @@ test('an HTTP/2 client with Expect gets Node’s 100 and its request through', a
       continued = true;
       req.end('four');
     });
-    const [status, body] = await new Promise<[number, string]>((resolve, reject) => {
-      let st = 0;
-      let b = '';
-      req.on('response', (h) => (st = Number(h[':status'])));
-      req.setEncoding('utf8');
-      req.on('data', (d: string) => (b += d));
-      req.on('end', () => resolve([st, b]));
-      req.on('error', reject);
-      setTimeout(() => reject(new Error('no h2 response')), 5000);
-    });
+    const [status, body] = await h2Answer(req);
     expect(continued).toBe(true);
     expect(status).toBe(200);
     expect(body).toBe('got 4 at /h2expect');
@@ -277,3 +268,30 @@ test('an HTTP/2 client with Expect gets Node’s 100 and its request through', a
     session.close();
   }
 });
+
+test('an HTTP/2 client with another expectation is proxied as an ordinary request (no 417 of Node’s)', async () => {
+  const session = http2.connect(`http://${topo.entry.host}:${topo.entry.port}`);
+  try {
+    const req = session.request({ ':method': 'POST', ':path': '/h2other', expect: 'x-something', 'content-type': 'text/plain' });
+    req.end('five!');
+    const [status, body] = await h2Answer(req);
+    expect(status).toBe(200);
+    expect(body).toBe('got 5 at /h2other');
+  } finally {
+    session.close();
+  }
+});
+
+/** The status and body an HTTP/2 request got. */
+function h2Answer(req: http2.ClientHttp2Stream): Promise<[number, string]> {
+  return new Promise<[number, string]>((resolve, reject) => {
+    let st = 0;
+    let b = '';
+    req.on('response', (h) => (st = Number(h[':status'])));
+    req.setEncoding('utf8');
+    req.on('data', (d: string) => (b += d));
+    req.on('end', () => resolve([st, b]));
+    req.on('error', reject);
+    setTimeout(() => reject(new Error('no h2 response')), 5000);
+  });
+}
