@@ -77,7 +77,11 @@ export const BENCH_NET = benchNet(process.env.BENCH_NET);
 function benchNet(raw: string | undefined): number {
   if (raw === undefined || raw === '') return 200;
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1 || n > 254) throw new Error(`BENCH_NET: "${raw}" is not an octet 1-254`);
+  if (!Number.isInteger(n) || n < 1 || n > 254) {
+    // Read when the module loads, before run.ts can catch it: the same one line and exit 2 as any bad knob.
+    process.stderr.write(`bench: BENCH_NET: "${raw}" is not an octet 1-254\n`);
+    process.exit(2);
+  }
   return n;
 }
 const ip = (host: number): string => `127.0.${BENCH_NET}.${host}`;
@@ -188,6 +192,8 @@ function num(name: string, dflt: number): number {
 }
 
 export interface BenchSettings {
+  /** BENCH_NET: the third octet of every bench address. */
+  readonly net: number;
   /** Saturation (closed loop): duration and warm-up (s), connections. */
   readonly durationS: number;
   readonly warmupS: number;
@@ -273,22 +279,31 @@ function onlyScenarios(argv: readonly string[]): ScenarioName[] {
   return names.length === 0 ? [...SCENARIOS] : SCENARIOS.filter((n) => names.includes(n));
 }
 
+/** A 0/1 knob: unset, empty or `0` is off, `1` is on; anything else is an error rather than silently off. */
+function onOff(name: string): boolean {
+  const v = process.env[name];
+  if (v === undefined || v === '' || v === '0') return false;
+  if (v === '1') return true;
+  throw new Error(`${name}: "${v}" must be 1 or 0`);
+}
+
 export function loadSettings(argv: readonly string[] = process.argv.slice(2)): BenchSettings {
   const paths = (process.env.BENCH_PATHS ?? DEFAULT_PATHS.join(','))
     .split(',')
     .map((s) => s.trim())
     .filter(Boolean);
   // `--stats` / BENCH_STATS=1: the waypoint path once more with istio.stats, for the with/without figures.
-  if ((argv.includes('--stats') || process.env.BENCH_STATS === '1') && paths.includes('waypoint') && !paths.includes('waypoint-stats')) paths.push('waypoint-stats');
+  if ((argv.includes('--stats') || onOff('BENCH_STATS')) && paths.includes('waypoint') && !paths.includes('waypoint-stats')) paths.push('waypoint-stats');
   // `--workers`: the waypoint path once more with a waypoint running workers, for the workers ratio.
   if (argv.includes('--workers') && paths.includes('waypoint') && !paths.includes('waypoint-workers')) paths.push('waypoint-workers');
   // `--floor` / BENCH_FLOOR=1: the floor relay in the waypoint's place, for the floor column of every aim.
-  if ((argv.includes('--floor') || process.env.BENCH_FLOOR === '1') && !paths.includes('floor')) paths.push('floor');
+  if ((argv.includes('--floor') || onOff('BENCH_FLOOR')) && !paths.includes('floor')) paths.push('floor');
   for (const p of paths) if (!(PATHS as readonly string[]).includes(p)) throw new Error(`BENCH_PATHS: unknown path "${p}" (known: ${PATHS.join(', ')})`);
   const concurrency = concurrencyOf(argv);
   const workers = Math.max(2, num('BENCH_WORKERS', 2));
   const withWorkers = Math.max(concurrency, paths.includes('waypoint-workers') ? workers : 1);
   return {
+    net: BENCH_NET,
     durationS: num('BENCH_DURATION_S', 8),
     warmupS: num('BENCH_WARMUP_S', 2),
     connections: num('BENCH_CONNECTIONS', 50),

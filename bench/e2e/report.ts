@@ -180,7 +180,7 @@ export function printReport(r: BenchReport): void {
     ['  machine busy cores / not ours (others, softirq)', (p) => (P(p)?.rate ? `${f(P(p)!.rate!.cpu.machine?.cores, 2)} / ${f(P(p)!.rate!.cpu.other?.cores, 2)}` : NA)],
     [`idle tunnels (${s.idleTunnels}, one GET each): still open`, (p) => (P(p)?.idle ? `${P(p)!.idle!.stillOpenAtMeasure}` : NA)],
     ['  waypoint RSS KiB per idle tunnel', (p) => (P(p)?.idle ? `${f(P(p)!.idle!.kibPerTunnel, 1)}${P(p)!.idle!.gc ? ' (after GC)' : ' (no GC)'}` : NA)],
-    ['  of it JS heap / external / the rest (native)', (p) => idleSplit(P(p)?.idle)],
+    ['  of it JS heap / external / the rest (native; < 0: malloc reused freed memory)', (p) => idleSplit(P(p)?.idle)],
     ['  RSS KiB per tunnel before the GC (with garbage)', (p) => f(P(p)?.idle?.gc?.rssWithGarbageKibPerTunnel, 1)],
     ...(s.idleRounds > 1
       ? ([
@@ -271,7 +271,7 @@ function coreTable(
   const min = (v: number | null | undefined, m: number) => (v == null ? null : v >= m);
   const F = r.paths.floor;
   const vcpu = r.paths.waypoint?.rate?.vcpuPer1000 ?? null;
-  aim('vCPU per 1000 req/s (fixed rate)', vcpu, 3, '', `≤ ${a.vcpuPer1000}`, max(vcpu, a.vcpuPer1000), F?.rate?.vcpuPer1000 ?? null, `Envoy waypoint ≈ ${a.envoyVcpuPer1000}: ${f(q.waypointVcpuPer1000VsEnvoy, 2)}× Envoy`);
+  aim('vCPU per 1000 req/s (fixed rate)', vcpu, 3, '', `≤ ${a.vcpuPer1000}`, max(vcpu, a.vcpuPer1000), F?.rate?.vcpuPer1000 ?? null, `waypoint ÷ Envoy waypoint (≈ ${a.envoyVcpuPer1000}): ${f(q.waypointVcpuPer1000VsEnvoy, 2)}×`);
   aim('CPU/req ÷ l4-relay CPU/req, saturation', q.waypointCpuPerReqVsL4Saturation, 2, '×', `≤ ${a.cpuRatioVsL4}×`, max(q.waypointCpuPerReqVsL4Saturation, a.cpuRatioVsL4), q.floorCpuPerReqVsL4Saturation);
   aim(`CPU/req ÷ l4-relay CPU/req, at ${f(s.rate)}/s`, q.waypointCpuPerReqVsL4AtRate, 2, '×', `≤ ${a.cpuRatioVsL4AtRate}×`, max(q.waypointCpuPerReqVsL4AtRate, a.cpuRatioVsL4AtRate), q.floorCpuPerReqVsL4AtRate);
   aim('req/s ÷ l4-relay, saturation', q.waypointReqPerSecVsL4, 2, '', `≥ ${a.reqPerSecVsL4}`, min(q.waypointReqPerSecVsL4, a.reqPerSecVsL4), q.floorReqPerSecVsL4);

@@ -286,7 +286,7 @@ export class WaypointWorkers {
         if (this.#stopping) this.#send(worker, { t: 'shutdown' });
         else this.#listener?.workerReady();
         if (starting) starting.resolve();
-        else log.info({ worker: index + 1, pid: worker.process.pid }, 'worker restarted and ready');
+        else log.info({ worker: index + 1, workerPid: worker.process.pid }, 'worker restarted and ready');
       } else if (m.t === 'failed') {
         const err = deserializeError(m.error);
         if (starting) starting.reject(err);
@@ -309,7 +309,7 @@ export class WaypointWorkers {
       if (this.#draining) return;
       const lived = Date.now() - slot.startedAt;
       slot.backoffMs = lived < RESTART_QUICK_MS ? Math.min(Math.max(slot.backoffMs * 2, 1_000), RESTART_MAX_MS) : 0;
-      log.warn({ worker: index + 1, pid: worker.process.pid, code, signal, restartInMs: slot.backoffMs }, 'worker exited; starting another (the other workers and their tunnels are untouched)');
+      log.warn({ worker: index + 1, workerPid: worker.process.pid, code, signal, restartInMs: slot.backoffMs }, 'worker exited; starting another (the other workers and their tunnels are untouched)');
       slot.timer = setTimeout(() => this.#fork(index), slot.backoffMs);
     });
   }
