@@ -14,7 +14,8 @@
  * added by Node; a connection-specific header (RFC 9113 §8.2.2) is dropped rather than refused;
  * a header block Node refuses resets the stream.
  */
-import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2';
+import http2, { type IncomingHttpHeaders, type ServerHttp2Stream } from 'node:http2';
+import { log } from '../util/index.ts';
 import type { Http2DownstreamRequest, Http2DownstreamResponse } from '../pipeline/index.ts';
 
 /** The head of an h2c request as received; its body is the stream's readable side. */
@@ -176,4 +177,16 @@ function allowed(name: string, value: string): boolean {
     default:
       return true;
   }
+}
+
+/** RFC 9113 §6.5.2's size of a header list: name and value octets plus 32 per field (ASCII: one octet a char). */
+export function headerListSize(raw: readonly string[]): number {
+  let n = 0;
+  for (let i = 0; i < raw.length; i++) n += raw[i].length + 16;
+  return n;
+}
+
+export function refuseOversizedHeaders(h2: ServerHttp2Stream): void {
+  log.debug({ streamId: h2.id }, 'inner h2c request headers over http.maxRequestHeadersBytes: stream reset');
+  h2.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
 }

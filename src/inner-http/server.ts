@@ -35,7 +35,7 @@ import {
 } from '../pipeline/index.ts';
 import { log } from '../util/index.ts';
 import { closeThisTunnel, closeTunnel, destroyThis, type IdleClock, KeepAliveIdle, onTunnelEnd, ownResponse } from './streams.ts';
-import { H2Request, H2Response } from './h2-exchange.ts';
+import { H2Request, H2Response, headerListSize, refuseOversizedHeaders } from './h2-exchange.ts';
 import { admitRequest, codecError, isWebSocketUpgrade, refuseConnect, requestHead, unreadableHead, type ConnManagerOptions, type PathNormalizer, type Refusal } from './conn-manager.ts';
 
 /** Limits of the HTTP/1.x server inside tunnels (bytes, ms). */
@@ -125,6 +125,7 @@ export class InnerHttpServer {
     this.server.on('upgrade', onUpgrade);
     this.hcm = { rejectHttp10: opts.rejectHttp10, maxHeaderCount: opts.http2.maxHeaderCount, ...(opts.normalizePath ? { normalizePath: opts.normalizePath } : {}) };
     this.streamIdleTimeoutMs = opts.streamIdleTimeoutMs;
+    const maxHeaderSize = opts.maxHeaderSize;
     // A client that half-closes right after its request still gets the whole response
     // (envoyproxy/envoy#2066): keep the tunnel writable after the downstream's END_STREAM.
     (this.server as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
@@ -159,6 +160,9 @@ export class InnerHttpServer {
       h2.on('error', ignoreError);
       const ref = (h2.session as TaggedSession | undefined)?.[kTunnel];
       if (!ref) return h2.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+      // Node advertises SETTINGS_MAX_HEADER_LIST_SIZE but takes larger blocks: reset them as Envoy's
+      // HTTP/2 codec does past max_request_headers_kb (http2.header_overflow, INTERNAL_ERROR).
+      if (headerListSize(raw) > maxHeaderSize) return refuseOversizedHeaders(h2);
       const req = new H2Request(h2, headers, raw);
       const res = new H2Response(h2);
       if (req.method === 'CONNECT') return refuseConnect(begin(ref, req, res, requestHead(req)));

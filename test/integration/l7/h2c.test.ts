@@ -18,9 +18,9 @@ import { closeServer, listen, track } from '../../helpers/servers.ts';
 import { startTestTopology, type TestTopology } from '../../helpers/topology.ts';
 
 /** An h2c client session to a plain-TCP entry. */
-function h2cClient(host: string, port: number): Promise<http2.ClientHttp2Session> {
+function h2cClient(host: string, port: number, options: http2.ClientSessionOptions = {}): Promise<http2.ClientHttp2Session> {
   return new Promise((resolve, reject) => {
-    const s = http2.connect(`http://${host}:${port}`);
+    const s = http2.connect(`http://${host}:${port}`, options);
     s.once('connect', () => resolve(s));
     s.once('error', reject);
   });
@@ -133,6 +133,24 @@ describe('port named http, HTTP/1.1-only backend (D2)', () => {
     }
     const s = seen.find((x) => x.url === '/d2/extra')!;
     expect(s).toMatchObject({ version: '1.1', host: 'svc.example', hosts: 1 });
+  });
+
+  test('an h2c header block over http.maxRequestHeadersBytes (64 KiB) is reset, never forwarded; the session serves on', async () => {
+    // Node's client would refuse to send a block over its own 64 KiB default.
+    const client = await h2cClient(topo.entry.host, topo.entry.port, { maxSendHeaderBlockLength: 1 << 20 });
+    try {
+      // 70,000 octets of value: the header list is over the waypoint's 64 KiB.
+      const big = h2Request(client, { ':path': '/d2/oversized', ':authority': 'svc.example', 'x-big': 'a'.repeat(70_000) });
+      const err = await big.then(() => undefined, (e: Error) => e);
+      expect(err).toMatchObject({ code: 'ERR_HTTP2_STREAM_ERROR', message: expect.stringContaining('NGHTTP2_INTERNAL_ERROR') });
+      // The next request on the same session is served.
+      const ok = await h2Request(client, { ':path': '/d2/under-limit', ':authority': 'svc.example' });
+      expect(ok.status).toBe(200);
+    } finally {
+      client.close();
+    }
+    expect(seen.some((x) => x.url === '/d2/oversized')).toBe(false);
+    expect(seen.some((x) => x.url === '/d2/under-limit')).toBe(true);
   });
 
   test('an HTTP/1.1 client reaches the backend as HTTP/1.1 with its Host', async () => {
