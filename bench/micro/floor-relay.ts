@@ -20,7 +20,8 @@
  *    ways, trailers relayed.
  *
  * What a careful bare relay does for throughput is kept (keep-alive, pooling, Nagle off, Node's
- * corked-write fix `joinWritev`, ending a response with its last chunk), what it needs only for
+ * corked-write fix `joinWritev`, upstream reads one chunk at a time `readChunkwise`, ending a
+ * response with its last chunk), what it needs only for
  * robustness is not (idle and stream timeouts, a mid-body CONNECT reset failing the request: the
  * waypoint's `asHttp1Socket`), so the difference to the waypoint is its L7 work.
  *
@@ -42,7 +43,7 @@ import { Pool, type Dispatcher } from 'undici';
 import { loadBootstrap } from '../../src/config/index.ts';
 import { LocalCa } from '../../src/identity/ca.ts';
 import { WorkloadCertificate } from '../../src/identity/workload-certificate.ts';
-import { HboneSessionPool, http2Settings, joinWritev } from '../../src/hbone/index.ts';
+import { HboneSessionPool, http2Settings, joinWritev, readChunkwise } from '../../src/hbone/index.ts';
 import { hboneTlsOptions, http2SessionOptions } from '../../src/hbone/settings.ts';
 import { isHopByHop } from '../../src/pipeline/index.ts';
 import { BACKEND_KINDS, BACKEND_PORTS, TOPOLOGIES } from '../e2e/config.ts';
@@ -112,7 +113,8 @@ function h1Pool(t: Target): Pool {
     // Each undici "socket" is one CONNECT stream on a pooled HBONE connection.
     connect: (_opts, callback) => {
       sessions.connect(hboneDst(t), `${t.ip}:${t.port}`).then(
-        ({ stream }) => callback(null, joinWritev(stream) as unknown as Socket),
+        // Read one DATA chunk at a time, as the waypoint's upstream does (src/hbone/chunk-reads.ts).
+        ({ stream }) => callback(null, readChunkwise(joinWritev(stream)) as unknown as Socket),
         (err: Error) => callback(err, null),
       );
     },

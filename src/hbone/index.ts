@@ -10,6 +10,7 @@ export { PeerLimits, type PeerLimitSettings } from './peer-limits.ts';
 export type { Http2Params, TlsMaterial } from './settings.ts';
 export { DEFAULT_HTTP2, http2Settings } from './settings.ts';
 export { joinWritev } from './writev-fix.ts';
+export { readChunkwise } from './chunk-reads.ts';
 export { clearIdleTimer, clearTimerOnDestroy } from './stream-timer-fix.ts';
 export { guardJsStreamShutdown } from './js-stream-guard.ts';
 export { teardown, relay } from './relay.ts';

@@ -11,6 +11,7 @@
  */
 import http2, { type Http2Stream } from 'node:http2';
 import { addAbortSignal } from 'node:stream';
+import { readChunkwise } from './chunk-reads.ts';
 
 const { NGHTTP2_CANCEL } = http2.constants;
 
@@ -97,7 +98,8 @@ export function resetOf(stream: Http2Stream): StreamReset | undefined {
  *    a body cut by RST_STREAM would be passed on as complete;
  *  - END_STREAM is handed over only when the reader asks for more with nothing left to read: undici 7
  *    asserts, and the process dies, when 'end' comes while its parser is paused under back-pressure
- *    (nodejs/undici#5360), and Node would emit it as soon as the last bytes are read.
+ *    (nodejs/undici#5360), and Node would emit it as soon as the last bytes are read;
+ *  - `read()` returns one received chunk at a time ({@link readChunkwise}).
  * Returns the stream.
  */
 export function asHttp1Socket<T extends Http2Stream>(stream: T, where: string): T {
@@ -124,7 +126,8 @@ export function asHttp1Socket<T extends Http2Stream>(stream: T, where: string): 
     }
     return false;
   };
-  const read = s.read;
+  // undici reads with `read()` until null: one chunk at a time, not all of them joined (chunk-reads.ts).
+  const read = readChunkwise(s).read;
   s.read = function (this: typeof s, size?: number): unknown {
     // Node's own `read(0)` after END_STREAM is no request for more.
     if (pendingEnd && size !== 0 && this.readableLength === 0) {
