@@ -110,7 +110,7 @@ export class HboneServer {
       if (refusal) {
         refused.add(socket);
         this.stats?.connectionRefused(refusal);
-        this.warnLimited(`refused:${refusal}`, { server: opts.name, remote: remoteOf.get(socket), reason: refusal }, 'HBONE connection refused: client over its limits');
+        this.warnings.warn(`refused:${refusal}`, { server: opts.name, remote: remoteOf.get(socket), reason: refusal }, 'HBONE connection refused: client over its limits');
         socket.destroy();
         return;
       }
@@ -201,13 +201,6 @@ export class HboneServer {
     clearTimeout(timer);
   }
 
-  /** Log at debug level, and as a warning at most once per `key` per interval (with the count suppressed meanwhile). */
-  private warnLimited(key: string, fields: Record<string, unknown>, msg: string): void {
-    log.debug(fields, msg);
-    const suppressed = this.warnings.take(key);
-    if (suppressed !== undefined) log.warn({ ...fields, suppressed }, msg);
-  }
-
   /** A handshake failed (`tlsClientError`), or its identity was refused right after. */
   private onTlsError(err: Error & { code?: string }, socket: TLSSocket): void {
     // Refused before the handshake (peer limits): already counted.
@@ -230,7 +223,7 @@ export class HboneServer {
   private tlsFailed(socket: TLSSocket, reason: TlsFailure, detail: string, peer?: string): void {
     this.stats?.tlsFailure(reason);
     const fields = { server: this.opts.name, remote: remoteOfSocket(socket), reason, detail, ...(peer ? { peer } : {}) };
-    this.warnLimited(`tls:${reason}`, fields, reason === 'fail_verify_san' ? 'HBONE client refused' : 'HBONE TLS handshake failed');
+    this.warnings.warn(`tls:${reason}`, fields, reason === 'fail_verify_san' ? 'HBONE client refused' : 'HBONE TLS handshake failed');
   }
 
   private onSession(session: ServerHttp2Session): void {
@@ -290,7 +283,7 @@ export class HboneServer {
     if (skipped <= 0) return;
     this.stats?.streamsRejected('codec', skipped);
     const fields = { server: this.opts.name, peer: state.peer.uri, remote: state.remote, streams: skipped };
-    this.warnLimited('codec', fields, 'HBONE streams reset by the HTTP/2 layer (malformed, or over the stream limits)');
+    this.warnings.warn('codec', fields, 'HBONE streams reset by the HTTP/2 layer (malformed, or over the stream limits)');
   }
 
   /**
@@ -315,7 +308,7 @@ export class HboneServer {
     // is already on its way) is refused and closes the session, and its reconnections wait.
     if (this.peerLimits?.throttle(state.ip)) {
       const fields = { server: this.opts.name, peer: state.peer.uri, remote: state.remote, reason: 'premature_resets', streams: state.closedStreams, premature: state.prematureResets };
-      return this.warnLimited('premature_resets', fields, `${msg}; its stream budget is spent`);
+      return this.warnings.warn('premature_resets', fields, `${msg}; its stream budget is spent`);
     }
     this.closeSession(session, state, 'premature_resets', `${msg}; closing its session (GOAWAY ENHANCE_YOUR_CALM)`);
   }
@@ -325,7 +318,7 @@ export class HboneServer {
     state.closedBy = reason;
     this.stats?.sessionClosed(reason);
     const fields = { server: this.opts.name, peer: state.peer.uri, remote: state.remote, reason, streams: state.closedStreams, premature: state.prematureResets };
-    this.warnLimited(`session:${reason}`, fields, msg);
+    this.warnings.warn(`session:${reason}`, fields, msg);
     // With an error: `destroy(undefined, code)` sends NO_ERROR (Node's `destroy(error =
     // NGHTTP2_NO_ERROR, code)` takes the defaulted numeric error as the code).
     session.destroy(new Error(`closed: ${reason}`), http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
@@ -342,7 +335,7 @@ export class HboneServer {
     const reason = http2Closure(err);
     state.closedBy = reason;
     this.stats?.sessionClosed(reason);
-    this.warnLimited(`session:${reason}`, { ...fields, reason }, 'HBONE session closed by the HTTP/2 layer');
+    this.warnings.warn(`session:${reason}`, { ...fields, reason }, 'HBONE session closed by the HTTP/2 layer');
   }
 
   private onStream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {

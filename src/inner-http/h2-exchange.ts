@@ -5,7 +5,7 @@
  * end, trailers, 'close'/'drain'), with nothing done per request that nobody uses. Node's
  * compatibility layer (Http2ServerRequest/Response) costs a second Readable per request that
  * every body chunk passes through, five stream listeners and a header object built twice per
- * response: 7-25 % of the CPU of a bare inner-h2c relay (bench/micro/h2c-floor-relay.ts,
+ * response: 7-25 % of the CPU of a bare inner-h2c relay (bench/micro/floor-relay.ts,
  * `H2C_FLOOR_API=compat`).
  *
  * Behaviour kept from the compatibility layer (lib/internal/http2/compat.js): headers go out at

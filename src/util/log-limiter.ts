@@ -2,8 +2,9 @@
  * Rate limit for warnings that a remote peer can trigger at will (refused identities, failed TLS
  * handshakes, malformed requests): at most one line per key per interval, the next one saying how
  * many were suppressed meanwhile, so a flood cannot fill the log or cost more than a map lookup.
- * Every occurrence is still counted in the metrics and logged at debug level by the caller.
+ * Every occurrence is still counted in the metrics (by the caller) and logged at debug level.
  */
+import { log } from './log.ts';
 
 /** Keys remembered at most; beyond it the oldest are forgotten (a peer cycling keys cannot grow the map). */
 const MAX_KEYS = 1024;
@@ -31,5 +32,12 @@ export class LogLimiter {
     if (this.last.size >= MAX_KEYS) this.last.delete(this.last.keys().next().value!);
     this.last.set(key, { at: now, suppressed: 0 });
     return suppressed;
+  }
+
+  /** Log at debug level, and as a warning at most once per `key` per interval (with the count suppressed meanwhile). */
+  warn(key: string, fields: Record<string, unknown>, msg: string): void {
+    log.debug(fields, msg);
+    const suppressed = this.take(key);
+    if (suppressed !== undefined) log.warn({ ...fields, suppressed }, msg);
   }
 }

@@ -80,10 +80,7 @@ export class PrimaryListener {
     const refusal = this.#limits.opened(ip);
     if (refusal) {
       this.#stats?.connectionRefused(refusal);
-      const fields = { server: 'waypoint', remote: formatHostPort(ip, socket.remotePort ?? 0), reason: refusal };
-      log.debug(fields, 'HBONE connection refused: client over its limits');
-      const suppressed = this.#warnings.take(`refused:${refusal}`);
-      if (suppressed !== undefined) log.warn({ ...fields, suppressed }, 'HBONE connection refused: client over its limits');
+      this.#warnings.warn(`refused:${refusal}`, { server: 'waypoint', remote: formatHostPort(ip, socket.remotePort ?? 0), reason: refusal }, 'HBONE connection refused: client over its limits');
       socket.destroy();
       return;
     }
