@@ -719,9 +719,11 @@ function buildReport(
 
 /** cores × 10⁶ ÷ (waypoint + fixture + load generator CPU µs per request): req/s if every core were busy. */
 function ceilingReqPerSec(cpu: { [k: string]: { usPerReq?: number | null } | undefined } | undefined, cores: number): number | null {
-  const parts = [cpu?.waypoint?.usPerReq, cpu?.fixture?.usPerReq, cpu?.load?.usPerReq];
-  if (parts.some((x) => x == null || !(x > 0))) return null;
-  return (cores * 1e6) / parts.reduce((a, b) => a! + b!, 0)!;
+  const w = cpu?.waypoint?.usPerReq;
+  const f = cpu?.fixture?.usPerReq;
+  const l = cpu?.load?.usPerReq;
+  if (!(w! > 0 && f! > 0 && l! > 0)) return null;
+  return (cores * 1e6) / (w! + f! + l!);
 }
 
 function gitCommit(): string | null {
